@@ -1,0 +1,115 @@
+package approval
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Role is a permission a user holds; a user may hold several.
+type Role string
+
+// The roles.
+const (
+	RoleAdmin    Role = "admin"    // users and tokens; implies every other role
+	RoleProposer Role = "proposer" // create and edit drafts, import targets, submit
+	RoleApprover Role = "approver" // approve or reject what others proposed
+	RoleOperator Role = "operator" // start, pause, resume, cancel; resolve unknowns
+	RoleViewer   Role = "viewer"   // read
+)
+
+// Roles lists every role, in the order the UI shows them.
+var Roles = []Role{RoleAdmin, RoleProposer, RoleApprover, RoleOperator, RoleViewer}
+
+// ParseRole checks a role name.
+func ParseRole(s string) (Role, error) {
+	if slices.Contains(Roles, Role(s)) {
+		return Role(s), nil
+	}
+	return "", fmt.Errorf("%q is not a role (one of admin, proposer, approver, operator, viewer)", s)
+}
+
+// Actor is who asks: a signed-in user, or an agent token acting for one.
+type Actor struct {
+	UserID int64
+	Email  string
+	Roles  []Role
+	// Agent is set for agent tokens: they may propose and read, never
+	// decide (approve, reject, start, pause, resume, cancel, resolve,
+	// supersede, revoke, bump).
+	Agent bool
+}
+
+// Has reports whether the actor holds role (admin holds every role).
+func (a Actor) Has(role Role) bool {
+	return slices.Contains(a.Roles, role) || slices.Contains(a.Roles, RoleAdmin)
+}
+
+// String names the actor for logs and the ledger ("user:ann@example.com",
+// "agent:ann@example.com").
+func (a Actor) String() string {
+	if a.Agent {
+		return "agent:" + a.Email
+	}
+	return "user:" + a.Email
+}
+
+// Errors callers test with errors.Is.
+var (
+	// ErrForbidden: the actor may not do this.
+	ErrForbidden = errors.New("forbidden")
+	// ErrConflict: the campaign is not in a state that allows this, or the
+	// plan hash shown is no longer the current one.
+	ErrConflict = errors.New("conflict")
+)
+
+// Action is a decision on a campaign, as recorded in the audit trail.
+type Action string
+
+// The audited actions.
+const (
+	ActionCreate  Action = "create"
+	ActionEdit    Action = "edit"
+	ActionImport  Action = "import"
+	ActionSubmit  Action = "submit"
+	ActionApprove Action = "approve"
+	ActionReject  Action = "reject"
+	ActionFreeze  Action = "freeze"
+	ActionStart   Action = "start"
+	ActionPause   Action = "pause"
+	ActionResume  Action = "resume"
+	ActionCancel  Action = "cancel"
+)
+
+// permission says which role an action needs and whether an agent token
+// may take it.
+var permission = map[Action]struct {
+	role       Role
+	agentMayDo bool
+}{
+	ActionCreate:  {RoleProposer, true},
+	ActionEdit:    {RoleProposer, true},
+	ActionImport:  {RoleProposer, true},
+	ActionSubmit:  {RoleProposer, true},
+	ActionApprove: {RoleApprover, false},
+	ActionReject:  {RoleApprover, false},
+	ActionStart:   {RoleOperator, false},
+	ActionPause:   {RoleOperator, false},
+	ActionResume:  {RoleOperator, false},
+	ActionCancel:  {RoleOperator, false},
+}
+
+// Authorize reports whether actor may take action, with a reason when not.
+func Authorize(a Actor, action Action) error {
+	p, ok := permission[action]
+	if !ok {
+		return fmt.Errorf("%w: unknown action %q", ErrForbidden, action)
+	}
+	if a.Agent && !p.agentMayDo {
+		return fmt.Errorf("%w: an agent token may not %s a campaign; a person must", ErrForbidden, action)
+	}
+	if !a.Has(p.role) {
+		return fmt.Errorf("%w: %s needs the %s role", ErrForbidden, action, p.role)
+	}
+	return nil
+}

@@ -1,0 +1,556 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/plan"
+)
+
+// Enqueuer puts a plan's remaining targets on the queue inside the caller's
+// transaction (package jobs implements it with River's InsertManyFastTx).
+type Enqueuer interface {
+	EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error)
+}
+
+// Service runs the campaign workflow. Every method is one transaction that
+// locks the campaign row first, so decisions on one campaign never
+// interleave.
+type Service struct {
+	pool     *pgxpool.Pool
+	enqueuer Enqueuer
+	// MaxTargets and MaxBytes bound imports (defaults: plan's).
+	MaxTargets int
+	MaxBytes   int64
+	// Now is the clock (tests set it).
+	Now func() time.Time
+}
+
+// NewService returns a Service on pool.
+func NewService(pool *pgxpool.Pool, enqueuer Enqueuer) *Service {
+	return &Service{pool: pool, enqueuer: enqueuer, Now: time.Now}
+}
+
+// TargetsParams is an uploaded target list.
+type TargetsParams struct {
+	Format        plan.Format
+	Body          io.Reader
+	AddressColumn string
+	Append        bool
+}
+
+// CreateParams is a new campaign with its first draft.
+type CreateParams struct {
+	Name              string
+	Provider          string
+	ScheduledAt       *time.Time
+	StartOnApproval   bool
+	RequiredApprovals int
+	Payload           plan.Payload
+	Targets           *TargetsParams // optional
+}
+
+// Result is a campaign after an action, with its current plan hash.
+type Result struct {
+	Campaign plan.Campaign
+	Draft    plan.Draft
+	// PlanHash is the hash of the campaign's current version: the draft's
+	// while it is a draft, the frozen plan's once approved.
+	PlanHash string
+	// Import is set by actions that imported targets.
+	Import *plan.ImportReport
+}
+
+func (s *Service) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+func (s *Service) result(ctx context.Context, db plan.DB, c plan.Campaign) (Result, error) {
+	d, err := plan.GetDraft(ctx, db, c.ID, c.Version)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Campaign: c, Draft: d, PlanHash: d.Hash(c)}, nil
+}
+
+func (s *Service) event(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign, action Action, hash, reason string, detail any) error {
+	e := plan.Event{CampaignID: c.ID, Action: string(action), Version: c.Version, PlanHash: hash, Reason: reason}
+	if a != nil {
+		e.ActorID, e.ViaAgent = a.UserID, a.Agent
+	}
+	if detail != nil {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		e.Detail = b
+	}
+	return plan.RecordEvent(ctx, tx, e)
+}
+
+// Create makes a campaign and its first draft, and imports its targets
+// when given. A failed import creates nothing.
+func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, error) {
+	if err := Authorize(a, ActionCreate); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.CreateCampaign(ctx, tx, plan.NewCampaign{
+			Name: p.Name, Provider: p.Provider, ScheduledAt: p.ScheduledAt, StartOnApproval: p.StartOnApproval,
+			RequiredApprovals: p.RequiredApprovals, Payload: p.Payload, CreatedBy: a.UserID, ViaAgent: a.Agent,
+		})
+		if err != nil {
+			return err
+		}
+		if err := s.event(ctx, tx, &a, c, ActionCreate, "", "", nil); err != nil {
+			return err
+		}
+		var report *plan.ImportReport
+		if p.Targets != nil {
+			r, err := s.importInto(ctx, tx, a, c, *p.Targets)
+			if err != nil {
+				return err
+			}
+			report = &r
+		}
+		res, err = s.result(ctx, tx, c)
+		res.Import = report
+		return err
+	})
+	return res, err
+}
+
+// editable locks the campaign and returns the draft version to change: the
+// current one while drafting, or a new version (which needs a new approval)
+// once the campaign was approved. Either way the campaign is back in draft.
+func (s *Service) editable(ctx context.Context, tx pgx.Tx, a Actor, id string, action Action) (plan.Campaign, error) {
+	if err := Authorize(a, action); err != nil {
+		return plan.Campaign{}, err
+	}
+	c, err := plan.LockCampaign(ctx, tx, id)
+	if err != nil {
+		return c, err
+	}
+	switch c.State {
+	case plan.StateDraft:
+		return c, nil
+	case plan.StatePendingApproval:
+		// Approvals given so far were for the old hash: they no longer count.
+	case plan.StateApproved, plan.StateRunning, plan.StatePaused, plan.StateCompleted:
+		if c.Version, err = plan.NewVersion(ctx, tx, c.ID, c.Version, a.UserID); err != nil {
+			return c, err
+		}
+	default:
+		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", ErrConflict, c.ID, c.State)
+	}
+	if err := plan.SetState(ctx, tx, c.ID, plan.StateDraft); err != nil {
+		return c, err
+	}
+	c.State = plan.StateDraft
+	return c, nil
+}
+
+// Edit replaces the draft's payload.
+func (s *Service) Edit(ctx context.Context, a Actor, id string, p plan.Payload) (Result, error) {
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := s.editable(ctx, tx, a, id, ActionEdit)
+		if err != nil {
+			return err
+		}
+		if err := plan.UpdatePayload(ctx, tx, c.ID, c.Version, p, a.UserID); err != nil {
+			return err
+		}
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		return s.event(ctx, tx, &a, c, ActionEdit, res.PlanHash, "", nil)
+	})
+	return res, err
+}
+
+// ImportTargets replaces (or with Append extends) the draft's target list.
+func (s *Service) ImportTargets(ctx context.Context, a Actor, id string, t TargetsParams) (Result, error) {
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := s.editable(ctx, tx, a, id, ActionImport)
+		if err != nil {
+			return err
+		}
+		report, err := s.importInto(ctx, tx, a, c, t)
+		if err != nil {
+			return err
+		}
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		res.Import = &report
+		return nil
+	})
+	return res, err
+}
+
+func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a Actor, c plan.Campaign, t TargetsParams) (plan.ImportReport, error) {
+	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
+		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
+		AddressColumn: t.AddressColumn, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
+		ActorID: a.UserID,
+	})
+	if err != nil {
+		return report, err
+	}
+	return report, s.event(ctx, tx, &a, c, ActionImport, "", "", map[string]any{
+		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
+		"rejected": report.RejectedCount, "target_count": report.TargetCount, "append": t.Append,
+	})
+}
+
+// MissingVarsError blocks a submission: targets lack variables the
+// templates read.
+type MissingVarsError struct {
+	Missing []plan.MissingVar
+	Total   int
+}
+
+func (e *MissingVarsError) Error() string {
+	first := e.Missing[0]
+	return fmt.Sprintf("%d targets lack merge variables the draft uses; first: line %d (%s) has no %s",
+		e.Total, first.Line, first.Target, strings.Join(first.Missing, ", "))
+}
+
+// Is makes the error a validation error.
+func (e *MissingVarsError) Is(target error) bool { return target == plan.ErrInvalid }
+
+// Submit asks for approval of the current draft, once it validates.
+func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error) {
+	if err := Authorize(a, ActionSubmit); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if c.State != plan.StateDraft {
+			return fmt.Errorf("%w: campaign %s is %s; only a draft can be submitted", ErrConflict, c.ID, c.State)
+		}
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		missing, total, err := plan.Check(ctx, tx, res.Draft)
+		if err != nil {
+			return err
+		}
+		if total > 0 {
+			return &MissingVarsError{Missing: missing, Total: total}
+		}
+		if err := plan.SetState(ctx, tx, c.ID, plan.StatePendingApproval); err != nil {
+			return err
+		}
+		res.Campaign.State = plan.StatePendingApproval
+		return s.event(ctx, tx, &a, c, ActionSubmit, res.PlanHash, "", nil)
+	})
+	return res, err
+}
+
+// Approve records a's approval of the plan hash they were shown. The N-th
+// distinct approval of the current hash freezes the plan (and starts it
+// when the campaign says so).
+func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (Result, error) {
+	if err := Authorize(a, ActionApprove); err != nil {
+		return Result{}, err
+	}
+	if err := plan.ValidHash(shownHash); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if c.State != plan.StatePendingApproval {
+			return fmt.Errorf("%w: campaign %s is %s, not pending approval", ErrConflict, c.ID, c.State)
+		}
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		if shownHash != res.PlanHash {
+			return fmt.Errorf("%w: the draft changed since it was shown to you (you approved %.12s…, it is now %.12s…); review it again", ErrConflict, shownHash, res.PlanHash)
+		}
+		if a.UserID == res.Draft.ProposedBy || a.UserID == res.Draft.LastEditedBy {
+			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, $2, $3, $4)`,
+			c.ID, c.Version, shownHash, a.UserID)
+		if err := approvalErr(err); err != nil {
+			return err
+		}
+		if err := s.event(ctx, tx, &a, c, ActionApprove, shownHash, "", nil); err != nil {
+			return err
+		}
+		var count int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
+			c.ID, c.Version, shownHash).Scan(&count); err != nil {
+			return err
+		}
+		if count < c.RequiredApprovals {
+			return nil
+		}
+		p, err := plan.Freeze(ctx, tx, c, res.Draft, shownHash)
+		if err != nil {
+			return err
+		}
+		if err := plan.SetState(ctx, tx, c.ID, plan.StateApproved); err != nil {
+			return err
+		}
+		c.State, c.PlanID = plan.StateApproved, p.ID
+		if err := s.event(ctx, tx, nil, c, ActionFreeze, shownHash, "", map[string]any{"plan_id": p.ID, "target_count": p.TargetCount, "approvals": count}); err != nil {
+			return err
+		}
+		if c.StartOnApproval && (c.ScheduledAt == nil || !c.ScheduledAt.After(s.Now())) {
+			if c, err = s.start(ctx, tx, nil, c); err != nil {
+				return err
+			}
+		}
+		res.Campaign = c
+		return nil
+	})
+	return res, err
+}
+
+func approvalErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505":
+			return fmt.Errorf("%w: you have already approved this version", ErrConflict)
+		case "OP006":
+			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
+		}
+	}
+	return err
+}
+
+// Approvals counts the distinct approvals of the campaign's current hash.
+func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
+	c, err := plan.GetCampaign(ctx, s.pool, id)
+	if err != nil {
+		return 0, err
+	}
+	r, err := s.result(ctx, s.pool, c)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
+		c.ID, c.Version, r.PlanHash).Scan(&n)
+	return n, err
+}
+
+// Reject sends a pending draft back to its proposer, with a reason.
+func (s *Service) Reject(ctx context.Context, a Actor, id, reason string) (Result, error) {
+	if err := Authorize(a, ActionReject); err != nil {
+		return Result{}, err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return Result{}, &plan.FieldError{Field: "reason", Reason: "is required: say what must change"}
+	}
+	return s.transition(ctx, &a, id, ActionReject, reason, []plan.State{plan.StatePendingApproval}, plan.StateDraft)
+}
+
+// transition moves a locked campaign from one of from to to, and audits it.
+func (s *Service) transition(ctx context.Context, a *Actor, id string, action Action, reason string, from []plan.State, to plan.State) (Result, error) {
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if !containsState(from, c.State) {
+			return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", ErrConflict, c.ID, c.State, action, joinStates(from))
+		}
+		if err := plan.SetState(ctx, tx, c.ID, to); err != nil {
+			return err
+		}
+		c.State = to
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		return s.event(ctx, tx, a, c, action, res.PlanHash, reason, nil)
+	})
+	return res, err
+}
+
+func containsState(states []plan.State, s plan.State) bool {
+	for _, x := range states {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinStates(states []plan.State) string {
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, " or ")
+}
+
+// Start begins executing the approved plan: the run record and one job per
+// target, in one transaction. Starting a running campaign again enqueues
+// nothing and is not an error.
+func (s *Service) Start(ctx context.Context, a Actor, id string) (Result, error) {
+	if err := Authorize(a, ActionStart); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		switch c.State {
+		case plan.StateApproved:
+			if c, err = s.start(ctx, tx, &a, c); err != nil {
+				return err
+			}
+		case plan.StateRunning:
+			// Already started: nothing new.
+		default:
+			return fmt.Errorf("%w: campaign %s is %s; only an approved campaign can be started", ErrConflict, c.ID, c.State)
+		}
+		res, err = s.result(ctx, tx, c)
+		return err
+	})
+	return res, err
+}
+
+// start writes the run and its jobs for a locked, approved campaign.
+func (s *Service) start(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign) (plan.Campaign, error) {
+	p, err := plan.GetPlan(ctx, tx, c.PlanID)
+	if err != nil {
+		return c, err
+	}
+	n, err := s.enqueuer.EnqueueRemaining(ctx, tx, p)
+	if err != nil {
+		return c, err
+	}
+	var startedBy *int64
+	if a != nil {
+		startedBy = &a.UserID
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO run (campaign_id, plan_id, started_by, job_count) VALUES ($1, $2, $3, $4)`,
+		c.ID, p.ID, startedBy, n); err != nil {
+		return c, err
+	}
+	if err := plan.SetState(ctx, tx, c.ID, plan.StateRunning); err != nil {
+		return c, err
+	}
+	c.State = plan.StateRunning
+	return c, s.event(ctx, tx, a, c, ActionStart, p.Hash, "", map[string]any{"plan_id": p.ID, "jobs": n})
+}
+
+// StartDue starts every approved campaign whose scheduled time has come,
+// as the system. It returns the ids it started.
+func (s *Service) StartDue(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM campaign WHERE state = 'approved' AND scheduled_at <= $1 ORDER BY scheduled_at`, s.Now())
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var started []string
+	for _, id := range ids {
+		err := s.tx(ctx, func(tx pgx.Tx) error {
+			c, err := plan.LockCampaign(ctx, tx, id)
+			if err != nil || c.State != plan.StateApproved {
+				return err // someone started or edited it meanwhile
+			}
+			_, err = s.start(ctx, tx, nil, c)
+			if err == nil {
+				started = append(started, id)
+			}
+			return err
+		})
+		if err != nil {
+			return started, fmt.Errorf("starting scheduled campaign %s: %w", id, err)
+		}
+	}
+	return started, nil
+}
+
+// Pause stops a running campaign's jobs from claiming new effects; calls
+// already in flight finish and are recorded.
+func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result, error) {
+	if err := Authorize(a, ActionPause); err != nil {
+		return Result{}, err
+	}
+	return s.transition(ctx, &a, id, ActionPause, reason, []plan.State{plan.StateRunning}, plan.StatePaused)
+}
+
+// Resume runs the remainder: the campaign runs again and every target with
+// no blocking ledger row and no live job gets a job. Pressing it twice, or
+// from two places at once, enqueues the remainder once (the campaign lock
+// serialises the presses; the ledger decides every effect anyway).
+func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error) {
+	if err := Authorize(a, ActionResume); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		switch c.State {
+		case plan.StatePaused, plan.StateRunning, plan.StateCompleted:
+		default:
+			return fmt.Errorf("%w: campaign %s is %s; only a started campaign can be resumed", ErrConflict, c.ID, c.State)
+		}
+		p, err := plan.GetPlan(ctx, tx, c.PlanID)
+		if err != nil {
+			return err
+		}
+		n, err := s.enqueuer.EnqueueRemaining(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		if c.State != plan.StateRunning {
+			if err := plan.SetState(ctx, tx, c.ID, plan.StateRunning); err != nil {
+				return err
+			}
+			c.State = plan.StateRunning
+		}
+		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		return s.event(ctx, tx, &a, c, ActionResume, p.Hash, "", map[string]any{"jobs": n})
+	})
+	return res, err
+}
+
+// Cancel ends a campaign for good: its remaining jobs end without acting.
+func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (Result, error) {
+	if err := Authorize(a, ActionCancel); err != nil {
+		return Result{}, err
+	}
+	return s.transition(ctx, &a, id, ActionCancel, reason,
+		[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
+		plan.StateCancelled)
+}

@@ -1,0 +1,130 @@
+// Package cli implements the onceplan command line: it parses arguments,
+// builds the configuration and runs one command. It holds no state of its
+// own; cmd/onceplan/main.go only hands it the process's environment.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/mattn/go-isatty"
+)
+
+// Env is the process environment a command runs in.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env Env, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the web UI, the JSON API and the workers in one process", runServe},
+		{"migrate", "apply the database migrations (Onceplan's and River's)", runMigrate},
+	}
+}
+
+// exitError carries a specific exit status without a message.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// ExitCode reports a command's requested exit status, for errors that are
+// not failures to print (such as --help).
+func ExitCode(err error) (int, bool) {
+	var e exitError
+	if errors.As(err, &e) {
+		return e.code, true
+	}
+	return 0, false
+}
+
+// Run runs the command named by args[0].
+func Run(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(env.Stdout)
+		if len(args) == 0 {
+			return exitError{2}
+		}
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, env, args[1:])
+		}
+	}
+	usage(env.Stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "onceplan executes human-approved bulk side effects exactly once per target.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: onceplan COMMAND [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `onceplan COMMAND --help` for a command's flags.")
+}
+
+// dbFlags are the database flags every command that touches the database takes.
+type dbFlags struct {
+	databaseURL string
+	dataDir     string
+}
+
+func (d *dbFlags) register(fs *flag.FlagSet, env Env) {
+	fs.StringVar(&d.databaseURL, "database-url", env.Getenv("DATABASE_URL"),
+		"PostgreSQL URL (default $DATABASE_URL; empty: the embedded default under --data-dir)")
+	fs.StringVar(&d.dataDir, "data-dir", "./.onceplan",
+		"where Onceplan keeps its data: the embedded PostgreSQL cluster (DIR/pg) and the maildir outbox")
+}
+
+// parse parses a command's flags, printing usage for --help and turning a
+// flag error into one line.
+func parse(fs *flag.FlagSet, env Env, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(env.Stdout)
+			fmt.Fprintf(env.Stdout, "Usage: onceplan %s [flags]\n\nFlags:\n", fs.Name())
+			fs.PrintDefaults()
+			return exitError{0}
+		}
+		return fmt.Errorf("%s: %v (see `onceplan %s --help`)", fs.Name(), err, fs.Name())
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (see `onceplan %s --help`)", fs.Name(), fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// newLogger logs text to a terminal and JSON otherwise (for collectors).
+func newLogger(w io.Writer) *slog.Logger {
+	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		return slog.New(slog.NewTextHandler(w, nil))
+	}
+	return slog.New(slog.NewJSONHandler(w, nil))
+}
+
+// oneLine keeps multi-line causes (server logs, SQL) from turning an error
+// into a wall of text; the full text still goes to the log.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,63 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Errors callers test with errors.Is. Each returned error wraps one of these
+// and says in its message which effect and why.
+var (
+	// ErrNotFound: no effect, bump or policy matches.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a blocking row already holds the key at this epoch, a
+	// concurrent bump won, or an in-doubt effect must be settled first.
+	ErrConflict = errors.New("conflict")
+	// ErrIllegalTransition: the state change is not one of DESIGN §3's.
+	ErrIllegalTransition = errors.New("illegal transition")
+	// ErrWriteOnce: an attempt to change or delete something recorded.
+	ErrWriteOnce = errors.New("write-once")
+	// ErrMissingEvidence: a transition lacks what it must carry (a recorded
+	// raw response, a receipt, a reason, a named resolver).
+	ErrMissingEvidence = errors.New("missing evidence")
+	// ErrNoBump: an epoch above 0 without a recorded bump behind it.
+	ErrNoBump = errors.New("epoch not bumped")
+)
+
+// translate maps PostgreSQL's answers to the ledger's errors at the storage
+// boundary, so no caller has to know SQLSTATEs.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	var kind error
+	switch pgErr.Code {
+	case "23505", "OP005": // unique_violation; bump out of sequence
+		kind = ErrConflict
+	case "OP002":
+		kind = ErrIllegalTransition
+	case "OP001", "OP003":
+		kind = ErrWriteOnce
+	case "OP004", "23514": // our evidence checks; check_violation
+		kind = ErrMissingEvidence
+	case "23503": // foreign_key_violation
+		if pgErr.ConstraintName == "effect_epoch_bumped" {
+			kind = ErrNoBump
+		} else {
+			kind = ErrNotFound
+		}
+	default:
+		return err
+	}
+	return fmt.Errorf("%w: %s", kind, pgErr.Message)
+}

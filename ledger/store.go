@@ -1,0 +1,436 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// State is where an attempt at an effect stands (DESIGN §3).
+type State string
+
+// The ledger states.
+const (
+	StatePending  State = "pending"  // claimed; the provider call may be in flight
+	StateDone     State = "done"     // the provider accepted; receipt stored
+	StateUnknown  State = "unknown"  // may or may not have landed; a probe or a human settles it
+	StateFailed   State = "failed"   // definitely not performed; the key is free again
+	StateStranded State = "stranded" // exists at the provider but can never complete
+	StateRevoked  State = "revoked"  // explicitly withdrawn by a human
+)
+
+// Blocking reports whether a row in this state holds its key at its epoch,
+// so that no second attempt may start.
+func (s State) Blocking() bool {
+	switch s {
+	case StatePending, StateDone, StateUnknown, StateStranded:
+		return true
+	}
+	return false
+}
+
+// Effect is one attempt at (key, epoch).
+type Effect struct {
+	ID           int64
+	Key          Key
+	Epoch        int
+	State        State
+	Attempt      int
+	Owner        string
+	JobID        int64 // 0 when not started by a job
+	Receipt      string
+	Reason       string
+	ResolvedBy   string
+	Resolution   string
+	RevokedBy    string
+	RevokeReason string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	SettledAt    time.Time // zero while pending
+}
+
+// DB is what the store needs from a pool or a transaction.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Store reads and writes the ledger. Every method is one transaction of its
+// own, committed before it returns: a caller that gets a nil error knows the
+// step is durable before it takes the next one.
+type Store struct {
+	db DB
+}
+
+// NewStore returns a Store on db (a *pgxpool.Pool, or a pgx.Tx in tests).
+func NewStore(db DB) *Store { return &Store{db: db} }
+
+const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0),
+	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
+	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), created_at, updated_at, settled_at`
+
+func scanEffect(row pgx.Row) (Effect, error) {
+	var e Effect
+	var key, state string
+	var settled *time.Time
+	err := row.Scan(&e.ID, &key, &e.Epoch, &state, &e.Attempt, &e.Owner, &e.JobID,
+		&e.Receipt, &e.Reason, &e.ResolvedBy, &e.Resolution, &e.RevokedBy, &e.RevokeReason,
+		&e.CreatedAt, &e.UpdatedAt, &settled)
+	e.Key, e.State = Key(key), State(state)
+	if settled != nil {
+		e.SettledAt = *settled
+	}
+	return e, err
+}
+
+// ClaimOutcome says what a claim found.
+type ClaimOutcome int
+
+// Claim outcomes.
+const (
+	// ClaimWon: this caller committed the pending row and may call the provider.
+	ClaimWon ClaimOutcome = iota + 1
+	// ClaimDone: the effect already happened at the current epoch; do nothing.
+	ClaimDone
+	// ClaimInDoubt: another attempt is pending or unknown; recovery or a
+	// human settles it, never a second call.
+	ClaimInDoubt
+	// ClaimStranded: the provider holds it and it can never complete.
+	ClaimStranded
+)
+
+func (o ClaimOutcome) String() string {
+	switch o {
+	case ClaimWon:
+		return "won"
+	case ClaimDone:
+		return "already-done"
+	case ClaimInDoubt:
+		return "in-doubt"
+	case ClaimStranded:
+		return "blocked-stranded"
+	}
+	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
+}
+
+// ClaimParams names the effect to start and who starts it.
+type ClaimParams struct {
+	Key   Key
+	Owner string // the worker's identity, e.g. "host/pid/client"
+	JobID int64  // the River job, 0 if none
+}
+
+// Claim is the result of Store.Claim.
+type Claim struct {
+	Outcome ClaimOutcome
+	// Effect is the new pending row when won, otherwise the row that blocks.
+	Effect Effect
+}
+
+// Claim commits a pending row for key at its current epoch, unless a
+// blocking row is already there. The partial unique index decides between
+// concurrent callers: exactly one wins, the others learn what blocks them.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
+	if _, err := ParseKey(string(p.Key)); err != nil {
+		return Claim{}, err
+	}
+	if strings.TrimSpace(p.Owner) == "" {
+		return Claim{}, fmt.Errorf("%w: a claim needs an owner", ErrMissingEvidence)
+	}
+	var job *int64
+	if p.JobID != 0 {
+		job = &p.JobID
+	}
+	// A blocking row may settle as failed between our insert and our look
+	// at it; then the key is free and we try again. Bounded: each round
+	// needs another attempt to fail in between.
+	for range 5 {
+		row := s.db.QueryRow(ctx, `
+			WITH cur AS (SELECT coalesce(max(epoch), 0) AS epoch FROM effect_bump WHERE key = $1)
+			INSERT INTO effect (key, epoch, attempt, owner, job_id)
+			SELECT $1, cur.epoch,
+			       (SELECT count(*) + 1 FROM effect e WHERE e.key = $1 AND e.epoch = cur.epoch),
+			       $2, $3
+			FROM cur
+			ON CONFLICT (key, epoch) WHERE state IN ('pending', 'done', 'unknown', 'stranded') DO NOTHING
+			RETURNING `+effectCols, string(p.Key), p.Owner, job)
+		e, err := scanEffect(row)
+		if err == nil {
+			return Claim{Outcome: ClaimWon, Effect: e}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return Claim{}, translate(err)
+		}
+		e, err = s.blocking(ctx, p.Key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return Claim{}, err
+		}
+		switch e.State {
+		case StateDone:
+			return Claim{Outcome: ClaimDone, Effect: e}, nil
+		case StateStranded:
+			return Claim{Outcome: ClaimStranded, Effect: e}, nil
+		default:
+			return Claim{Outcome: ClaimInDoubt, Effect: e}, nil
+		}
+	}
+	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", ErrConflict, p.Key)
+}
+
+// blocking returns the row holding key at its current epoch.
+func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, `
+		SELECT `+effectCols+` FROM effect
+		WHERE key = $1
+		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		  AND state IN ('pending', 'done', 'unknown', 'stranded')`, string(key)))
+	return e, translate(err)
+}
+
+// Current returns the row that holds key at its current epoch, or
+// ErrNotFound when the key is free (never tried, or only failed/revoked).
+func (s *Store) Current(ctx context.Context, key Key) (Effect, error) {
+	return s.blocking(ctx, key)
+}
+
+// History returns every attempt at key, oldest first, across all epochs.
+func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = $1 ORDER BY epoch, id`, string(key))
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+	return out, translate(err)
+}
+
+// CurrentEpoch returns key's epoch: 0, or the number of recorded bumps.
+func (s *Store) CurrentEpoch(ctx context.Context, key Key) (int, error) {
+	var epoch int
+	err := s.db.QueryRow(ctx, `SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1`, string(key)).Scan(&epoch)
+	return epoch, translate(err)
+}
+
+// ResponseKind says which provider interaction produced a raw response.
+type ResponseKind string
+
+// Response kinds.
+const (
+	ResponseSend   ResponseKind = "send"
+	ResponseResend ResponseKind = "resend"
+	ResponseProbe  ResponseKind = "probe"
+)
+
+// RecordResponse commits the provider's raw answer for an attempt, exactly
+// as received, before anything parses it. Returns the response's id.
+func (s *Store) RecordResponse(ctx context.Context, effectID int64, kind ResponseKind, body []byte) (int64, error) {
+	if body == nil {
+		body = []byte{}
+	}
+	var id int64
+	err := s.db.QueryRow(ctx, `INSERT INTO effect_response (effect_id, kind, body) VALUES ($1, $2, $3) RETURNING id`,
+		effectID, string(kind), body).Scan(&id)
+	return id, translate(err)
+}
+
+// Response is a recorded raw provider answer.
+type Response struct {
+	ID        int64
+	EffectID  int64
+	Kind      ResponseKind
+	Body      []byte
+	CreatedAt time.Time
+}
+
+// Responses returns the raw answers recorded for an attempt, oldest first.
+func (s *Store) Responses(ctx context.Context, effectID int64) ([]Response, error) {
+	rows, err := s.db.Query(ctx, `SELECT id, effect_id, kind, body, created_at FROM effect_response WHERE effect_id = $1 ORDER BY id`, effectID)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Response, error) {
+		var x Response
+		var kind string
+		err := r.Scan(&x.ID, &x.EffectID, &kind, &x.Body, &x.CreatedAt)
+		x.Kind = ResponseKind(kind)
+		return x, err
+	})
+	return out, translate(err)
+}
+
+// SettleParams is a worker's (or recovery's) verdict on a pending attempt.
+type SettleParams struct {
+	EffectID int64
+	State    State  // done, failed, unknown or stranded
+	Receipt  string // required for done: the provider's id for the effect
+	Reason   string // required for failed, unknown, stranded
+}
+
+// Settle moves a pending attempt to its outcome. Done, failed and stranded
+// are refused unless a raw response was recorded first.
+func (s *Store) Settle(ctx context.Context, p SettleParams) (Effect, error) {
+	switch p.State {
+	case StateDone, StateFailed, StateUnknown, StateStranded:
+	default:
+		return Effect{}, fmt.Errorf("%w: an attempt settles as done, failed, unknown or stranded, not %q", ErrIllegalTransition, p.State)
+	}
+	e, err := scanEffect(s.db.QueryRow(ctx, `
+		UPDATE effect SET state = $2, receipt = nullif($3, ''), reason = nullif($4, '')
+		WHERE id = $1
+		RETURNING `+effectCols, p.EffectID, string(p.State), p.Receipt, p.Reason))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, fmt.Errorf("%w: effect %d", ErrNotFound, p.EffectID)
+	}
+	return e, translate(err)
+}
+
+// Outcome is a resolver's verdict on an unknown effect.
+type Outcome string
+
+// Outcomes of a resolution.
+const (
+	Delivered    Outcome = "delivered"
+	NotDelivered Outcome = "not_delivered"
+)
+
+// ResolveParams settles the unknown attempt at key's current epoch.
+type ResolveParams struct {
+	Key     Key
+	Outcome Outcome
+	// Actor is who decided: "user:ann@example.com" for a human, or
+	// "probe:<provider>" when a probe's recorded answer settles it.
+	Actor  string
+	Reason string
+}
+
+// Resolve settles an unknown effect as done (delivered) or failed (not
+// delivered, which frees the key so the target is sent once more).
+func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Effect, error) {
+	var to State
+	switch p.Outcome {
+	case Delivered:
+		to = StateDone
+	case NotDelivered:
+		to = StateFailed
+	default:
+		return Effect{}, fmt.Errorf("%w: outcome must be %q or %q, not %q", ErrMissingEvidence, Delivered, NotDelivered, p.Outcome)
+	}
+	if strings.TrimSpace(p.Actor) == "" || strings.TrimSpace(p.Reason) == "" {
+		return Effect{}, fmt.Errorf("%w: a resolution needs who and why", ErrMissingEvidence)
+	}
+	e, err := scanEffect(s.db.QueryRow(ctx, `
+		UPDATE effect SET state = $2, resolved_by = $3, resolution = $4
+		WHERE key = $1 AND state = 'unknown'
+		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		RETURNING `+effectCols, string(p.Key), string(to), p.Actor, p.Reason))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, s.notIn(ctx, p.Key, StateUnknown)
+	}
+	return e, translate(err)
+}
+
+// RevokeParams withdraws the done or stranded effect at key's current epoch.
+type RevokeParams struct {
+	Key    Key
+	Actor  string
+	Reason string
+}
+
+// Revoke marks the done or stranded attempt at key's current epoch revoked.
+// A revoked row no longer blocks the key.
+func (s *Store) Revoke(ctx context.Context, p RevokeParams) (Effect, error) {
+	if strings.TrimSpace(p.Actor) == "" || strings.TrimSpace(p.Reason) == "" {
+		return Effect{}, fmt.Errorf("%w: a revocation needs who and why", ErrMissingEvidence)
+	}
+	e, err := scanEffect(s.db.QueryRow(ctx, `
+		UPDATE effect SET state = 'revoked', revoked_by = $2, revoke_reason = $3
+		WHERE key = $1 AND state IN ('done', 'stranded')
+		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		RETURNING `+effectCols, string(p.Key), p.Actor, p.Reason))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, s.notIn(ctx, p.Key, StateDone)
+	}
+	return e, translate(err)
+}
+
+// notIn explains why no row at key's current epoch was in the wanted state.
+func (s *Store) notIn(ctx context.Context, key Key, want State) error {
+	cur, err := s.blocking(ctx, key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return fmt.Errorf("%w: key %s has no %s effect at its current epoch", ErrNotFound, key, want)
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("%w: the effect for key %s is %s, not %s", ErrIllegalTransition, key, cur.State, want)
+}
+
+// ActorKind says whether a person or a registered policy bumped an epoch.
+type ActorKind string
+
+// Actor kinds for bumps.
+const (
+	ActorHuman  ActorKind = "human"
+	ActorPolicy ActorKind = "policy"
+)
+
+// BumpParams asks for a deliberate new effect on a key.
+type BumpParams struct {
+	Key       Key
+	ActorKind ActorKind
+	Actor     string
+	Policy    string // the registered policy's name when ActorKind is policy
+	Reason    string
+}
+
+// Bump moves key to its next epoch so that one more effect may happen. It is
+// refused while an attempt at the current epoch is pending or unknown: settle
+// the doubt first, or a second effect could race the first.
+func (s *Store) Bump(ctx context.Context, p BumpParams) (int, error) {
+	if _, err := ParseKey(string(p.Key)); err != nil {
+		return 0, err
+	}
+	var epoch int
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// Serialise bumps and claims' view of the key within this transaction.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, string(p.Key)); err != nil {
+			return err
+		}
+		var inDoubt bool
+		if err := tx.QueryRow(ctx, `
+			SELECT EXISTS (SELECT 1 FROM effect WHERE key = $1 AND state IN ('pending', 'unknown')
+			  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1))`,
+			string(p.Key)).Scan(&inDoubt); err != nil {
+			return err
+		}
+		if inDoubt {
+			return fmt.Errorf("%w: key %s has an attempt in doubt at its current epoch; resolve it before bumping", ErrConflict, p.Key)
+		}
+		var policy *string
+		if p.Policy != "" {
+			policy = &p.Policy
+		}
+		return tx.QueryRow(ctx, `
+			INSERT INTO effect_bump (key, epoch, actor_kind, actor, policy, reason)
+			SELECT $1, coalesce(max(epoch), 0) + 1, $2, $3, $4, $5 FROM effect_bump WHERE key = $1
+			RETURNING epoch`, string(p.Key), string(p.ActorKind), p.Actor, policy, p.Reason).Scan(&epoch)
+	})
+	return epoch, translate(err)
+}
+
+// RegisterPolicy records a policy allowed to bump epochs. Policies are
+// registered before they act, by a named person, and never change.
+func (s *Store) RegisterPolicy(ctx context.Context, name, description, registeredBy string) error {
+	_, err := s.db.Exec(ctx, `INSERT INTO bump_policy (name, description, registered_by) VALUES ($1, $2, $3)`,
+		name, description, registeredBy)
+	return translate(err)
+}

@@ -1,0 +1,10 @@
+DROP TABLE effect_response;
+DROP TABLE effect;
+DROP FUNCTION effect_update();
+DROP FUNCTION effect_insert();
+DROP TABLE effect_bump;
+DROP FUNCTION effect_bump_sequence();
+DROP TABLE bump_policy;
+DROP FUNCTION onceplan_db_created_at();
+DROP FUNCTION onceplan_refuse_change();
+DROP TYPE effect_state;

@@ -1,0 +1,14 @@
+DROP VIEW plan_target;
+DROP TABLE campaign_event;
+DROP TABLE run;
+DROP TABLE approval;
+DROP FUNCTION approval_not_self();
+ALTER TABLE campaign DROP CONSTRAINT campaign_plan;
+DROP TABLE plan;
+DROP TABLE draft;
+DROP TABLE target;
+DROP TABLE target_list;
+DROP FUNCTION target_list_frozen_no_delete();
+DROP TABLE campaign;
+DROP FUNCTION campaign_update();
+DROP TABLE app_user;

@@ -1,0 +1,187 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Plan is an approved draft, frozen: its payload and its list never change.
+type Plan struct {
+	ID          int64     `json:"id"`
+	CampaignID  string    `json:"campaign_id"`
+	Version     int       `json:"version"`
+	Provider    string    `json:"provider"`
+	Tool        string    `json:"tool"`
+	Payload     Payload   `json:"payload"`
+	ListID      int64     `json:"-"`
+	TargetCount int       `json:"target_count"`
+	Hash        string    `json:"plan_hash"`
+	ProposedBy  int64     `json:"proposed_by"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+const planCols = `id, campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
+	list_id, target_count, plan_hash, proposed_by, created_at`
+
+func scanPlan(row pgx.Row) (Plan, error) {
+	var p Plan
+	err := row.Scan(&p.ID, &p.CampaignID, &p.Version, &p.Provider, &p.Tool, &p.Payload.From, &p.Payload.Subject,
+		&p.Payload.Text, &p.Payload.HTML, &p.ListID, &p.TargetCount, &p.Hash, &p.ProposedBy, &p.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, ErrNotFound
+	}
+	return p, err
+}
+
+// GetPlan reads a frozen plan.
+func GetPlan(ctx context.Context, db DB, id int64) (Plan, error) {
+	return scanPlan(db.QueryRow(ctx, `SELECT `+planCols+` FROM plan WHERE id = $1`, id))
+}
+
+// Freeze writes the plan for a campaign's current draft, inside tx (the
+// caller's approval transaction, which also holds the campaign lock and
+// writes the approval records). The draft's list becomes the plan's
+// targets: lists are written once at import, so freezing copies nothing
+// and a million-target plan freezes as fast as a ten-target one.
+func Freeze(ctx context.Context, tx pgx.Tx, c Campaign, d Draft, hash string) (Plan, error) {
+	if d.ListID == 0 || d.TargetCount == 0 {
+		return Plan{}, fieldErr("targets", "the draft has no targets")
+	}
+	p, err := scanPlan(tx.QueryRow(ctx, `
+		INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
+		                  list_id, target_count, plan_hash, proposed_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		RETURNING `+planCols,
+		c.ID, d.Version, c.Provider, c.Tool, d.Payload.From, d.Payload.Subject, d.Payload.Text, d.Payload.HTML,
+		d.ListID, d.TargetCount, hash, d.ProposedBy))
+	if err != nil {
+		return p, err
+	}
+	_, err = tx.Exec(ctx, `UPDATE campaign SET plan_id = $2 WHERE id = $1`, c.ID, p.ID)
+	return p, err
+}
+
+// Event is one entry of a campaign's audit trail.
+type Event struct {
+	ID         int64           `json:"id"`
+	CampaignID string          `json:"campaign_id"`
+	Action     string          `json:"action"`
+	ActorID    int64           `json:"actor_id,omitempty"` // 0: the system
+	ViaAgent   bool            `json:"via_agent"`
+	Version    int             `json:"version,omitempty"`
+	PlanHash   string          `json:"plan_hash,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Detail     json.RawMessage `json:"detail,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// RecordEvent appends to the audit trail (write-once in PostgreSQL).
+func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
+	var actor *int64
+	if e.ActorID != 0 {
+		actor = &e.ActorID
+	}
+	var version *int
+	if e.Version != 0 {
+		version = &e.Version
+	}
+	var hash *string
+	if e.PlanHash != "" {
+		hash = &e.PlanHash
+	}
+	var detail any
+	if len(e.Detail) > 0 {
+		detail = e.Detail
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO campaign_event (campaign_id, action, actor_id, via_agent, version, plan_hash, reason, detail)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		e.CampaignID, e.Action, actor, e.ViaAgent, version, hash, e.Reason, detail)
+	return err
+}
+
+// Events returns a campaign's audit trail, oldest first.
+func Events(ctx context.Context, db DB, campaignID string) ([]Event, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, campaign_id, action, coalesce(actor_id, 0), via_agent, coalesce(version, 0),
+		       coalesce(plan_hash, ''), reason, detail, created_at
+		FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
+		var e Event
+		var detail []byte
+		err := r.Scan(&e.ID, &e.CampaignID, &e.Action, &e.ActorID, &e.ViaAgent, &e.Version, &e.PlanHash, &e.Reason, &detail, &e.CreatedAt)
+		e.Detail = detail
+		return e, err
+	})
+}
+
+// MissingVar is a target that lacks a variable the payload reads.
+type MissingVar struct {
+	Line    int      `json:"line"`
+	Target  string   `json:"target"`
+	Missing []string `json:"missing"`
+}
+
+// Check validates a draft for submission: the payload compiles, it has at
+// least one target, and every target carries every variable the templates
+// read. It returns the targets that do not (the first 100, and how many in
+// all); any of them blocks submission.
+func Check(ctx context.Context, db DB, d Draft) (missing []MissingVar, total int, err error) {
+	t, err := d.Payload.Compile()
+	if err != nil {
+		return nil, 0, err
+	}
+	if d.ListID == 0 || d.TargetCount == 0 {
+		return nil, 0, fieldErr("targets", "the draft has no targets: import a list first")
+	}
+	fields := t.Fields()
+	if len(fields) == 0 {
+		return nil, 0, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT line, target, array(SELECT f FROM unnest($2::text[]) f WHERE NOT vars ? f), count(*) OVER ()
+		FROM target WHERE list_id = $1 AND NOT (vars ?& $2::text[])
+		ORDER BY ordinal LIMIT 100`, d.ListID, fields)
+	if err != nil {
+		return nil, 0, err
+	}
+	var m MissingVar
+	_, err = pgx.ForEachRow(rows, []any{&m.Line, &m.Target, &m.Missing, &total}, func() error {
+		missing = append(missing, m)
+		return nil
+	})
+	return missing, total, err
+}
+
+// Preview renders the exact message one target of a draft would get: by
+// ordinal (1-based) or by address.
+func Preview(ctx context.Context, db DB, d Draft, address string, ordinal int) (Message, error) {
+	t, err := d.Payload.Compile()
+	if err != nil {
+		return Message{}, err
+	}
+	var (
+		to   string
+		vars map[string]string
+	)
+	if address != "" {
+		err = db.QueryRow(ctx, `SELECT target, vars FROM target WHERE list_id = $1 AND target = $2`, d.ListID, address).Scan(&to, &vars)
+	} else {
+		err = db.QueryRow(ctx, `SELECT target, vars FROM target WHERE list_id = $1 AND ordinal = $2`, d.ListID, ordinal).Scan(&to, &vars)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Message{}, fmt.Errorf("%w: the draft has no such target", ErrNotFound)
+	}
+	if err != nil {
+		return Message{}, err
+	}
+	return t.Render(to, vars)
+}

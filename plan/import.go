@@ -1,0 +1,311 @@
+package plan
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+)
+
+// Default import limits. MaxTargets is per campaign (one list); the byte
+// limit bounds the upload itself.
+const (
+	DefaultMaxTargets = 1_000_000
+	DefaultMaxBytes   = 256 << 20
+	// reportListMax caps how many rejected and duplicate lines a report
+	// lists one by one; the counts always cover every line.
+	reportListMax = 1000
+)
+
+// Format is a target list's encoding.
+type Format string
+
+// Target list formats.
+const (
+	FormatCSV  Format = "csv"
+	FormatJSON Format = "json"
+)
+
+// ImportParams describe one import of a target list into a draft.
+type ImportParams struct {
+	CampaignID string
+	Version    int    // the draft version receiving the list
+	Tool       string // the campaign's tool, part of every key
+	Format     Format
+	Body       io.Reader
+	// AddressColumn names the CSV column holding addresses (default: the
+	// column named email or address).
+	AddressColumn string
+	// Append adds to the draft's current list instead of replacing it.
+	Append     bool
+	MaxTargets int   // default DefaultMaxTargets
+	MaxBytes   int64 // default DefaultMaxBytes
+	ActorID    int64
+}
+
+// Rejection is a line the import refused, and why.
+type Rejection struct {
+	Line   int    `json:"line"`
+	Reason string `json:"reason"`
+}
+
+// Duplicate is a line whose target an earlier line already holds.
+type Duplicate struct {
+	Line        int `json:"line"`
+	DuplicateOf int `json:"duplicate_of"`
+}
+
+// ImportReport accounts for every row of the input: Rows = Accepted +
+// Duplicate + Rejected. The lists name the lines (the first 1,000 of each;
+// Truncated says when there were more).
+type ImportReport struct {
+	Rows          int         `json:"rows"`
+	Accepted      int         `json:"accepted"`
+	Duplicate     int         `json:"duplicate"`
+	RejectedCount int         `json:"rejected_count"`
+	Rejected      []Rejection `json:"rejected"`
+	Duplicates    []Duplicate `json:"duplicates"`
+	Truncated     bool        `json:"truncated,omitempty"`
+	// TargetCount is the draft's list size after the import (with Append,
+	// the earlier targets too).
+	TargetCount int           `json:"target_count"`
+	ListID      int64         `json:"-"`
+	ListDigest  string        `json:"-"`
+	Elapsed     time.Duration `json:"-"`
+}
+
+// ListError refuses an import as a whole (see targetlist.go); nothing is
+// written.
+func isListError(err error) bool {
+	var le *ListError
+	return errors.As(err, &le)
+}
+
+// importSource streams accepted rows into COPY: it reads, normalises,
+// keys, de-duplicates and hashes one row at a time, so memory does not grow
+// with the list beyond one small map entry per accepted target.
+type importSource struct {
+	ctx    context.Context
+	reader TargetReader
+	p      ImportParams
+	report *ImportReport
+	digest *ListDigest
+	// seen maps the first 16 bytes of each accepted key to its line. Keys
+	// are sha256 outputs, so a 128-bit prefix does not collide in practice.
+	seen    map[[16]byte]int32
+	ordinal int
+	listID  int64
+	values  []any
+	err     error
+}
+
+func (s *importSource) Next() bool {
+	for {
+		if s.err != nil {
+			return false
+		}
+		row, err := s.reader.Next()
+		if errors.Is(err, io.EOF) {
+			return false
+		}
+		if err != nil {
+			var re *RowError
+			if errors.As(err, &re) {
+				s.report.Rows++
+				s.reject(re.Line, re.Reason)
+				continue
+			}
+			s.err = err
+			return false
+		}
+		s.report.Rows++
+		target, err := ledger.NewEmailTarget(row.Address)
+		if err != nil {
+			s.reject(row.Line, err.Error())
+			continue
+		}
+		key, err := ledger.NewKey(ledger.KeyInput{Event: s.p.CampaignID, Tool: s.p.Tool, Target: target})
+		if err != nil {
+			s.reject(row.Line, err.Error())
+			continue
+		}
+		var prefix [16]byte
+		hex.Decode(prefix[:], []byte(key[3:35]))
+		if first, dup := s.seen[prefix]; dup {
+			s.report.Duplicate++
+			if len(s.report.Duplicates) < reportListMax {
+				s.report.Duplicates = append(s.report.Duplicates, Duplicate{Line: row.Line, DuplicateOf: int(first)})
+			} else {
+				s.report.Truncated = true
+			}
+			continue
+		}
+		if s.ordinal >= s.p.MaxTargets {
+			s.err = &ListError{Line: row.Line, Reason: fmt.Sprintf("the list has more than %d targets, the limit for one campaign", s.p.MaxTargets)}
+			return false
+		}
+		s.seen[prefix] = int32(row.Line)
+		s.ordinal++
+		s.report.Accepted++
+		vars := CanonicalVars(row.Vars)
+		s.digest.Add(string(key), vars)
+		s.values = append(s.values[:0], s.listID, s.ordinal, target.Value, string(key), vars, row.Line)
+		return true
+	}
+}
+
+func (s *importSource) reject(line int, reason string) {
+	s.report.RejectedCount++
+	if len(s.report.Rejected) < reportListMax {
+		s.report.Rejected = append(s.report.Rejected, Rejection{Line: line, Reason: reason})
+	} else {
+		s.report.Truncated = true
+	}
+}
+
+func (s *importSource) Values() ([]any, error) { return s.values, nil }
+func (s *importSource) Err() error             { return s.err }
+
+// ImportTargets reads a target list into a new list for the draft, inside
+// tx. On any error the caller rolls tx back and nothing changed. With
+// Append the new list starts with the current one's targets, in order.
+//
+// The draft's previous list, when no plan froze it, is deleted.
+func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport, error) {
+	start := time.Now()
+	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}}
+	if p.MaxTargets <= 0 {
+		p.MaxTargets = DefaultMaxTargets
+	}
+	if p.MaxBytes <= 0 {
+		p.MaxBytes = DefaultMaxBytes
+	}
+	if p.Tool == "" {
+		p.Tool = "email.send"
+	}
+	opts := ReadOptions{AddressColumn: p.AddressColumn, MaxBytes: p.MaxBytes}
+	var (
+		reader TargetReader
+		err    error
+	)
+	switch p.Format {
+	case FormatCSV:
+		reader, err = NewCSVReader(p.Body, opts)
+	case FormatJSON:
+		reader, err = NewJSONReader(p.Body, opts)
+	default:
+		return report, fieldErr("format", "must be csv or json, not %q", p.Format)
+	}
+	if err != nil {
+		return report, err
+	}
+
+	var oldList *int64
+	if err := tx.QueryRow(ctx, `SELECT list_id FROM draft WHERE campaign_id = $1 AND version = $2 FOR UPDATE`,
+		p.CampaignID, p.Version).Scan(&oldList); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return report, fmt.Errorf("%w: campaign %s has no draft version %d", ErrNotFound, p.CampaignID, p.Version)
+		}
+		return report, err
+	}
+
+	var listID int64
+	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('target_list', 'id'))`).Scan(&listID); err != nil {
+		return report, err
+	}
+	src := &importSource{
+		ctx: ctx, reader: reader, p: p, report: &report, digest: NewListDigest(),
+		seen: map[[16]byte]int32{}, listID: listID,
+	}
+	if p.Append && oldList != nil {
+		if err := src.carryOver(ctx, tx, *oldList); err != nil {
+			return report, err
+		}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"target"},
+		[]string{"list_id", "ordinal", "target", "key", "vars", "line"}, src); err != nil {
+		if src.err != nil {
+			return report, src.err
+		}
+		return report, err
+	}
+	if src.ordinal == 0 {
+		return report, &ListError{Reason: noTargetsReason(&report)}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO target_list (id, campaign_id, target_count, digest, created_by) VALUES ($1, $2, $3, $4, $5)`,
+		listID, p.CampaignID, src.ordinal, src.digest.Sum(), p.ActorID); err != nil {
+		return report, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE draft SET list_id = $3, last_edited_by = $4, updated_at = now() WHERE campaign_id = $1 AND version = $2`,
+		p.CampaignID, p.Version, listID, p.ActorID); err != nil {
+		return report, err
+	}
+	if oldList != nil {
+		if err := dropUnfrozenList(ctx, tx, *oldList); err != nil {
+			return report, err
+		}
+	}
+	report.TargetCount = src.ordinal
+	report.ListID = listID
+	report.ListDigest = src.digest.Sum()
+	report.Elapsed = time.Since(start)
+	return report, nil
+}
+
+func noTargetsReason(r *ImportReport) string {
+	if r.Rows == 0 {
+		return "the list has no targets"
+	}
+	return fmt.Sprintf("none of the list's %d rows is a usable target (%d rejected, %d duplicates)", r.Rows, r.RejectedCount, r.Duplicate)
+}
+
+// carryOver copies the current list's targets into the new list (server
+// side) and primes the de-duplication map and the digest with them.
+func (s *importSource) carryOver(ctx context.Context, tx pgx.Tx, oldList int64) error {
+	rows, err := tx.Query(ctx, `SELECT key, vars, line FROM target WHERE list_id = $1 ORDER BY ordinal`, oldList)
+	if err != nil {
+		return err
+	}
+	var (
+		key  string
+		vars map[string]string
+		line int32
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &vars, &line}, func() error {
+		var prefix [16]byte
+		hex.Decode(prefix[:], []byte(key[3:35]))
+		s.seen[prefix] = line
+		s.digest.Add(key, CanonicalVars(vars))
+		s.ordinal++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO target (list_id, ordinal, target, key, vars, line)
+		SELECT $2, ordinal, target, key, vars, line FROM target WHERE list_id = $1`, oldList, s.listID)
+	return err
+}
+
+// dropUnfrozenList removes a list no plan froze (a draft's superseded list).
+func dropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
+	var frozen bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan WHERE list_id = $1)`, list).Scan(&frozen); err != nil || frozen {
+		return err
+	}
+	var used bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM draft WHERE list_id = $1)`, list).Scan(&used); err != nil || used {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM target WHERE list_id = $1`, list); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `DELETE FROM target_list WHERE id = $1`, list)
+	return err
+}
