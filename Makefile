@@ -38,3 +38,8 @@ lint: ## gofmt and go vet must be clean
 .PHONY: clean
 clean: ## remove build output (never the data dir)
 	rm -rf bin
+
+BENCH_TARGETS ?= 1000000
+.PHONY: bench
+bench: postgres ## benchmarks against same-run baselines (BENCH_TARGETS=1000000); see docs/BENCHMARKS.md
+	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -targets $(BENCH_TARGETS)

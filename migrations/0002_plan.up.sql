@@ -97,7 +97,6 @@ CREATE TABLE target (
     CONSTRAINT target_one_per_key UNIQUE (list_id, key)
 );
 
-CREATE INDEX target_key ON target (key);
 -- Search and preview by address within a list.
 CREATE INDEX target_address ON target (list_id, target);
 

@@ -208,6 +208,11 @@ func TestReadCSVHeader(t *testing.T) {
 			want:  want{line: 1, reason: "the header row contains a NUL byte"},
 		},
 		{
+			name:  "header not UTF-8",
+			input: "email,caf\xe9\n",
+			want:  want{line: 1, reason: "the header row is not valid UTF-8"},
+		},
+		{
 			name:  "header with a bare quote",
 			input: "email,na\"me\n",
 			want:  want{line: 1, reason: "the header row has a quote error"},

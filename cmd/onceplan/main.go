@@ -20,7 +20,7 @@ func main() {
 		if code, ok := cli.ExitCode(err); ok {
 			os.Exit(code)
 		}
-		fmt.Fprintf(os.Stderr, "onceplan: %v\n", err)
+		fmt.Fprintf(os.Stderr, "onceplan: %s\n", cli.Message(err))
 		os.Exit(1)
 	}
 }

@@ -123,8 +123,9 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, nil))
 }
 
-// oneLine keeps multi-line causes (server logs, SQL) from turning an error
-// into a wall of text; the full text still goes to the log.
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+// Message renders err as the one line the command prints: multi-line
+// causes (a driver's per-host details, a server log excerpt) are folded
+// into it rather than spilling over the terminal.
+func Message(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
 }

@@ -1,0 +1,9 @@
+package plan_test
+
+import (
+	"testing"
+
+	"github.com/onceplan/onceplan/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
