@@ -79,6 +79,7 @@ const (
 	ActionPause   Action = "pause"
 	ActionResume  Action = "resume"
 	ActionCancel  Action = "cancel"
+	ActionResolve Action = "resolve"
 )
 
 // permission says which role an action needs and whether an agent token
@@ -97,6 +98,7 @@ var permission = map[Action]struct {
 	ActionPause:   {RoleOperator, false},
 	ActionResume:  {RoleOperator, false},
 	ActionCancel:  {RoleOperator, false},
+	ActionResolve: {RoleOperator, false},
 }
 
 // Authorize reports whether actor may take action, with a reason when not.

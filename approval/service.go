@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -553,4 +554,81 @@ func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (Resul
 	return s.transition(ctx, &a, id, ActionCancel, reason,
 		[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
 		plan.StateCancelled)
+}
+
+// ActionComplete is recorded when a running campaign has nothing left to run.
+const ActionComplete Action = "complete"
+
+// RequeueRemainder enqueues, as the system, the remainder of a running
+// campaign's plan (after a worker process died with jobs in hand). It
+// returns how many jobs it enqueued; 0 when the campaign is not running.
+func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string) (int, error) {
+	var n int
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil || c.State != plan.StateRunning {
+			return err
+		}
+		p, err := plan.GetPlan(ctx, tx, c.PlanID)
+		if err != nil {
+			return err
+		}
+		if n, err = s.enqueuer.EnqueueRemaining(ctx, tx, p); err != nil || n == 0 {
+			return err
+		}
+		return s.event(ctx, tx, nil, c, ActionResume, p.Hash, reason, map[string]any{"jobs": n})
+	})
+	return n, err
+}
+
+// CompleteIfDone marks a running campaign completed when done (called with
+// the campaign locked) says nothing is left to run. It reports whether it
+// did.
+func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error)) (bool, error) {
+	var completed bool
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil || c.State != plan.StateRunning {
+			return err
+		}
+		ok, err := done(ctx, tx, c)
+		if err != nil || !ok {
+			return err
+		}
+		if err := plan.SetState(ctx, tx, c.ID, plan.StateCompleted); err != nil {
+			return err
+		}
+		c.State, completed = plan.StateCompleted, true
+		return s.event(ctx, tx, nil, c, ActionComplete, "", "", nil)
+	})
+	return completed, err
+}
+
+// ResolveEffect is a person's verdict on a target whose effect is unknown:
+// delivered (done) or not delivered (failed, so a resume sends it once
+// more). The key must belong to the campaign's plan.
+func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
+	if err := Authorize(a, ActionResolve); err != nil {
+		return ledger.Effect{}, err
+	}
+	var eff ledger.Effect
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, campaignID)
+		if err != nil {
+			return err
+		}
+		var ours bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+			WHERE p.campaign_id = $1 AND t.key = $2)`, c.ID, key).Scan(&ours); err != nil {
+			return err
+		}
+		if !ours {
+			return fmt.Errorf("%w: key %s is not a target of campaign %s", plan.ErrNotFound, key, c.ID)
+		}
+		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
+			return err
+		}
+		return s.event(ctx, tx, &a, c, ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome})
+	})
+	return eff, err
 }

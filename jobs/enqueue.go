@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -10,18 +11,48 @@ import (
 	"github.com/onceplan/onceplan/plan"
 )
 
+// liveJob is the SQL condition for "job j still stands for its target": not
+// finished, and not a "running" job whose process is dead ($owner_timeout
+// names the interval). River will rescue such a job eventually; until it
+// does, it must not stop the target from being enqueued again, nor keep
+// its campaign from completing.
+const liveJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')
+	AND (j.state <> 'running' OR EXISTS (
+	  SELECT 1 FROM worker_process w
+	  WHERE w.owner = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.seen_at > now() - @owner_timeout::interval))`
+
+// notBlocked is the SQL condition for "target t has no blocking ledger row
+// at its key's current epoch".
+const notBlocked = `NOT EXISTS (
+	SELECT 1 FROM effect f
+	WHERE f.key = t.key AND f.state IN ('pending', 'done', 'unknown', 'stranded')
+	  AND f.epoch = (SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = t.key))`
+
 // Enqueuer inserts a plan's jobs.
 type Enqueuer struct {
 	client *river.Client[pgx.Tx]
 	// BatchSize bounds one InsertManyFastTx call (and the rows read per
 	// round trip); a million-target plan goes in 100 batches.
 	BatchSize int
+	// OwnerTimeout: see Config.OwnerTimeout.
+	OwnerTimeout time.Duration
 }
 
 // NewEnqueuer returns an Enqueuer on a River client (an insert-only client
 // is enough).
 func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
-	return &Enqueuer{client: client, BatchSize: 10_000}
+	return &Enqueuer{client: client, BatchSize: 10_000, OwnerTimeout: 30 * time.Second}
+}
+
+func (e *Enqueuer) sql(cond string) string {
+	return `
+		SELECT t.ordinal, t.key FROM target t
+		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
+		  AND NOT EXISTS (
+		    SELECT 1 FROM river_job j
+		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND j.args ->> 'key' = t.key
+		      AND ` + liveJob + `)
+		ORDER BY t.ordinal LIMIT @limit`
 }
 
 // EnqueueRemaining inserts, inside tx, one job for every target of p that
@@ -32,49 +63,58 @@ func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
 // every effect regardless; this only keeps the queue free of no-op jobs.
 func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
 	total, after := 0, 0
-	params := make([]river.InsertManyParams, 0, e.BatchSize)
 	for {
-		rows, err := tx.Query(ctx, `
-			SELECT t.ordinal, t.key FROM target t
-			WHERE t.list_id = $1 AND t.ordinal > $2
-			  AND NOT EXISTS (
-			    SELECT 1 FROM effect f
-			    WHERE f.key = t.key AND f.state IN ('pending', 'done', 'unknown', 'stranded')
-			      AND f.epoch = (SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = t.key))
-			  AND NOT EXISTS (
-			    SELECT 1 FROM river_job j
-			    WHERE j.kind = 'onceplan_effect' AND j.args ->> 'key' = t.key
-			      AND (j.args ->> 'plan_id')::bigint = $4
-			      AND j.state NOT IN ('completed', 'cancelled', 'discarded'))
-			ORDER BY t.ordinal LIMIT $3`, p.ListID, after, e.BatchSize, p.ID)
+		params, last, err := e.collect(ctx, tx, p, e.sql("t.ordinal > @after"), pgx.NamedArgs{"after": after})
 		if err != nil {
 			return total, err
 		}
-		params = params[:0]
-		var (
-			ordinal int
-			key     string
-		)
-		_, err = pgx.ForEachRow(rows, []any{&ordinal, &key}, func() error {
-			params = append(params, river.InsertManyParams{Args: EffectArgs{
-				CampaignID: p.CampaignID, PlanID: p.ID, Ordinal: ordinal, Key: key, Provider: p.Provider,
-			}})
-			after = ordinal
-			return nil
-		})
-		if err != nil {
-			return total, err
-		}
-		if len(params) == 0 {
-			return total, nil
-		}
-		n, err := e.client.InsertManyFastTx(ctx, tx, params)
-		if err != nil {
-			return total, fmt.Errorf("enqueueing plan %d: %w", p.ID, err)
-		}
+		n, err := e.insert(ctx, tx, p, params)
 		total += n
-		if len(params) < e.BatchSize {
-			return total, nil
+		if err != nil || len(params) < e.BatchSize {
+			return total, err
 		}
+		after = last
 	}
+}
+
+// EnqueueTargets enqueues the given ordinals of p, skipping those that are
+// blocked in the ledger or have a live job.
+func (e *Enqueuer) EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error) {
+	params, _, err := e.collect(ctx, tx, p, e.sql("t.ordinal = ANY(@ordinals)"), pgx.NamedArgs{"ordinals": ordinals})
+	if err != nil {
+		return 0, err
+	}
+	return e.insert(ctx, tx, p, params)
+}
+
+func (e *Enqueuer) collect(ctx context.Context, tx pgx.Tx, p plan.Plan, sql string, args pgx.NamedArgs) ([]river.InsertManyParams, int, error) {
+	args["list"], args["plan"], args["limit"] = p.ListID, p.ID, e.BatchSize
+	args["owner_timeout"] = e.OwnerTimeout.String()
+	rows, err := tx.Query(ctx, sql, args)
+	if err != nil {
+		return nil, 0, err
+	}
+	var (
+		params  []river.InsertManyParams
+		ordinal int
+		key     string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ordinal, &key}, func() error {
+		params = append(params, river.InsertManyParams{Args: EffectArgs{
+			CampaignID: p.CampaignID, PlanID: p.ID, Ordinal: ordinal, Key: key, Provider: p.Provider,
+		}})
+		return nil
+	})
+	return params, ordinal, err
+}
+
+func (e *Enqueuer) insert(ctx context.Context, tx pgx.Tx, p plan.Plan, params []river.InsertManyParams) (int, error) {
+	if len(params) == 0 {
+		return 0, nil
+	}
+	n, err := e.client.InsertManyFastTx(ctx, tx, params)
+	if err != nil {
+		return n, fmt.Errorf("enqueueing plan %d: %w", p.ID, err)
+	}
+	return n, nil
 }

@@ -43,6 +43,8 @@ type Effect struct {
 	Attempt      int
 	Owner        string
 	JobID        int64 // 0 when not started by a job
+	PlanID       int64 // the plan target it executes; 0 outside a plan
+	Ordinal      int
 	Receipt      string
 	Reason       string
 	ResolvedBy   string
@@ -72,7 +74,7 @@ type Store struct {
 // NewStore returns a Store on db (a *pgxpool.Pool, or a pgx.Tx in tests).
 func NewStore(db DB) *Store { return &Store{db: db} }
 
-const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0),
+const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), coalesce(plan_id, 0), coalesce(ordinal, 0),
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
 	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), created_at, updated_at, settled_at`
 
@@ -80,7 +82,7 @@ func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var key, state string
 	var settled *time.Time
-	err := row.Scan(&e.ID, &key, &e.Epoch, &state, &e.Attempt, &e.Owner, &e.JobID,
+	err := row.Scan(&e.ID, &key, &e.Epoch, &state, &e.Attempt, &e.Owner, &e.JobID, &e.PlanID, &e.Ordinal,
 		&e.Receipt, &e.Reason, &e.ResolvedBy, &e.Resolution, &e.RevokedBy, &e.RevokeReason,
 		&e.CreatedAt, &e.UpdatedAt, &settled)
 	e.Key, e.State = Key(key), State(state)
@@ -125,6 +127,9 @@ type ClaimParams struct {
 	Key   Key
 	Owner string // the worker's identity, e.g. "host/pid/client"
 	JobID int64  // the River job, 0 if none
+	// PlanID and Ordinal name the plan target being executed (0 if none).
+	PlanID  int64
+	Ordinal int
 }
 
 // Claim is the result of Store.Claim.
@@ -144,9 +149,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	if strings.TrimSpace(p.Owner) == "" {
 		return Claim{}, fmt.Errorf("%w: a claim needs an owner", ErrMissingEvidence)
 	}
-	var job *int64
+	var job, planID *int64
+	var ordinal *int
 	if p.JobID != 0 {
 		job = &p.JobID
+	}
+	if p.PlanID != 0 {
+		planID, ordinal = &p.PlanID, &p.Ordinal
 	}
 	// A blocking row may settle as failed between our insert and our look
 	// at it; then the key is free and we try again. Bounded: each round
@@ -154,13 +163,13 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 	for range 5 {
 		row := s.db.QueryRow(ctx, `
 			WITH cur AS (SELECT coalesce(max(epoch), 0) AS epoch FROM effect_bump WHERE key = $1)
-			INSERT INTO effect (key, epoch, attempt, owner, job_id)
+			INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
 			SELECT $1, cur.epoch,
 			       (SELECT count(*) + 1 FROM effect e WHERE e.key = $1 AND e.epoch = cur.epoch),
-			       $2, $3
+			       $2, $3, $4, $5
 			FROM cur
 			ON CONFLICT (key, epoch) WHERE state IN ('pending', 'done', 'unknown', 'stranded') DO NOTHING
-			RETURNING `+effectCols, string(p.Key), p.Owner, job)
+			RETURNING `+effectCols, string(p.Key), p.Owner, job, planID, ordinal)
 		e, err := scanEffect(row)
 		if err == nil {
 			return Claim{Outcome: ClaimWon, Effect: e}, nil
@@ -433,4 +442,13 @@ func (s *Store) RegisterPolicy(ctx context.Context, name, description, registere
 	_, err := s.db.Exec(ctx, `INSERT INTO bump_policy (name, description, registered_by) VALUES ($1, $2, $3)`,
 		name, description, registeredBy)
 	return translate(err)
+}
+
+// Get reads one attempt by id.
+func (s *Store) Get(ctx context.Context, id int64) (Effect, error) {
+	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("%w: effect %d", ErrNotFound, id)
+	}
+	return e, translate(err)
 }

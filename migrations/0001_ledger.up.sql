@@ -100,6 +100,10 @@ CREATE TABLE effect (
     attempt       integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
     owner         text NOT NULL CHECK (btrim(owner) <> ''),
     job_id        bigint,
+    -- The plan target this attempt executes (NULL for an effect made
+    -- outside a plan); recovery re-renders the message from it.
+    plan_id       bigint,
+    ordinal       integer,
     -- Set once each, by the transition that needs them.
     receipt       text,
     reason        text,
@@ -152,8 +156,9 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.id <> OLD.id OR NEW.key <> OLD.key OR NEW.epoch <> OLD.epoch
        OR NEW.attempt <> OLD.attempt OR NEW.owner <> OLD.owner
-       OR NEW.job_id IS DISTINCT FROM OLD.job_id OR NEW.created_at <> OLD.created_at THEN
-        RAISE EXCEPTION 'effect %: key, epoch, attempt, owner, job and creation time never change', OLD.id
+       OR NEW.job_id IS DISTINCT FROM OLD.job_id OR NEW.plan_id IS DISTINCT FROM OLD.plan_id
+       OR NEW.ordinal IS DISTINCT FROM OLD.ordinal OR NEW.created_at <> OLD.created_at THEN
+        RAISE EXCEPTION 'effect %: key, epoch, attempt, owner, job, plan target and creation time never change', OLD.id
             USING ERRCODE = 'OP003';
     END IF;
     IF (OLD.receipt IS NOT NULL AND NEW.receipt IS DISTINCT FROM OLD.receipt)

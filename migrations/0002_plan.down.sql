@@ -4,6 +4,7 @@ DROP TABLE run;
 DROP TABLE approval;
 DROP FUNCTION approval_not_self();
 ALTER TABLE campaign DROP CONSTRAINT campaign_plan;
+ALTER TABLE effect DROP CONSTRAINT effect_plan;
 DROP TABLE plan;
 DROP TABLE draft;
 DROP TABLE target;

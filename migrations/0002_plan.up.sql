@@ -136,6 +136,8 @@ CREATE TABLE plan (
 
 CREATE INDEX plan_list ON plan (list_id);
 
+ALTER TABLE effect ADD CONSTRAINT effect_plan FOREIGN KEY (plan_id) REFERENCES plan (id);
+
 ALTER TABLE campaign ADD CONSTRAINT campaign_plan FOREIGN KEY (plan_id) REFERENCES plan (id);
 
 -- Approvals carry the hash the approver was shown.

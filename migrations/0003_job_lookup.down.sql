@@ -1,1 +1,1 @@
-DROP INDEX river_job_onceplan_key;
+DROP INDEX river_job_onceplan_target;

@@ -33,7 +33,10 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the web UI, the JSON API and the workers in one process", runServe},
+		{"worker", "run workers only, for more processes or machines on the same database", runWorker},
 		{"migrate", "apply the database migrations (Onceplan's and River's)", runMigrate},
+		{"user", "manage users: add, list, set-roles, set-password, disable, enable", runUser},
+		{"token", "manage API tokens: create (prints the token alone on stdout), list, revoke", runToken},
 	}
 }
 

@@ -14,6 +14,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	var db dbFlags
 	db.register(fs, env)
 	listen := fs.String("listen", "127.0.0.1:8080", "address for the web UI and the JSON API")
+	var wf workerFlags
+	wf.register(fs)
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
@@ -41,6 +43,14 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err := srv.Listen(*listen); err != nil {
 		return err
 	}
+	ws, err := wf.start(ctx, env, d, db.dataDir, logger)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	// Shutdown in order: HTTP first (no new work), then the workers (jobs
+	// in flight finish), then the database (deferred above).
+	defer stopWorkers(ws, logger)
 	logger.Info("onceplan is serving", "url", "http://"+srv.Addr())
 
 	errc := make(chan error, 1)

@@ -1,0 +1,86 @@
+package auth_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/plan"
+)
+
+func TestEnsureAdmin(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Len(t, generated, auth.GeneratedPasswordLength)
+
+	u, err := auth.GetUserByEmail(b.ctx, b.pool, auth.DefaultAdminEmail)
+	require.NoError(t, err)
+	require.Equal(t, []approval.Role{approval.RoleAdmin}, u.Roles)
+	_, _, err = auth.Login(b.ctx, b.pool, auth.DefaultAdminEmail, generated, auth.LoginMeta{})
+	require.NoError(t, err, "the generated password signs in")
+	requireNotStored(t, b, "app_user", generated)
+
+	created, generated, err = auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Empty(t, generated)
+	users, err := auth.ListUsers(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Len(t, users, 1)
+}
+
+func TestEnsureAdminGiven(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, _, err := auth.EnsureAdmin(b.ctx, b.pool, "root@example.com", "short")
+	require.ErrorIs(t, err, plan.ErrInvalid)
+
+	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "Root@Example.com", goodPassword)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Empty(t, generated, "a given password is not echoed back")
+	_, _, err = auth.Login(b.ctx, b.pool, "root@example.com", goodPassword, auth.LoginMeta{})
+	require.NoError(t, err)
+}
+
+func TestEnsureAdminSkipsWhenAnAdminExists(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.user(t, userOpts{Roles: []approval.Role{approval.RoleAdmin, approval.RoleViewer}})
+	created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	require.NoError(t, err)
+	require.False(t, created)
+}
+
+func TestEnsureAdminConcurrent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		creates int
+		errs    []error
+	)
+	for range 4 {
+		wg.Go(func() {
+			created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if created {
+				creates++
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, errs)
+	require.Equal(t, 1, creates)
+}

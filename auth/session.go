@@ -1,0 +1,263 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/approval"
+)
+
+// Session lifetimes. The web layer gives the cookie SessionMaxAge.
+const (
+	SessionIdleTimeout = 12 * time.Hour
+	SessionMaxAge      = 7 * 24 * time.Hour
+	// touchEvery bounds how often use of a session or token is written
+	// back (last_seen_at, last_used_at): once a minute is precise enough
+	// for the idle timeout and spares a write per request.
+	touchEvery = time.Minute
+)
+
+// Throttling of failed sign-ins (see the package comment).
+const (
+	ThrottleWindow      = 15 * time.Minute
+	MaxFailuresPerEmail = 5
+	MaxFailuresPerIP    = 20
+)
+
+// LoginMeta describes where a sign-in comes from. IP is used for
+// throttling and kept on the session with UserAgent for the user to see;
+// an empty IP (a sign-in not over HTTP) is not throttled per address.
+type LoginMeta struct {
+	IP        string
+	UserAgent string
+}
+
+// newSecret returns 32 random bytes in unpadded base64url (43 characters).
+func newSecret() string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func secretHash(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
+
+// sessionTokenLength is the length of a session token: 32 bytes in
+// unpadded base64url.
+const sessionTokenLength = 43
+
+// Login checks email and password and, when they match an enabled user,
+// starts a session and returns its token (for the session cookie) and the
+// user. Only the token's SHA-256 is stored.
+//
+// An unknown email and a wrong password both give ErrBadCredentials after
+// the same argon2id work; the right password for a disabled user gives
+// ErrDisabled. Every attempt is recorded in login_attempt; when too many
+// recent ones failed, Login refuses with a *ThrottledError before looking
+// at the password.
+func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (string, User, error) {
+	key, emailErr := normalizeEmail(email)
+	if emailErr != nil {
+		// Still count (and throttle) it, under the text as typed.
+		key = strings.ToLower(strings.TrimSpace(email))
+	}
+	key = truncate(key, 320)
+	meta.IP = truncate(meta.IP, 64)
+	meta.UserAgent = truncate(meta.UserAgent, 512)
+
+	var (
+		token   string
+		user    User
+		refusal error
+	)
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// Attempts for one email, and for one address, take turns, so a
+		// burst of parallel guesses cannot all pass the count below.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-login-email:' || $1, 0))`, key); err != nil {
+			return err
+		}
+		if meta.IP != "" {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-login-ip:' || $1, 0))`, meta.IP); err != nil {
+				return err
+			}
+		}
+		if err := throttled(ctx, tx, key, meta.IP); err != nil {
+			if errors.Is(err, ErrThrottled) {
+				// Not recorded: refused attempts do not extend the wait.
+				refusal = err
+				return nil
+			}
+			return err
+		}
+
+		var hash *string
+		err := tx.QueryRow(ctx, `SELECT `+userCols+`, password_hash FROM app_user WHERE email = $1`, key).
+			Scan(&user.ID, &user.Email, &user.Name, new([]string), &user.CreatedAt, &user.DisabledAt, &hash)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		ok := false
+		if hash != nil && emailErr == nil {
+			ok, err = VerifyPassword(*hash, password)
+			if err != nil {
+				return err
+			}
+		} else {
+			// Same work as a real check, so timing does not say whether
+			// the account exists.
+			VerifyPassword(dummyHash(), password)
+		}
+		if ok && user.Disabled() {
+			ok, refusal = false, ErrDisabled
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO login_attempt (email, ip, ok) VALUES ($1, $2, $3)`, key, meta.IP, ok); err != nil {
+			return err
+		}
+		if !ok {
+			if refusal == nil {
+				refusal = ErrBadCredentials
+			}
+			return nil
+		}
+		if NeedsRehash(*hash) {
+			newHash, err := HashPassword(password)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `UPDATE app_user SET password_hash = $2 WHERE id = $1`, user.ID, newHash); err != nil {
+				return err
+			}
+		}
+		if user, err = GetUser(ctx, tx, user.ID); err != nil {
+			return err
+		}
+		token = newSecret()
+		_, err = tx.Exec(ctx, `
+			INSERT INTO session (id, user_id, expires_at, user_agent, ip)
+			VALUES ($1, $2, now() + make_interval(secs => $3), $4, $5)`,
+			secretHash(token), user.ID, SessionMaxAge.Seconds(), meta.UserAgent, meta.IP)
+		return err
+	})
+	if err != nil {
+		return "", User{}, err
+	}
+	if refusal != nil {
+		return "", User{}, refusal
+	}
+	return token, user, nil
+}
+
+// throttled returns a *ThrottledError when email has MaxFailuresPerEmail
+// failures since its last success within the window, or ip has
+// MaxFailuresPerIP failures within it. The wait lasts until the oldest
+// failure that counts leaves the window.
+func throttled(ctx context.Context, tx pgx.Tx, email, ip string) error {
+	var until, now time.Time
+	err := tx.QueryRow(ctx, `
+		SELECT at + make_interval(secs => $3), now() FROM login_attempt
+		WHERE email = $1 AND NOT ok AND at > now() - make_interval(secs => $3)
+		  AND at > coalesce((SELECT max(at) FROM login_attempt WHERE email = $1 AND ok), '-infinity')
+		ORDER BY at DESC OFFSET $2 - 1 LIMIT 1`,
+		email, MaxFailuresPerEmail, ThrottleWindow.Seconds()).Scan(&until, &now)
+	if err == nil {
+		return &ThrottledError{Until: until, Wait: until.Sub(now)}
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	if ip == "" {
+		return nil
+	}
+	err = tx.QueryRow(ctx, `
+		SELECT at + make_interval(secs => $3), now() FROM login_attempt
+		WHERE ip = $1 AND NOT ok AND at > now() - make_interval(secs => $3)
+		ORDER BY at DESC OFFSET $2 - 1 LIMIT 1`,
+		ip, MaxFailuresPerIP, ThrottleWindow.Seconds()).Scan(&until, &now)
+	if err == nil {
+		return &ThrottledError{Until: until, Wait: until.Sub(now)}
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// truncate cuts s to at most n bytes, dropping a rune cut in half.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
+// SessionActor resolves a session token to its user, acting in person. An
+// unknown token, an ended session (idle or too old) or a disabled user is
+// ErrUnauthenticated. Use refreshes last_seen_at at most once a minute.
+func SessionActor(ctx context.Context, db DB, token string) (approval.Actor, User, error) {
+	if len(token) != sessionTokenLength {
+		return approval.Actor{}, User{}, errorf(ErrUnauthenticated, "the session is not valid: sign in again")
+	}
+	id := secretHash(token)
+	var (
+		u     User
+		roles []string
+		touch bool
+	)
+	err := db.QueryRow(ctx, `
+		SELECT u.id, u.email, u.name, u.roles, u.created_at, u.disabled_at,
+		       s.last_seen_at < now() - make_interval(secs => $3)
+		FROM session s JOIN app_user u ON u.id = s.user_id
+		WHERE s.id = $1 AND s.expires_at > now() AND s.last_seen_at > now() - make_interval(secs => $2)
+		  AND u.disabled_at IS NULL`,
+		id, SessionIdleTimeout.Seconds(), touchEvery.Seconds()).
+		Scan(&u.ID, &u.Email, &u.Name, &roles, &u.CreatedAt, &u.DisabledAt, &touch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return approval.Actor{}, User{}, errorf(ErrUnauthenticated, "the session has ended or is not valid: sign in again")
+	}
+	if err != nil {
+		return approval.Actor{}, User{}, err
+	}
+	for _, r := range roles {
+		u.Roles = append(u.Roles, approval.Role(r))
+	}
+	if touch {
+		if _, err := db.Exec(ctx, `UPDATE session SET last_seen_at = now() WHERE id = $1`, id); err != nil {
+			return approval.Actor{}, User{}, err
+		}
+	}
+	return u.Actor(), u, nil
+}
+
+// Logout ends the session with token. An unknown token is not an error:
+// the session is over either way.
+func Logout(ctx context.Context, db DB, token string) error {
+	_, err := db.Exec(ctx, `DELETE FROM session WHERE id = $1`, secretHash(token))
+	return err
+}
+
+// Prune deletes ended sessions and sign-in attempts older than a day (the
+// throttle looks back ThrottleWindow); run it now and then. It returns how
+// many rows went.
+func Prune(ctx context.Context, db DB) (int64, error) {
+	a, err := db.Exec(ctx, `
+		DELETE FROM session
+		WHERE expires_at <= now() OR last_seen_at <= now() - make_interval(secs => $1)`,
+		SessionIdleTimeout.Seconds())
+	if err != nil {
+		return 0, err
+	}
+	b, err := db.Exec(ctx, `DELETE FROM login_attempt WHERE at < now() - interval '1 day'`)
+	if err != nil {
+		return 0, err
+	}
+	return a.RowsAffected() + b.RowsAffected(), nil
+}

@@ -1,0 +1,584 @@
+package executor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/provider"
+)
+
+// Job is one planned target to execute (River's job, without River).
+type Job struct {
+	CampaignID string
+	PlanID     int64
+	Ordinal    int
+	Key        ledger.Key
+	JobID      int64
+	Attempt    int
+}
+
+// Action tells the queue what to do with the job after Perform.
+type Action int
+
+// Actions.
+const (
+	// Complete: nothing more to do for this job (settled, skipped, or left
+	// to recovery or a human).
+	Complete Action = iota + 1
+	// Snooze: run the job again after Result.After (paused campaign,
+	// provider busy or over quota).
+	Snooze
+	// Retry: a temporary failure; retry with backoff, bounded by the queue.
+	Retry
+)
+
+// Result is Perform's verdict for the queue.
+type Result struct {
+	Action Action
+	After  time.Duration // for Snooze
+	Err    error         // for Retry: why
+	// Outcome says what happened, for logs and tests.
+	Outcome string
+}
+
+// QuotaPauser pauses a provider's queue until a time (package jobs does it
+// with River's QueuePause, durably, for every process).
+type QuotaPauser interface {
+	PauseProvider(ctx context.Context, provider string, until time.Time) error
+}
+
+// Requeuer enqueues a job for one plan target again (after recovery freed
+// its key).
+type Requeuer interface {
+	RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, key string) error
+}
+
+// Config wires an Executor.
+type Config struct {
+	Pool      *pgxpool.Pool
+	Providers *provider.Registry
+	Logger    *slog.Logger
+	// OwnerTimeout: a process that has not said it is alive for this long
+	// is dead, and its pending attempts are recovered. Default 30s.
+	OwnerTimeout time.Duration
+	// PausedSnooze is how long a paused campaign's job waits before it
+	// looks again. Default 5s.
+	PausedSnooze time.Duration
+	Pauser       QuotaPauser
+	Requeuer     Requeuer
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Executor performs effects for one process.
+type Executor struct {
+	cfg    Config
+	ledger *ledger.Store
+	owner  string
+	crash  *crashPoint
+
+	mu    sync.Mutex
+	plans map[int64]*cachedPlan
+}
+
+type cachedPlan struct {
+	plan      plan.Plan
+	templates *plan.Templates
+}
+
+// New returns an Executor with a fresh owner identity
+// ("host/pid/random"): a restarted process is a new owner, so its
+// predecessor's attempts are recognisably someone else's.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OwnerTimeout == 0 {
+		cfg.OwnerTimeout = 30 * time.Second
+	}
+	if cfg.PausedSnooze == 0 {
+		cfg.PausedSnooze = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	host, _ := os.Hostname()
+	var b [4]byte
+	rand.Read(b[:])
+	e := &Executor{
+		cfg:    cfg,
+		ledger: ledger.NewStore(cfg.Pool),
+		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
+		plans:  map[int64]*cachedPlan{},
+	}
+	var err error
+	if e.crash, err = crashPointFromEnv(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Owner is this process's identity in the ledger and in River.
+func (e *Executor) Owner() string { return e.owner }
+
+// OwnerTimeout is how long an owner may be silent before it counts as dead.
+func (e *Executor) OwnerTimeout() time.Duration { return e.cfg.OwnerTimeout }
+
+// Heartbeat records that this process is alive; call it every few seconds
+// (well inside OwnerTimeout) for as long as the process performs effects.
+func (e *Executor) Heartbeat(ctx context.Context) error {
+	host, _ := os.Hostname()
+	_, err := e.cfg.Pool.Exec(ctx, `
+		INSERT INTO worker_process (owner, host, pid) VALUES ($1, $2, $3)
+		ON CONFLICT (owner) DO UPDATE SET seen_at = now()`, e.owner, host, os.Getpid())
+	return err
+}
+
+// Retire says this process stops performing effects (a clean shutdown):
+// its attempts, all settled by then, need no recovery wait.
+func (e *Executor) Retire(ctx context.Context) error {
+	_, err := e.cfg.Pool.Exec(ctx, `DELETE FROM worker_process WHERE owner = $1`, e.owner)
+	return err
+}
+
+func (e *Executor) planFor(ctx context.Context, id int64) (*cachedPlan, error) {
+	e.mu.Lock()
+	cp := e.plans[id]
+	e.mu.Unlock()
+	if cp != nil {
+		return cp, nil
+	}
+	p, err := plan.GetPlan(ctx, e.cfg.Pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("plan %d: %w", id, err)
+	}
+	t, err := p.Payload.Compile()
+	if err != nil {
+		return nil, fmt.Errorf("plan %d no longer compiles: %w", id, err)
+	}
+	cp = &cachedPlan{plan: p, templates: t}
+	e.mu.Lock()
+	if len(e.plans) > 256 { // plans are immutable; the cache only bounds memory
+		clear(e.plans)
+	}
+	e.plans[id] = cp
+	e.mu.Unlock()
+	return cp, nil
+}
+
+// campaignGate says whether a campaign's job may claim now.
+func (e *Executor) campaignGate(ctx context.Context, j Job) (Result, bool, error) {
+	var state string
+	var current int64
+	err := e.cfg.Pool.QueryRow(ctx, `SELECT state, coalesce(plan_id, 0) FROM campaign WHERE id = $1`, j.CampaignID).Scan(&state, &current)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
+	}
+	if err != nil {
+		return Result{}, false, err
+	}
+	switch {
+	case current != j.PlanID:
+		// A newer version was approved: its own jobs carry on.
+		return Result{Action: Complete, Outcome: "superseded"}, false, nil
+	case plan.State(state) == plan.StateRunning:
+		return Result{}, true, nil
+	case plan.State(state) == plan.StatePaused:
+		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "paused"}, false, nil
+	default:
+		// Cancelled, or edited back into a draft: end without claiming.
+		return Result{Action: Complete, Outcome: "campaign " + state}, false, nil
+	}
+}
+
+// Perform executes one planned target, in DESIGN §4's order.
+func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
+	log := e.cfg.Logger.With("campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(j.Key), "job", j.JobID)
+
+	// Before the claim: everything that can wait. A crash here leaves no
+	// ledger row; the job simply runs again.
+	if res, ok, err := e.campaignGate(ctx, j); err != nil || !ok {
+		return res, err
+	}
+	cp, err := e.planFor(ctx, j.PlanID)
+	if err != nil {
+		return Result{}, err
+	}
+	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
+	if !ok {
+		// Configuration, not the target: retry, so fixing --provider resumes it.
+		return Result{Action: Retry, Err: fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)}, nil
+	}
+	req, err := e.request(ctx, cp, j.Ordinal, j.Key, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	release, err := prov.Acquire(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer release()
+	if res, ok, err := e.campaignGate(ctx, j); err != nil || !ok {
+		return res, err
+	}
+	e.crash.at(pointBeforeClaim)
+
+	claim, err := e.ledger.Claim(ctx, ledger.ClaimParams{Key: j.Key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal})
+	if err != nil {
+		return Result{}, err
+	}
+	switch claim.Outcome {
+	case ledger.ClaimDone:
+		return Result{Action: Complete, Outcome: "already done"}, nil
+	case ledger.ClaimStranded:
+		return Result{Action: Complete, Outcome: "stranded"}, nil
+	case ledger.ClaimInDoubt:
+		return e.inDoubt(ctx, j, prov, cp, claim.Effect)
+	}
+	e.crash.at(pointAfterClaim)
+	req.Epoch = claim.Effect.Epoch
+	log.Debug("claimed", "effect", claim.Effect.ID, "epoch", claim.Effect.Epoch)
+	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend)
+}
+
+// request renders the message for a plan target.
+func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key ledger.Key, epoch int) (provider.Request, error) {
+	var (
+		to   string
+		vars map[string]string
+	)
+	err := e.cfg.Pool.QueryRow(ctx, `SELECT target, vars FROM target WHERE list_id = $1 AND ordinal = $2`, cp.plan.ListID, ordinal).Scan(&to, &vars)
+	if err != nil {
+		return provider.Request{}, fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+	}
+	msg, err := cp.templates.Render(to, vars)
+	if err != nil {
+		return provider.Request{}, fmt.Errorf("rendering target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+	}
+	return provider.Request{Key: string(key), Epoch: epoch, Target: to, Message: msg}, nil
+}
+
+// call performs the provider call for a committed pending row and records
+// and settles its answer.
+func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind) (Result, error) {
+	raw, err := prov.Send(ctx, req)
+	if err != nil {
+		// Nothing left the process: the pending row is ours to settle.
+		raw = []byte("onceplan: not sent: " + err.Error())
+		if _, rerr := e.ledger.RecordResponse(context.WithoutCancel(ctx), eff.ID, kind, raw); rerr != nil {
+			return Result{}, rerr
+		}
+		if _, serr := e.ledger.Settle(context.WithoutCancel(ctx), ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: "not sent: " + err.Error()}); serr != nil {
+			return Result{}, serr
+		}
+		return Result{Action: Retry, Err: err, Outcome: "not sent"}, nil
+	}
+	e.crash.at(pointAfterSend)
+	// The answer is durable before anything acts on it. A cancelled job
+	// context must not lose an answer the provider already gave.
+	wctx := context.WithoutCancel(ctx)
+	if _, err := e.ledger.RecordResponse(wctx, eff.ID, kind, raw); err != nil {
+		return Result{}, err
+	}
+	e.crash.at(pointAfterRaw)
+	return e.settle(wctx, prov, eff, prov.Classify(raw))
+}
+
+// settle commits a provider's verdict on a pending row.
+func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledger.Effect, v provider.Verdict) (Result, error) {
+	p := ledger.SettleParams{EffectID: eff.ID, Receipt: v.Receipt, Reason: v.Reason}
+	res := Result{Action: Complete, Outcome: string(v.Outcome)}
+	switch v.Outcome {
+	case provider.OutcomeDone:
+		p.State = ledger.StateDone
+		if p.Receipt == "" {
+			p.Receipt = "accepted"
+		}
+	case provider.OutcomeStranded:
+		p.State = ledger.StateStranded
+	case provider.OutcomeUnknown:
+		p.State = ledger.StateUnknown
+	case provider.OutcomeFailed:
+		p.State = ledger.StateFailed
+		if v.Retryable {
+			res = Result{Action: Retry, Err: errors.New(v.Reason), Outcome: "failed (will retry)"}
+		}
+	case provider.OutcomeQuota:
+		p.State = ledger.StateFailed
+		until := e.cfg.Now().Add(v.RetryAfter)
+		if e.cfg.Pauser != nil {
+			if err := e.cfg.Pauser.PauseProvider(ctx, prov.Name(), until); err != nil {
+				e.cfg.Logger.Error("pausing provider queue", "provider", prov.Name(), "err", err)
+			}
+		}
+		res = Result{Action: Snooze, After: v.RetryAfter, Outcome: "quota"}
+	case provider.OutcomeRetryLater:
+		// The provider is still working on this effect id: leave the row
+		// pending and ask again later (recovery of our own pending row).
+		return Result{Action: Snooze, After: v.RetryAfter, Outcome: "retry later"}, nil
+	default:
+		p.State = ledger.StateUnknown
+		p.Reason = fmt.Sprintf("unclassified provider answer %q", v.Outcome)
+	}
+	if p.Reason == "" && p.State != ledger.StateDone {
+		p.Reason = string(v.Outcome)
+	}
+	if _, err := e.ledger.Settle(ctx, p); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// inDoubt handles a claim that found a pending or unknown row.
+func (e *Executor) inDoubt(ctx context.Context, j Job, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (Result, error) {
+	if eff.State == ledger.StatePending {
+		mine := j.JobID != 0 && eff.JobID == j.JobID
+		if !mine {
+			alive, err := e.ownerAlive(ctx, eff.Owner)
+			if err != nil {
+				return Result{}, err
+			}
+			if alive {
+				// Another live worker is on it: it settles, not us.
+				return Result{Action: Complete, Outcome: "in flight elsewhere"}, nil
+			}
+		}
+	}
+	r, err := e.recover(ctx, prov, cp, eff)
+	if err != nil {
+		return Result{}, err
+	}
+	return r, nil
+}
+
+func (e *Executor) ownerAlive(ctx context.Context, owner string) (bool, error) {
+	if owner == e.owner {
+		return true, nil
+	}
+	var alive bool
+	err := e.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_process WHERE owner = $1 AND seen_at > now() - $2::interval)`,
+		owner, e.cfg.OwnerTimeout.String()).Scan(&alive)
+	return alive, err
+}
+
+// Recover settles an attempt left pending by a dead owner, or an unknown
+// one, as far as the provider's capabilities allow (see the package doc).
+// It is what maintenance calls for rows no job is looking at.
+func (e *Executor) Recover(ctx context.Context, eff ledger.Effect) (Result, error) {
+	if eff.PlanID == 0 {
+		return Result{Action: Complete, Outcome: "not a plan effect"}, nil
+	}
+	cp, err := e.planFor(ctx, eff.PlanID)
+	if err != nil {
+		return Result{}, err
+	}
+	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
+	if !ok {
+		return Result{}, fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)
+	}
+	return e.recover(ctx, prov, cp, eff)
+}
+
+func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (Result, error) {
+	caps := prov.Capabilities()
+	log := e.cfg.Logger.With("key", string(eff.Key), "epoch", eff.Epoch, "effect", eff.ID, "state", string(eff.State), "provider", prov.Name())
+	if eff.State == ledger.StatePending {
+		// The worker may have died after committing the provider's answer
+		// but before settling: the answer is there, so settle from it.
+		responses, err := e.ledger.Responses(ctx, eff.ID)
+		if err != nil {
+			return Result{}, err
+		}
+		if n := len(responses); n > 0 && responses[n-1].Kind != ledger.ResponseProbe {
+			v := prov.Classify(responses[n-1].Body)
+			if v.Outcome != provider.OutcomeRetryLater {
+				log.Info("recovering from the recorded provider answer", "outcome", string(v.Outcome))
+				return e.settle(context.WithoutCancel(ctx), prov, eff, v)
+			}
+		}
+	}
+	switch {
+	case caps.Dedupe:
+		req, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
+		if err != nil {
+			return Result{}, err
+		}
+		release, err := prov.Acquire(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		defer release()
+		log.Info("recovering by sending again with the same effect id")
+		if eff.State == ledger.StatePending {
+			return e.call(ctx, prov, req, eff, ledger.ResponseResend)
+		}
+		raw, err := prov.Send(ctx, req)
+		if err != nil {
+			return Result{Action: Retry, Err: err, Outcome: "recovery resend not sent"}, nil
+		}
+		if _, err := e.ledger.RecordResponse(context.WithoutCancel(ctx), eff.ID, ledger.ResponseResend, raw); err != nil {
+			return Result{}, err
+		}
+		return e.resolveUnknown(context.WithoutCancel(ctx), cp, eff, prov.Classify(raw), "recovery:resend")
+
+	case caps.Probe:
+		pr, err := prov.Probe(ctx, string(eff.Key), eff.Epoch)
+		if err != nil {
+			return Result{Action: Snooze, After: 10 * time.Second, Outcome: "probe failed: " + err.Error()}, nil
+		}
+		wctx := context.WithoutCancel(ctx)
+		if _, err := e.ledger.RecordResponse(wctx, eff.ID, ledger.ResponseProbe, pr.Raw); err != nil {
+			return Result{}, err
+		}
+		if pr.Found {
+			receipt := pr.Receipt
+			if receipt == "" {
+				receipt = "found by probe"
+			}
+			log.Info("recovered by probe: the effect exists")
+			return e.resolveVerdict(wctx, cp, eff, provider.Verdict{Outcome: provider.OutcomeDone, Receipt: receipt}, "probe:"+prov.Name())
+		}
+		if age := e.cfg.Now().Sub(eff.CreatedAt); age < caps.SettleWindow {
+			return Result{Action: Snooze, After: caps.SettleWindow - age, Outcome: "probe: not found yet, inside the settle window"}, nil
+		}
+		log.Info("recovered by probe: no effect after the settle window; the target is sent again")
+		return e.resolveVerdict(wctx, cp, eff, provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "probe: not found after the settle window"}, "probe:"+prov.Name())
+
+	default:
+		if eff.State == ledger.StateUnknown {
+			return Result{Action: Complete, Outcome: "unknown: waits for a human"}, nil
+		}
+		log.Warn("in doubt: the worker died during a call this provider cannot confirm; a human must resolve it")
+		_, err := e.ledger.Settle(context.WithoutCancel(ctx), ledger.SettleParams{EffectID: eff.ID, State: ledger.StateUnknown,
+			Reason: fmt.Sprintf("the worker %s stopped during the call and %s (%s) can neither deduplicate nor be asked", eff.Owner, prov.Name(), prov.Kind())})
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{Action: Complete, Outcome: "unknown"}, nil
+	}
+}
+
+// resolveVerdict settles a pending row, or resolves an unknown one, from a
+// recovery verdict; a freed key puts the target back on the queue.
+func (e *Executor) resolveVerdict(ctx context.Context, cp *cachedPlan, eff ledger.Effect, v provider.Verdict, actor string) (Result, error) {
+	if eff.State == ledger.StateUnknown {
+		return e.resolveUnknown(ctx, cp, eff, v, actor)
+	}
+	state := ledger.StateDone
+	if v.Outcome != provider.OutcomeDone {
+		state = ledger.StateFailed
+	}
+	if _, err := e.ledger.Settle(ctx, ledger.SettleParams{EffectID: eff.ID, State: state, Receipt: v.Receipt, Reason: v.Reason}); err != nil {
+		return Result{}, err
+	}
+	if state == ledger.StateFailed {
+		return e.requeue(ctx, cp, eff)
+	}
+	return Result{Action: Complete, Outcome: "recovered done"}, nil
+}
+
+func (e *Executor) resolveUnknown(ctx context.Context, cp *cachedPlan, eff ledger.Effect, v provider.Verdict, actor string) (Result, error) {
+	var outcome ledger.Outcome
+	switch v.Outcome {
+	case provider.OutcomeDone:
+		outcome = ledger.Delivered
+	case provider.OutcomeFailed:
+		outcome = ledger.NotDelivered
+	default:
+		return Result{Action: Complete, Outcome: "still unknown: " + string(v.Outcome)}, nil
+	}
+	reason := v.Reason
+	if reason == "" {
+		reason = "provider answered " + string(v.Outcome) + " " + v.Receipt
+	}
+	if _, err := e.ledger.Resolve(ctx, ledger.ResolveParams{Key: eff.Key, Outcome: outcome, Actor: actor, Reason: reason}); err != nil {
+		return Result{}, err
+	}
+	if outcome == ledger.NotDelivered {
+		return e.requeue(ctx, cp, eff)
+	}
+	return Result{Action: Complete, Outcome: "recovered done"}, nil
+}
+
+func (e *Executor) requeue(ctx context.Context, cp *cachedPlan, eff ledger.Effect) (Result, error) {
+	if e.cfg.Requeuer != nil {
+		if err := e.cfg.Requeuer.RequeueTarget(ctx, cp.plan, eff.Ordinal, string(eff.Key)); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Action: Complete, Outcome: "recovered failed; target requeued"}, nil
+}
+
+// crash points, for the crash tests: ONCEPLAN_CRASH_AT=<point>:<n> makes
+// the process SIGKILL itself at that point of its n-th effect. A real
+// SIGKILL at a precise point of the protocol; unset in production.
+type crashPoint struct {
+	point string
+	nth   int
+	mu    sync.Mutex
+	seen  map[string]int
+}
+
+const (
+	pointBeforeClaim = "before-claim"
+	pointAfterClaim  = "after-claim"
+	pointAfterSend   = "after-send"
+	pointAfterRaw    = "after-raw"
+)
+
+func crashPointFromEnv() (*crashPoint, error) {
+	v := os.Getenv("ONCEPLAN_CRASH_AT")
+	if v == "" {
+		return &crashPoint{}, nil
+	}
+	var cp *crashPoint
+	point, n, ok := cutLast(v, ':')
+	nth, err := strconv.Atoi(n)
+	if !ok || err != nil || nth < 1 {
+		return cp, fmt.Errorf("ONCEPLAN_CRASH_AT=%q: want POINT:N, e.g. after-claim:3", v)
+	}
+	switch point {
+	case pointBeforeClaim, pointAfterClaim, pointAfterSend, pointAfterRaw:
+	default:
+		return cp, fmt.Errorf("ONCEPLAN_CRASH_AT=%q: the point is one of before-claim, after-claim, after-send, after-raw", v)
+	}
+	return &crashPoint{point: point, nth: nth, seen: map[string]int{}}, nil
+}
+
+func (c *crashPoint) at(point string) {
+	if c.point != point {
+		return
+	}
+	c.mu.Lock()
+	c.seen[point]++
+	hit := c.seen[point] == c.nth
+	c.mu.Unlock()
+	if hit {
+		fmt.Fprintf(os.Stderr, "onceplan: crash point %s reached: SIGKILL\n", point)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+}
+
+func cutLast(s string, sep byte) (string, string, bool) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}

@@ -1,0 +1,96 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/provider"
+)
+
+// ProviderOptions say which providers this process can send through.
+type ProviderOptions struct {
+	// Flags are NAME=URL items (--provider, repeatable).
+	Flags []string
+	// Env is ONCEPLAN_PROVIDERS: NAME=URL items separated by commas.
+	Env string
+	// DataDir hosts the default maildir outbox.
+	DataDir string
+}
+
+// Providers builds the registry: the flags, else the environment, else
+// the embedded default outbox=maildir://<data-dir>/outbox.
+func Providers(opts ProviderOptions) (*provider.Registry, error) {
+	items := opts.Flags
+	if len(items) == 0 && strings.TrimSpace(opts.Env) != "" {
+		for _, item := range strings.Split(opts.Env, ",") {
+			if item = strings.TrimSpace(item); item != "" {
+				items = append(items, item)
+			}
+		}
+	}
+	if len(items) == 0 {
+		dir, err := filepath.Abs(filepath.Join(opts.DataDir, "outbox"))
+		if err != nil {
+			return nil, err
+		}
+		items = []string{"outbox=maildir://" + dir}
+	}
+	var ps []provider.Provider
+	for _, item := range items {
+		p, err := provider.ParseFlag(item)
+		if err != nil {
+			for _, q := range ps {
+				q.Close()
+			}
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return provider.NewRegistry(ps...)
+}
+
+// WorkerOptions tune recovery; zero values take jobs.Config's defaults.
+type WorkerOptions struct {
+	OwnerTimeout        time.Duration
+	MaintenanceInterval time.Duration
+	JobTimeout          time.Duration
+	RescueAfter         time.Duration
+	InsertOnly          bool
+}
+
+// Workers is a process's job machinery: the River runner with Onceplan's
+// workers, and the approval service that enqueues through it.
+type Workers struct {
+	Runner    *jobs.Runner
+	Approval  *approval.Service
+	Providers *provider.Registry
+}
+
+// NewWorkers wires the runner and the approval service on d.
+func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.Logger) (*Workers, error) {
+	r, err := jobs.NewRunner(jobs.Config{
+		Pool: d.Pool, Providers: reg, Logger: logger,
+		OwnerTimeout: opts.OwnerTimeout, MaintenanceInterval: opts.MaintenanceInterval,
+		JobTimeout: opts.JobTimeout, RescueAfter: opts.RescueAfter, InsertOnly: opts.InsertOnly,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the workers: %w", err)
+	}
+	svc := approval.NewService(d.Pool, r.Enqueuer())
+	r.SetApproval(svc)
+	return &Workers{Runner: r, Approval: svc, Providers: reg}, nil
+}
+
+// Stop stops the workers (soft, then hard when ctx ends) and closes the
+// providers.
+func (w *Workers) Stop(ctx context.Context) error {
+	err := w.Runner.Stop(ctx)
+	w.Providers.Close()
+	return err
+}

@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type cliBundle struct {
+	ctx  context.Context
+	url  string
+	pool *pgxpool.Pool
+}
+
+func setupCLI(t *testing.T) *cliBundle {
+	t.Helper()
+	url := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return &cliBundle{ctx: context.Background(), url: url, pool: pool}
+}
+
+type result struct {
+	stdout, stderr string
+	err            error
+}
+
+// run runs a command group's run function in-process on the bundle's
+// database: args[0] is the subcommand, --database-url is added after it.
+func (b *cliBundle) run(t *testing.T, group func(context.Context, Env, []string) error, stdin string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := Env{
+		Stdin:  strings.NewReader(stdin),
+		Stdout: &stdout,
+		Stderr: &stderr,
+		Getenv: func(string) string { return "" },
+	}
+	full := append([]string{args[0], "--database-url", b.url}, args[1:]...)
+	err := group(b.ctx, env, full)
+	return result{stdout.String(), stderr.String(), err}
+}
+
+func requireOneLine(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "\n")
+}
+
+func TestUserAddPasswordStdin(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	r := b.run(t, runUser, "correct horse battery staple\nsecond line ignored\n",
+		"add", "--email", "Ann@Example.com", "--role", "proposer", "--role", "approver,viewer", "--name", "Ann", "--password-stdin")
+	require.NoError(t, r.err)
+	require.Equal(t, "created user ann@example.com (roles: proposer, approver, viewer)\n", r.stdout)
+	require.NotContains(t, r.stdout+r.stderr, "correct horse")
+
+	// The password is the first line without its newline.
+	_, u, err := auth.Login(b.ctx, b.pool, "ann@example.com", "correct horse battery staple", auth.LoginMeta{})
+	require.NoError(t, err)
+	require.Equal(t, "Ann", u.Name)
+
+	r = b.run(t, runUser, "correct horse battery staple\r\n", "add", "--email", "ann@example.com", "--role", "viewer", "--password-stdin")
+	requireOneLine(t, r.err)
+	require.Equal(t, "user add: a user with the email ann@example.com already exists", r.err.Error())
+
+	r = b.run(t, runUser, "", "list")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^EMAIL +NAME +ROLES +CREATED +DISABLED\nann@example.com +Ann +proposer,approver,viewer +\d{4}-\d\d-\d\d \d\d:\d\d UTC +-$`, r.stdout)
+}
+
+func TestUserAddGeneratesPassword(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	r := b.run(t, runUser, "", "add", "--email", "bob@example.com", "--role", "operator")
+	require.NoError(t, r.err)
+	m := regexp.MustCompile(`^created user bob@example.com \(roles: operator\)\npassword: (\S{20})\n$`).FindStringSubmatch(r.stdout)
+	require.NotNil(t, m, r.stdout)
+	_, _, err := auth.Login(b.ctx, b.pool, "bob@example.com", m[1], auth.LoginMeta{})
+	require.NoError(t, err)
+}
+
+func TestUserAddRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		msg   string
+	}{
+		{"correct horse battery staple\n", []string{"add", "--email", "a@example.com", "--role", "boss", "--password-stdin"},
+			`"boss" is not a role (one of admin, proposer, approver, operator, viewer)`},
+		{"short\n", []string{"add", "--email", "a@example.com", "--role", "viewer", "--password-stdin"},
+			"user add: password: must be at least 12 characters (it has 5)"},
+		{"", []string{"add", "--email", "a@example.com", "--role", "viewer", "--password-stdin"},
+			"user add: --password-stdin: standard input is empty: give the password on its first line"},
+		{"", []string{"add", "--role", "viewer"}, "user add: --email is required"},
+		{"", []string{"add", "--email", "a@example.com"}, "user add: give at least one --role (admin, proposer, approver, operator, viewer)"},
+		{"", []string{"add", "--email", "nope", "--role", "viewer"}, `user add: email: address "nope" has no "@"`},
+		{"", []string{"set-roles", "--email", "a@example.com", "--role", "viewer"}, "user set-roles: there is no user a@example.com"},
+		{"", []string{"remove"}, `user: unknown subcommand "remove": use one of add, list, set-roles, set-password, disable, enable`},
+	} {
+		r := b.run(t, runUser, tc.stdin, tc.args...)
+		requireOneLine(t, r.err)
+		require.Contains(t, r.err.Error(), tc.msg)
+		require.Empty(t, r.stdout)
+	}
+	users, err := auth.ListUsers(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Empty(t, users)
+}
+
+func TestUserSetRoles(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	require.NoError(t, b.run(t, runUser, "", "add", "--email", "cy@example.com", "--role", "viewer").err)
+	r := b.run(t, runUser, "", "set-roles", "--email", "cy@example.com", "--role", "approver", "--role", "operator")
+	require.NoError(t, r.err)
+	require.Equal(t, "user cy@example.com now has roles: approver, operator\n", r.stdout)
+	u, err := auth.GetUserByEmail(b.ctx, b.pool, "cy@example.com")
+	require.NoError(t, err)
+	require.Equal(t, []approval.Role{approval.RoleApprover, approval.RoleOperator}, u.Roles)
+}
+
+func TestTokenCreate(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	require.NoError(t, b.run(t, runUser, "", "add", "--email", "dee@example.com", "--role", "proposer", "--role", "approver").err)
+
+	r := b.run(t, runToken, "", "create", "--user", "dee@example.com", "--name", "ci")
+	require.NoError(t, r.err)
+	require.Regexp(t, `^op_[A-Za-z0-9_-]{43}\n$`, r.stdout, "the token alone on stdout")
+	secret := strings.TrimSuffix(r.stdout, "\n")
+	require.Contains(t, r.stderr, `created personal token 1 "ci" for dee@example.com (prefix `+secret[:8]+`)`)
+	actor, _, err := auth.TokenActor(b.ctx, b.pool, secret)
+	require.NoError(t, err)
+	require.False(t, actor.Agent)
+	require.Equal(t, "dee@example.com", actor.Email)
+
+	r = b.run(t, runToken, "", "create", "--user", "dee@example.com", "--name", "claude", "--agent")
+	require.NoError(t, r.err)
+	require.Regexp(t, `^opa_[A-Za-z0-9_-]{43}\n$`, r.stdout)
+	agentSecret := strings.TrimSuffix(r.stdout, "\n")
+	actor, _, err = auth.TokenActor(b.ctx, b.pool, agentSecret)
+	require.NoError(t, err)
+	require.True(t, actor.Agent)
+	require.ErrorIs(t, approval.Authorize(actor, approval.ActionApprove), approval.ErrForbidden)
+
+	r = b.run(t, runToken, "", "list", "--user", "dee@example.com")
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, secret[:8])
+	require.NotContains(t, r.stdout, secret)
+
+	r = b.run(t, runToken, "", "revoke", "--prefix", agentSecret[:8])
+	require.NoError(t, r.err)
+	require.Equal(t, `revoked agent token 2 "claude" of dee@example.com (prefix `+agentSecret[:8]+")\n", r.stdout)
+	_, _, err = auth.TokenActor(b.ctx, b.pool, agentSecret)
+	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+
+	r = b.run(t, runToken, "", "revoke", "--id", "1")
+	require.NoError(t, r.err)
+	_, _, err = auth.TokenActor(b.ctx, b.pool, secret)
+	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+}
+
+func TestTokenRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"create", "--user", "nobody@example.com", "--name", "ci"}, "token create: there is no user nobody@example.com"},
+		{[]string{"create", "--user", "nobody@example.com"}, "token create: --name is required (say what will use the token)"},
+		{[]string{"create", "--name", "ci"}, "token create: --user is required"},
+		{[]string{"revoke"}, "token revoke: give either --prefix or --id"},
+		{[]string{"revoke", "--id", "3", "--prefix", "op_abcde"}, "token revoke: give either --prefix or --id"},
+		{[]string{"revoke", "--prefix", "op_abcde"}, "token revoke: there is no API token with the prefix op_abcde"},
+		{[]string{"revoke", "--id", "x"}, `token revoke: invalid value "x" for flag -id`},
+		{[]string{"mint"}, `token: unknown subcommand "mint": use one of create, list, revoke`},
+	} {
+		r := b.run(t, runToken, "", tc.args...)
+		requireOneLine(t, r.err)
+		require.Contains(t, r.err.Error(), tc.msg)
+		require.Empty(t, r.stdout)
+	}
+}
+
+func TestUserAndTokenHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		group func(context.Context, Env, []string) error
+		args  []string
+		want  string
+	}{
+		{runUser, []string{"--help"}, "Usage: onceplan user SUBCOMMAND [flags]"},
+		{runUser, []string{"add", "--help"}, "Usage: onceplan user add [flags]"},
+		{runToken, []string{"help"}, "Usage: onceplan token SUBCOMMAND [flags]"},
+		{runToken, []string{"create", "-h"}, "-agent"},
+	} {
+		var stdout bytes.Buffer
+		err := tc.group(context.Background(), Env{Stdout: &stdout, Stderr: &stdout, Getenv: func(string) string { return "" }}, tc.args)
+		code, ok := ExitCode(err)
+		require.True(t, ok)
+		require.Zero(t, code)
+		require.Contains(t, stdout.String(), tc.want)
+	}
+	var stderr bytes.Buffer
+	err := runUser(context.Background(), Env{Stdout: &stderr, Stderr: &stderr, Getenv: func(string) string { return "" }}, nil)
+	code, _ := ExitCode(err)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "set-roles")
+}

@@ -1,0 +1,226 @@
+package crashtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "onceplan-crash-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "onceplan")
+	if out, err := exec.Command("go", "build", "-o", binary, "../../cmd/onceplan").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building onceplan: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	pgtest.Main(m)
+}
+
+// env is one test's world: its own database, users, and the approval
+// service (enqueueing through an insert-only River client).
+type env struct {
+	ctx      context.Context
+	url      string
+	pool     *pgxpool.Pool
+	svc      *approval.Service
+	proposer approval.Actor
+	approver approval.Actor
+	operator approval.Actor
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	url := pgtest.URL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	e := &env{ctx: context.Background(), url: url, pool: pool, svc: approval.NewService(pool, jobs.NewEnqueuer(client))}
+	mk := func(email string, role approval.Role) approval.Actor {
+		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
+		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
+	}
+	e.proposer = mk("proposer@example.com", approval.RoleProposer)
+	e.approver = mk("approver@example.com", approval.RoleApprover)
+	e.operator = mk("operator@example.com", approval.RoleOperator)
+	return e
+}
+
+// campaign creates, approves and starts a campaign of n targets on provider.
+func (e *env) campaign(t *testing.T, provider string, n int) string {
+	t.Helper()
+	var csv strings.Builder
+	csv.WriteString("email,name\n")
+	for i := range n {
+		fmt.Fprintf(&csv, "t%04d@example.com,T%d\n", i, i)
+	}
+	res, err := e.svc.Create(e.ctx, e.proposer, approval.CreateParams{
+		Name: "crash " + provider, Provider: provider,
+		Payload: plan.Payload{From: "sender@example.com", Subject: "Hello {{.name}}", Text: "Hi {{.name}}", HTML: "<p>Hi {{.name}}</p>"},
+		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csv.String())},
+	})
+	require.NoError(t, err)
+	sub, err := e.svc.Submit(e.ctx, e.proposer, res.Campaign.ID)
+	require.NoError(t, err)
+	_, err = e.svc.Approve(e.ctx, e.approver, res.Campaign.ID, sub.PlanHash)
+	require.NoError(t, err)
+	_, err = e.svc.Start(e.ctx, e.operator, res.Campaign.ID)
+	require.NoError(t, err)
+	return res.Campaign.ID
+}
+
+// worker is a running `onceplan worker` child process.
+type worker struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs strings.Builder
+	done chan struct{}
+}
+
+// fast recovery settings, so the suite runs in minutes.
+var fastFlags = []string{"--owner-timeout", "1500ms", "--maintenance-interval", "300ms", "--job-timeout", "5s", "--rescue-after", "20s"}
+
+func (e *env) startWorker(t *testing.T, providers []string, extraEnv ...string) *worker {
+	t.Helper()
+	args := []string{"worker", "--database-url", e.url}
+	for _, p := range providers {
+		args = append(args, "--provider", p)
+	}
+	args = append(args, fastFlags...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), extraEnv...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	w := &worker{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			w.mu.Lock()
+			w.logs.WriteString(sc.Text() + "\n")
+			w.mu.Unlock()
+		}
+		cmd.Wait()
+		close(w.done)
+	}()
+	t.Cleanup(func() {
+		w.kill()
+		if t.Failed() {
+			t.Logf("worker %d logs:\n%s", cmd.Process.Pid, w.Logs())
+		}
+	})
+	return w
+}
+
+func (w *worker) Logs() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.logs.String()
+}
+
+func (w *worker) kill() {
+	w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.done
+}
+
+// exited reports whether the process ended (on its own, e.g. a crash point).
+func (w *worker) waitExit(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		t.Fatalf("the worker did not exit within %s:\n%s", timeout, w.Logs())
+	}
+}
+
+// stop stops a worker cleanly (SIGTERM), as an operator would.
+func (w *worker) stop(t *testing.T) {
+	t.Helper()
+	w.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the worker did not stop:\n%s", w.Logs())
+	}
+}
+
+// states counts the campaign's targets by their ledger state at the
+// current epoch ("" for targets with no attempt).
+func (e *env) states(t *testing.T, campaign string) map[string]int {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, `
+		SELECT coalesce((SELECT f.state::text FROM effect f WHERE f.key = t.key ORDER BY f.id DESC LIMIT 1), ''), count(*)
+		FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
+		WHERE c.id = $1 GROUP BY 1`, campaign)
+	require.NoError(t, err)
+	out := map[string]int{}
+	var state string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil })
+	require.NoError(t, err)
+	return out
+}
+
+func (e *env) campaignState(t *testing.T, id string) plan.State {
+	t.Helper()
+	c, err := plan.GetCampaign(e.ctx, e.pool, id)
+	require.NoError(t, err)
+	return c.State
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, logs ...*worker) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, w := range logs {
+		t.Logf("worker logs:\n%s", w.Logs())
+	}
+	t.Fatalf("timed out after %s waiting for %s", timeout, what)
+}
+
+// keysByTarget maps each planned target to its effect id as the outside
+// world sees it (provider.EffectID at the key's current epoch).
+func (e *env) targets(t *testing.T, campaign string) map[string]ledger.Key {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, `SELECT t.target, t.key FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id WHERE c.id = $1`, campaign)
+	require.NoError(t, err)
+	out := map[string]ledger.Key{}
+	var target, key string
+	_, err = pgx.ForEachRow(rows, []any{&target, &key}, func() error { out[target] = ledger.Key(key); return nil })
+	require.NoError(t, err)
+	return out
+}

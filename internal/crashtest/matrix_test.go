@@ -1,0 +1,191 @@
+package crashtest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// world is the outside world of one test: the provider URL a worker sends
+// to, and a count of effects per target as that world saw them.
+type world struct {
+	kind     string
+	provider string // NAME=URL for --provider
+	// effects counts what the outside world received, per target address.
+	effects func() map[string]int
+}
+
+func newWorld(t *testing.T, kind string) *world {
+	t.Helper()
+	const opts = "concurrency=1"
+	switch kind {
+	case "maildir":
+		dir := t.TempDir()
+		return &world{kind: kind, provider: "p=maildir://" + dir + "?" + opts,
+			effects: func() map[string]int { return maildirCount(t, dir) }}
+	case "webhook-dedupe", "webhook-probe":
+		wh := sink.NewWebhook(sink.WebhookOpts{Dedupe: kind == "webhook-dedupe", Probe: kind == "webhook-probe"})
+		t.Cleanup(wh.Close)
+		u := withOpt(wh.URL(), opts)
+		if kind == "webhook-probe" {
+			u = withOpt(u, "settle=1s")
+		}
+		return &world{kind: kind, provider: "p=" + u, effects: func() map[string]int {
+			out := map[string]int{}
+			for _, e := range wh.Effects() {
+				out[e.Target]++
+			}
+			return out
+		}}
+	case "smtp":
+		s, err := sink.NewSMTP()
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		return &world{kind: kind, provider: "p=" + withOpt(s.URL(), opts), effects: func() map[string]int {
+			out := map[string]int{}
+			for _, m := range s.Messages() {
+				for _, rcpt := range m.Rcpts {
+					out[rcpt]++
+				}
+			}
+			return out
+		}}
+	}
+	t.Fatalf("unknown world %q", kind)
+	return nil
+}
+
+// withOpt adds a query option to a provider URL.
+func withOpt(u, opt string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + opt
+	}
+	return u + "?" + opt
+}
+
+// maildirCount counts delivered messages per recipient by reading every
+// file in new/ and cur/ (the outside world of the maildir provider).
+func maildirCount(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, sub := range []string{"new", "cur"} {
+		entries, err := os.ReadDir(filepath.Join(dir, sub))
+		if os.IsNotExist(err) {
+			continue
+		}
+		require.NoError(t, err)
+		for _, e := range entries {
+			b, err := os.ReadFile(filepath.Join(dir, sub, e.Name()))
+			require.NoError(t, err)
+			for _, line := range strings.Split(string(b), "\n") {
+				if rest, ok := strings.CutPrefix(line, "To: "); ok {
+					out[strings.Trim(strings.TrimSpace(rest), "<>")]++
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+func requireNoDuplicates(t *testing.T, w *world, stage string) {
+	t.Helper()
+	for target, n := range w.effects() {
+		require.LessOrEqual(t, n, 1, "%s: %s got %d effects", stage, target, n)
+	}
+}
+
+func requireExactlyOnce(t *testing.T, w *world, targets map[string]ledger.Key) {
+	t.Helper()
+	got := w.effects()
+	for target := range targets {
+		require.Equal(t, 1, got[target], "%s must have exactly one effect", target)
+	}
+	require.Len(t, got, len(targets), "no effect outside the plan")
+}
+
+const matrixTargets = 6
+
+// TestCrashMatrix kills a worker with SIGKILL at each point of the effect
+// protocol, for each kind of provider, several times, restarts one, and
+// counts effects at the outside world.
+func TestCrashMatrix(t *testing.T) {
+	t.Parallel()
+	runs := 5
+	if testing.Short() {
+		runs = 1
+	}
+	for _, kind := range []string{"maildir", "webhook-dedupe", "webhook-probe", "smtp"} {
+		for _, point := range []string{"before-claim", "after-claim", "after-send", "after-raw"} {
+			for run := range runs {
+				t.Run(fmt.Sprintf("%s/%s/%d", kind, point, run), func(t *testing.T) {
+					t.Parallel()
+					crashAndRecover(t, kind, point)
+				})
+			}
+		}
+	}
+}
+
+func crashAndRecover(t *testing.T, kind, point string) {
+	e := newEnv(t)
+	w := newWorld(t, kind)
+	id := e.campaign(t, "p", matrixTargets)
+	targets := e.targets(t, id)
+
+	crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT="+point+":3")
+	crashing.waitExit(t, 60*time.Second)
+	require.Contains(t, crashing.Logs(), "crash point "+point+" reached")
+	requireNoDuplicates(t, w, "right after the crash")
+
+	survivor := e.startWorker(t, []string{w.provider})
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+		return e.campaignState(t, id) == plan.StateCompleted
+	}, survivor)
+	requireNoDuplicates(t, w, "after recovery")
+
+	states := e.states(t, id)
+	if kind != "smtp" {
+		// Dedupe and probe providers settle every doubt themselves.
+		require.Equal(t, map[string]int{"done": matrixTargets}, states)
+		requireExactlyOnce(t, w, targets)
+		return
+	}
+
+	// SMTP can neither deduplicate nor be asked: exactly the attempts in
+	// flight at the crash are unknown; the rest are done.
+	wantUnknown := map[string]int{"before-claim": 0, "after-claim": 1, "after-send": 1, "after-raw": 0}[point]
+	require.Equal(t, wantUnknown, states["unknown"], "%v", states)
+	require.Equal(t, matrixTargets-wantUnknown, states["done"], "%v", states)
+
+	// A person checks the relay's log for each unknown and resolves it.
+	got := w.effects()
+	for target, key := range targets {
+		cur, err := ledger.NewStore(e.pool).Current(e.ctx, key)
+		require.NoError(t, err)
+		if cur.State != ledger.StateUnknown {
+			continue
+		}
+		outcome := ledger.NotDelivered
+		if got[target] == 1 {
+			outcome = ledger.Delivered
+		}
+		_, err = e.svc.ResolveEffect(e.ctx, e.operator, id, string(key), outcome, "checked the relay log")
+		require.NoError(t, err)
+	}
+	_, err := e.svc.Resume(e.ctx, e.operator, id)
+	require.NoError(t, err)
+	waitFor(t, 60*time.Second, "the campaign to complete after the resolutions", func() bool {
+		return e.campaignState(t, id) == plan.StateCompleted && e.states(t, id)["done"] == matrixTargets
+	}, survivor)
+	requireExactlyOnce(t, w, targets)
+}

@@ -1,0 +1,116 @@
+package crashtest
+
+import (
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// TestRandomKills: a 2,000-target campaign, the worker killed with SIGKILL
+// five times at random moments and restarted: no target gets two effects
+// and none is forgotten.
+func TestRandomKills(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the random-kill soak is not part of -short")
+	}
+	for _, kind := range []string{"maildir", "webhook-dedupe"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			w := newWorld(t, kind)
+			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=8", 1)
+			const n = 2000
+			id := e.campaign(t, "p", n)
+			targets := e.targets(t, id)
+
+			for kill := range 5 {
+				wk := e.startWorker(t, []string{prov})
+				// Let it get going, then kill it mid-stride.
+				time.Sleep(time.Duration(400+rand.IntN(1200)) * time.Millisecond)
+				wk.kill()
+				requireNoDuplicates(t, w, "after kill")
+				t.Logf("kill %d: %d targets reached so far", kill+1, len(w.effects()))
+			}
+			final := e.startWorker(t, []string{prov})
+			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
+				return e.campaignState(t, id) == plan.StateCompleted
+			}, final)
+			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
+			requireExactlyOnce(t, w, targets)
+		})
+	}
+}
+
+// TestConcurrentWorkersDuplicateJobsAndResumes: two worker processes on one
+// database, every target's job enqueued twice, and "resume" pressed from
+// several places at once — still one effect per target.
+func TestConcurrentWorkersDuplicateJobsAndResumes(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"smtp", "webhook-probe"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			w := newWorld(t, kind)
+			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=4", 1)
+			const n = 200
+			id := e.campaign(t, "p", n)
+			targets := e.targets(t, id)
+
+			// Every target's job again, by hand (as a buggy enqueuer might).
+			c, err := plan.GetCampaign(e.ctx, e.pool, id)
+			require.NoError(t, err)
+			p, err := plan.GetPlan(e.ctx, e.pool, c.PlanID)
+			require.NoError(t, err)
+			client, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{})
+			require.NoError(t, err)
+			rows, err := e.pool.Query(e.ctx, `SELECT ordinal, key FROM target WHERE list_id = $1`, p.ListID)
+			require.NoError(t, err)
+			var params []river.InsertManyParams
+			for rows.Next() {
+				var a jobs.EffectArgs
+				require.NoError(t, rows.Scan(&a.Ordinal, &a.Key))
+				a.CampaignID, a.PlanID, a.Provider = id, p.ID, p.Provider
+				params = append(params, river.InsertManyParams{Args: a})
+			}
+			require.NoError(t, rows.Err())
+			_, err = client.InsertManyFast(e.ctx, params)
+			require.NoError(t, err)
+
+			w1 := e.startWorker(t, []string{prov})
+			w2 := e.startWorker(t, []string{prov})
+			var wg sync.WaitGroup
+			errs := make(chan error, 20)
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 5 {
+						_, err := e.svc.Resume(e.ctx, e.operator, id)
+						errs <- err
+						time.Sleep(50 * time.Millisecond)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			waitFor(t, 2*time.Minute, "the campaign to complete", func() bool {
+				return e.campaignState(t, id) == plan.StateCompleted
+			}, w1, w2)
+			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
+			requireExactlyOnce(t, w, targets)
+		})
+	}
+}

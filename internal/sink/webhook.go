@@ -1,0 +1,296 @@
+package sink
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// WebhookOpts configure a webhook sink.
+type WebhookOpts struct {
+	// Dedupe: a POST with an Idempotency-Key already applied is answered
+	// 200 with the first receipt and is not a new effect.
+	Dedupe bool
+	// Probe: URL() names the probe endpoint (GET /effects/{id}). The
+	// endpoint answers either way.
+	Probe bool
+}
+
+// WebhookRequest is one request the webhook sink received.
+type WebhookRequest struct {
+	Method         string
+	Path           string
+	IdempotencyKey string
+	Body           []byte
+	At             time.Time
+}
+
+// WebhookEffect is one POST the sink accepted and applied.
+type WebhookEffect struct {
+	EffectID string // the Idempotency-Key
+	Target   string // the body's "target"
+	Body     []byte
+	Receipt  string
+	Stranded bool
+	At       time.Time
+}
+
+// Webhook is an HTTP server on 127.0.0.1: POST /hook applies an effect,
+// GET /effects/{id} tells whether one was applied (200 {"receipt"} or 404).
+type Webhook struct {
+	srv  *httptest.Server
+	opts WebhookOpts
+
+	mu       sync.Mutex
+	requests []WebhookRequest
+	effects  []WebhookEffect
+	byID     map[string]int // effect id → index of its first effect
+	seq      int
+
+	failN       int
+	failStatus  int
+	failHeaders map[string]string
+	failBody    string
+	applyFailN  int
+	applyFailSt int
+	hangN       int
+	hangFor     time.Duration
+	strandN     int
+	delay       time.Duration
+}
+
+// NewWebhook starts a webhook sink.
+func NewWebhook(opts WebhookOpts) *Webhook {
+	w := &Webhook{opts: opts, byID: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hook", w.hook)
+	mux.HandleFunc("GET /effects/{id}", w.probe)
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		w.record(r, nil)
+		http.NotFound(rw, r)
+	})
+	w.srv = httptest.NewServer(mux)
+	return w
+}
+
+// URL is the provider URL: the hook, with dedupe=true and probe=… as
+// configured.
+func (w *Webhook) URL() string {
+	q := url.Values{}
+	if w.opts.Dedupe {
+		q.Set("dedupe", "true")
+	}
+	if w.opts.Probe {
+		q.Set("probe", w.ProbeURL())
+	}
+	u := w.srv.URL + "/hook"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+// ProbeURL is the base of the probe endpoint (GET ProbeURL()/{EffectID}).
+func (w *Webhook) ProbeURL() string { return w.srv.URL + "/effects" }
+
+// Close stops the server (waiting for requests in progress).
+func (w *Webhook) Close() { w.srv.Close() }
+
+// Effects returns the applied effects, in order.
+func (w *Webhook) Effects() []WebhookEffect {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]WebhookEffect, len(w.effects))
+	copy(out, w.effects)
+	return out
+}
+
+// CountByEffectID counts applied effects per Idempotency-Key.
+func (w *Webhook) CountByEffectID() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range w.effects {
+		out[e.EffectID]++
+	}
+	return out
+}
+
+// Requests is the number of requests received (any method and path).
+func (w *Webhook) Requests() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.requests)
+}
+
+// RequestLog returns the requests received, in order.
+func (w *Webhook) RequestLog() []WebhookRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]WebhookRequest, len(w.requests))
+	copy(out, w.requests)
+	return out
+}
+
+// FailNext answers the next n POSTs with status, headers and body, without
+// applying them (e.g. 500, 429 with Retry-After, 422, 409).
+func (w *Webhook) FailNext(n, status int, headers map[string]string, body string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failN, w.failStatus, w.failBody = n, status, body
+	w.failHeaders = make(map[string]string, len(headers))
+	for k, v := range headers {
+		w.failHeaders[k] = v
+	}
+}
+
+// ApplyThenFail applies the next n POSTs and then answers status (e.g.
+// 500): delivered, but the client cannot know.
+func (w *Webhook) ApplyThenFail(n, status int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.applyFailN, w.applyFailSt = n, status
+}
+
+// ApplyThenHang applies the next n POSTs and then waits d (or until the
+// client goes away) before answering 200.
+func (w *Webhook) ApplyThenHang(n int, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hangN, w.hangFor = n, d
+}
+
+// Stranded applies the next n POSTs and answers 200
+// {"status":"stranded","reason":…}.
+func (w *Webhook) Stranded(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.strandN = n
+}
+
+// Delay makes every POST wait d before it is handled (0: no wait).
+func (w *Webhook) Delay(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.delay = d
+}
+
+func (w *Webhook) record(r *http.Request, body []byte) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.requests = append(w.requests, WebhookRequest{
+		Method: r.Method, Path: r.URL.Path, IdempotencyKey: r.Header.Get("Idempotency-Key"),
+		Body: body, At: time.Now(),
+	})
+	return w.delay
+}
+
+func sleepCtx(r *http.Request, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+}
+
+func writeJSON(rw http.ResponseWriter, status int, v any) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(status)
+	_ = json.NewEncoder(rw).Encode(v)
+}
+
+func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	delay := w.record(r, body)
+	if err != nil {
+		http.Error(rw, "reading the body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	sleepCtx(r, delay)
+	id := r.Header.Get("Idempotency-Key")
+
+	w.mu.Lock()
+	if w.failN > 0 {
+		w.failN--
+		status, headers, fbody := w.failStatus, w.failHeaders, w.failBody
+		w.mu.Unlock()
+		for k, v := range headers {
+			rw.Header().Set(k, v)
+		}
+		rw.WriteHeader(status)
+		_, _ = io.WriteString(rw, fbody)
+		return
+	}
+	if i, seen := w.byID[id]; w.opts.Dedupe && id != "" && seen {
+		e := w.effects[i]
+		w.mu.Unlock()
+		writeJSON(rw, http.StatusOK, answer(e))
+		return
+	}
+	var payload struct {
+		Target string `json:"target"`
+	}
+	_ = json.Unmarshal(body, &payload)
+	w.seq++
+	e := WebhookEffect{EffectID: id, Target: payload.Target, Body: body, Receipt: fmt.Sprintf("wh-%06d", w.seq), At: time.Now()}
+	if w.strandN > 0 {
+		w.strandN--
+		e.Stranded = true
+	}
+	if _, seen := w.byID[id]; !seen {
+		w.byID[id] = len(w.effects)
+	}
+	w.effects = append(w.effects, e)
+	failStatus := 0
+	if !e.Stranded && w.applyFailN > 0 {
+		w.applyFailN--
+		failStatus = w.applyFailSt
+	}
+	var hang time.Duration
+	if !e.Stranded && failStatus == 0 && w.hangN > 0 {
+		w.hangN--
+		hang = w.hangFor
+	}
+	w.mu.Unlock()
+
+	switch {
+	case failStatus != 0:
+		writeJSON(rw, failStatus, map[string]string{"error": "the sink applied the effect and then failed"})
+	default:
+		sleepCtx(r, hang)
+		writeJSON(rw, http.StatusOK, answer(e))
+	}
+}
+
+func answer(e WebhookEffect) map[string]string {
+	if e.Stranded {
+		return map[string]string{"status": "stranded", "reason": "the sink was told to strand this effect", "receipt": e.Receipt}
+	}
+	return map[string]string{"status": "done", "receipt": e.Receipt}
+}
+
+func (w *Webhook) probe(rw http.ResponseWriter, r *http.Request) {
+	w.record(r, nil)
+	id := r.PathValue("id")
+	w.mu.Lock()
+	i, ok := w.byID[id]
+	var e WebhookEffect
+	if ok {
+		e = w.effects[i]
+	}
+	w.mu.Unlock()
+	if !ok {
+		writeJSON(rw, http.StatusNotFound, map[string]string{"error": "no such effect"})
+		return
+	}
+	writeJSON(rw, http.StatusOK, answer(e))
+}

@@ -1,0 +1,165 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// recoveryBatch bounds the rows one maintenance round recovers, so a round
+// stays short; the next round takes the rest.
+const recoveryBatch = 200
+
+// Maintain runs one maintenance round. Every step is idempotent: two
+// rounds at once (two processes) cannot make a second effect, because the
+// ledger decides every claim and settle.
+func (r *Runner) Maintain(ctx context.Context) error {
+	var errs []error
+	if r.cfg.Approval != nil {
+		if started, err := r.cfg.Approval.StartDue(ctx); err != nil {
+			errs = append(errs, err)
+		} else if len(started) > 0 {
+			r.cfg.Logger.Info("started scheduled campaigns", "campaigns", started)
+		}
+	}
+	errs = append(errs, r.recoverDeadOwners(ctx), r.recoverUnknowns(ctx), r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx))
+	return errors.Join(errs...)
+}
+
+func (r *Runner) timeout() string { return r.cfg.OwnerTimeout.String() }
+
+// recoverDeadOwners settles pending rows whose owner stopped heartbeating.
+func (r *Runner) recoverDeadOwners(ctx context.Context) error {
+	effects, err := r.effects(ctx, `
+		SELECT id FROM effect e
+		WHERE e.state = 'pending'
+		  AND NOT EXISTS (SELECT 1 FROM worker_process w WHERE w.owner = e.owner AND w.seen_at > now() - $1::interval)
+		ORDER BY e.created_at LIMIT $2`, r.timeout(), recoveryBatch)
+	if err != nil {
+		return err
+	}
+	return r.recoverAll(ctx, effects)
+}
+
+// recoverUnknowns settles unknown rows of providers that can tell (dedupe
+// or probe); the others wait for a human.
+func (r *Runner) recoverUnknowns(ctx context.Context) error {
+	var names []string
+	for _, name := range r.cfg.Providers.Names() {
+		p, _ := r.cfg.Providers.Get(name)
+		if caps := p.Capabilities(); caps.Dedupe || caps.Probe {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	effects, err := r.effects(ctx, `
+		SELECT e.id FROM effect e JOIN plan p ON p.id = e.plan_id
+		WHERE e.state = 'unknown' AND p.provider = ANY($1)
+		ORDER BY e.updated_at LIMIT $2`, names, recoveryBatch)
+	if err != nil {
+		return err
+	}
+	return r.recoverAll(ctx, effects)
+}
+
+func (r *Runner) effects(ctx context.Context, sql string, args ...any) ([]ledger.Effect, error) {
+	rows, err := r.cfg.Pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	store := ledger.NewStore(r.cfg.Pool)
+	out := make([]ledger.Effect, 0, len(ids))
+	for _, id := range ids {
+		e, err := store.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (r *Runner) recoverAll(ctx context.Context, effects []ledger.Effect) error {
+	var errs []error
+	for _, e := range effects {
+		res, err := r.exec.Recover(ctx, e)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recovering effect %d (%s): %w", e.ID, e.Key, err))
+			continue
+		}
+		r.cfg.Logger.Info("recovered", "key", string(e.Key), "epoch", e.Epoch, "effect", e.ID, "outcome", res.Outcome)
+	}
+	return errors.Join(errs...)
+}
+
+// requeueDeadWorkersTargets puts back on the queue the targets of running
+// campaigns whose jobs a dead process held, without waiting for River's
+// rescuer: the stuck jobs no longer count as live, so the remainder
+// includes their targets. When River later rescues them, their claims find
+// the ledger settled and do nothing.
+func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
+	rows, err := r.cfg.Pool.Query(ctx, `
+		SELECT DISTINCT c.id FROM river_job j JOIN campaign c ON c.plan_id = (j.args ->> 'plan_id')::bigint
+		WHERE j.kind = 'onceplan_effect' AND j.state = 'running' AND c.state = 'running'
+		  AND NOT EXISTS (SELECT 1 FROM worker_process w
+		                  WHERE w.owner = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.seen_at > now() - $1::interval)`,
+		r.timeout())
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		n, err := r.cfg.Approval.RequeueRemainder(ctx, id, "a worker process died; its targets are requeued")
+		if err != nil {
+			errs = append(errs, err)
+		} else if n > 0 {
+			r.cfg.Logger.Warn("requeued a dead worker's targets", "campaign", id, "jobs", n)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// completeFinished marks running campaigns completed once no live job is
+// left for their plan. Unknown targets do not hold a campaign open: they
+// wait for a human, and the audit says the campaign does not hold yet.
+func (r *Runner) completeFinished(ctx context.Context) error {
+	rows, err := r.cfg.Pool.Query(ctx, `SELECT id FROM campaign WHERE state = 'running'`)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		done, err := r.cfg.Approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error) {
+			var live bool
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
+				WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+liveJob+`)`,
+				pgx.NamedArgs{"plan": c.PlanID, "owner_timeout": r.timeout()}).Scan(&live)
+			return !live, err
+		})
+		if err != nil {
+			errs = append(errs, err)
+		} else if done {
+			r.cfg.Logger.Info("campaign completed", "campaign", id)
+		}
+	}
+	return errors.Join(errs...)
+}

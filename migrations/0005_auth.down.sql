@@ -1,0 +1,3 @@
+DROP TABLE api_token;
+DROP TABLE login_attempt;
+DROP TABLE session;

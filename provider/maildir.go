@@ -1,0 +1,238 @@
+package provider
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Maildir raw answers are one line each:
+//
+//	maildir: delivered new/<name>
+//	maildir: delivered new/<name> (syncing new/ failed: <error>)
+//	maildir: already present new/<name>          (or cur/<name>:2,<flags>)
+//	maildir: error building message: <error> (nothing delivered)
+//	maildir: error creating directories: <error> (nothing delivered)
+//	maildir: error writing tmp/<file>: <error> (nothing delivered)
+//	maildir: error linking new/<name>: <error> (nothing delivered)
+//
+// and a probe answers "maildir: found new/<name>" or "maildir: not found <name>".
+const (
+	maildirPrefix        = "maildir: "
+	maildirDelivered     = "maildir: delivered "
+	maildirPresent       = "maildir: already present "
+	maildirErrBuild      = "maildir: error building message: "
+	maildirErrPrefix     = "maildir: error "
+	maildirNothing       = " (nothing delivered)"
+	maildirFileSuffix    = ".onceplan"
+	maildirFileHashChars = 40
+)
+
+type maildirProvider struct {
+	*limiter
+	name   string
+	url    string
+	dir    string
+	settle time.Duration
+
+	dirsReady atomic.Bool
+}
+
+func newMaildirFromURL(name string, u *url.URL, o options) (Provider, error) {
+	if u.Opaque != "" || u.Host != "" {
+		return nil, errorf(name, "maildir URL %s must be maildir:///absolute/path (three slashes)", Redacted(u.String()))
+	}
+	if u.User != nil {
+		return nil, errorf(name, "maildir URL must not have a user")
+	}
+	if u.Path == "" || !filepath.IsAbs(u.Path) {
+		return nil, errorf(name, "maildir URL has no absolute path (want maildir:///absolute/path)")
+	}
+	return &maildirProvider{
+		limiter: newLimiter(o.perSecond, o.concurrency),
+		name:    name,
+		url:     u.String(),
+		dir:     filepath.Clean(u.Path),
+		settle:  o.settle,
+	}, nil
+}
+
+// MaildirFileName is the file an effect is delivered as: the first 40 hex
+// digits of SHA-256(EffectID) and ".onceplan". Being a function of the
+// effect alone, a second delivery of one effect is refused by the file
+// system (the link into new/ already exists).
+func MaildirFileName(key string, epoch int) string {
+	return effectHash(key, epoch)[:maildirFileHashChars] + maildirFileSuffix
+}
+
+func (p *maildirProvider) Name() string   { return p.name }
+func (p *maildirProvider) Kind() string   { return "maildir" }
+func (p *maildirProvider) String() string { return p.name + "=" + p.url }
+func (p *maildirProvider) Close() error   { return nil }
+
+// Capabilities: a maildir deduplicates by file name and can be probed; a
+// file that is not there was not delivered (no settle window by default).
+func (p *maildirProvider) Capabilities() Capabilities {
+	return Capabilities{Dedupe: true, Probe: true, SettleWindow: p.settle}
+}
+
+// ensureDirs creates tmp/, new/ and cur/ on first use (and again after a
+// failure, which may have been temporary).
+func (p *maildirProvider) ensureDirs() error {
+	if p.dirsReady.Load() {
+		return nil
+	}
+	for _, d := range []string{"tmp", "new", "cur"} {
+		if err := os.MkdirAll(filepath.Join(p.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	p.dirsReady.Store(true)
+	return nil
+}
+
+// find looks for the effect's file in new/ and cur/ (where a mail reader
+// moves it, adding ":2,<flags>"). It returns "new/<name>" or
+// "cur/<file>".
+func (p *maildirProvider) find(name string) (string, bool) {
+	if _, err := os.Lstat(filepath.Join(p.dir, "new", name)); err == nil {
+		return "new/" + name, true
+	}
+	if _, err := os.Lstat(filepath.Join(p.dir, "cur", name)); err == nil {
+		return "cur/" + name, true
+	}
+	// name is hex and ".onceplan": no glob metacharacters.
+	if m, _ := filepath.Glob(filepath.Join(p.dir, "cur", name+":*")); len(m) > 0 {
+		return "cur/" + filepath.Base(m[0]), true
+	}
+	return "", false
+}
+
+// Send delivers the message as new/<MaildirFileName>: written and synced in
+// tmp/ under a unique name, then hard-linked into new/ (the link fails when
+// the name exists: a repeat can never make a second file), then the tmp
+// file is removed and new/ synced. ctx is only checked before starting: a
+// local write is not interrupted half way.
+func (p *maildirProvider) Send(ctx context.Context, r Request) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	name := MaildirFileName(r.Key, r.Epoch)
+	if err := p.ensureDirs(); err != nil {
+		return []byte(fmt.Sprintf("maildir: error creating directories: %s%s", errText(err), maildirNothing)), nil
+	}
+	if where, ok := p.find(name); ok {
+		return []byte(maildirPresent + where), nil
+	}
+	msg, err := newMsg(r, time.Now())
+	if err != nil {
+		return []byte(maildirErrBuild + err.Error() + maildirNothing), nil
+	}
+
+	var uniq [8]byte
+	_, _ = rand.Read(uniq[:])
+	tmpName := fmt.Sprintf("%s.%d.%s", name, os.Getpid(), hex.EncodeToString(uniq[:]))
+	tmp := filepath.Join(p.dir, "tmp", tmpName)
+	if err := writeSynced(tmp, func(f *os.File) error { _, err := msg.WriteTo(f); return err }); err != nil {
+		_ = os.Remove(tmp)
+		return []byte(fmt.Sprintf("maildir: error writing tmp/%s: %s%s", tmpName, errText(err), maildirNothing)), nil
+	}
+	err = os.Link(tmp, filepath.Join(p.dir, "new", name))
+	_ = os.Remove(tmp)
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return []byte(maildirPresent + "new/" + name), nil
+	case err != nil:
+		return []byte(fmt.Sprintf("maildir: error linking new/%s: %s%s", name, errText(err), maildirNothing)), nil
+	}
+	if err := syncDir(filepath.Join(p.dir, "new")); err != nil {
+		// The file is in new/ and readers see it: delivered. Only its
+		// survival of a power cut is in question.
+		return []byte(fmt.Sprintf("%snew/%s (syncing new/ failed: %s)", maildirDelivered, name, errText(err))), nil
+	}
+	return []byte(maildirDelivered + "new/" + name), nil
+}
+
+func writeSynced(path string, write func(*os.File) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Probe tells whether the effect's file is in new/ or cur/.
+func (p *maildirProvider) Probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
+	if err := ctx.Err(); err != nil {
+		return ProbeResult{}, err
+	}
+	name := MaildirFileName(key, epoch)
+	if where, ok := p.find(name); ok {
+		return ProbeResult{Found: true, Raw: []byte("maildir: found " + where), Receipt: name}, nil
+	}
+	if _, err := os.Stat(p.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return ProbeResult{}, fmt.Errorf("probing maildir %s: %w", p.dir, err)
+	}
+	return ProbeResult{Raw: []byte("maildir: not found " + name)}, nil
+}
+
+// Classify interprets a maildir raw answer; see [ClassifyMaildir].
+func (p *maildirProvider) Classify(raw []byte) Verdict { return ClassifyMaildir(raw) }
+
+// ClassifyMaildir interprets a raw answer of a maildir Send: delivered or
+// already present → done with the file name (without the ":2,flags" a mail
+// reader adds) as receipt; an error building the message → failed for good;
+// any other error (all of them happen before the link into new/, so nothing
+// was delivered) → failed, retryable. Anything else → unknown.
+func ClassifyMaildir(raw []byte) Verdict {
+	s := string(raw)
+	switch {
+	case strings.HasPrefix(s, maildirDelivered):
+		return Verdict{Outcome: OutcomeDone, Receipt: maildirReceipt(s[len(maildirDelivered):])}
+	case strings.HasPrefix(s, maildirPresent):
+		return Verdict{Outcome: OutcomeDone, Receipt: maildirReceipt(s[len(maildirPresent):])}
+	case strings.HasPrefix(s, maildirErrBuild):
+		return Verdict{Outcome: OutcomeFailed, Reason: oneLine(strings.TrimPrefix(s, maildirPrefix))}
+	case strings.HasPrefix(s, maildirErrPrefix) && strings.HasSuffix(s, maildirNothing):
+		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: oneLine(strings.TrimPrefix(s, maildirPrefix))}
+	}
+	return Verdict{Outcome: OutcomeUnknown, Reason: "unrecognised maildir answer: " + oneLine(s)}
+}
+
+// maildirReceipt turns "new/<name> (…)" or "cur/<name>:2,S" into <name>.
+func maildirReceipt(where string) string {
+	where, _, _ = strings.Cut(where, " ")
+	name := path.Base(where)
+	name, _, _ = strings.Cut(name, ":")
+	return name
+}

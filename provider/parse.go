@@ -1,0 +1,288 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalid is wrapped by every error of [Parse] and [ParseFlag].
+var ErrInvalid = errors.New("invalid provider configuration")
+
+// Defaults of the options every kind takes.
+const (
+	DefaultTimeout          = 30 * time.Second
+	DefaultHTTPSettle       = 2 * time.Minute
+	defaultConcurrency      = 4
+	defaultMaildirParallel  = 16
+	maxConcurrency          = 1024
+	maxNameLen              = 40
+	redactedPasswordMarker  = "xxxxx"
+	knownSchemesDescription = "maildir, smtp, http or https"
+)
+
+type parseError struct{ msg string }
+
+func (e *parseError) Error() string        { return e.msg }
+func (e *parseError) Is(target error) bool { return target == ErrInvalid }
+
+func errorf(name, format string, args ...any) error {
+	return &parseError{msg: fmt.Sprintf("provider %q: ", name) + fmt.Sprintf(format, args...)}
+}
+
+// nameRe: a provider's name also names its queue ("provider_" + name), so
+// it follows River's queue-name rule.
+var nameRe = regexp.MustCompile(`^[a-z0-9]+(?:[_-][a-z0-9]+)*$`)
+
+// options are the parsed query options of a provider URL.
+type options struct {
+	perSecond   float64 // 0: no rate limit
+	concurrency int
+	timeout     time.Duration
+	settle      time.Duration
+	settleSet   bool
+	tls         string // smtp
+	dedupe      bool   // http
+	probe       string // http
+}
+
+// Options each kind accepts, in the order error messages list them.
+var (
+	commonOptions  = []string{"rate", "concurrency", "timeout", "settle"}
+	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls"}, "http": {"dedupe", "probe"}}
+	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http"}
+	rateUnitPerSec = map[string]float64{"s": 1, "m": 1.0 / 60, "h": 1.0 / 3600}
+)
+
+// Parse builds the provider called name from its URL:
+//
+//	maildir:///absolute/path
+//	smtp://[user:pass@]host[:port][?tls=none|starttls|tls]
+//	http(s)://host/path[?dedupe=true][&probe=URL]
+//
+// Options every kind takes:
+//   - rate=N/s (or N/m, N/h; N may have a fraction): at most N sends per
+//     second, evenly spaced (burst 1). Default: no limit.
+//   - concurrency=N: at most N calls at once (1–1024). Default 4 for smtp
+//     and http, 16 for maildir.
+//   - timeout=DURATION: bound of one call (connect, send, answer). Default
+//     30s. Maildir writes are local and ignore it.
+//   - settle=DURATION: how long after a send a probe's "not found" may
+//     still be an effect in flight; only for providers that can be probed
+//     (maildir, default 0; http with probe=URL, default 2m).
+//
+// SMTP: tls=none (plain text; also for servers that offer no STARTTLS),
+// tls=starttls (STARTTLS required) or tls=tls (TLS from the first byte).
+// Without tls, port 465 means tls, port 587 starttls and any other port
+// none. Without a port, tls=tls means 465, tls=starttls 587, otherwise 25.
+// Credentials are sent only over TLS, or in clear to localhost.
+//
+// HTTP: dedupe=true says the endpoint ignores a repeated Idempotency-Key;
+// probe=URL says GET URL/{EffectID} tells whether an effect exists. The
+// webhook URL itself carries no query: every query parameter is an option,
+// and an unknown one is an error.
+//
+// Errors are one sentence naming the provider and the option, and never
+// contain the password; they wrap [ErrInvalid].
+func Parse(name, rawURL string) (Provider, error) {
+	if name == "" {
+		return nil, &parseError{msg: "provider name is empty"}
+	}
+	if len(name) > maxNameLen || !nameRe.MatchString(name) {
+		return nil, &parseError{msg: fmt.Sprintf("provider name %q is not valid: use at most %d lower-case letters and digits, separated by single '-' or '_'", name, maxNameLen)}
+	}
+	if strings.TrimSpace(rawURL) == "" {
+		return nil, errorf(name, "URL is empty")
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL, password and all
+		}
+		if red := Redacted(rawURL); red != rawURL {
+			// The detail may quote a piece of the password (a bad escape).
+			return nil, errorf(name, "URL %s is not valid", red)
+		}
+		return nil, errorf(name, "URL %s is not valid: %v", rawURL, err)
+	}
+	scheme := strings.ToLower(u.Scheme)
+	kind, ok := schemeToKind[scheme]
+	if !ok {
+		if scheme == "" {
+			return nil, errorf(name, "URL %s has no scheme (want %s)", Redacted(rawURL), knownSchemesDescription)
+		}
+		return nil, errorf(name, "unknown scheme %q (want %s)", u.Scheme, knownSchemesDescription)
+	}
+	opts, err := parseOptions(name, kind, u.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "maildir":
+		return newMaildirFromURL(name, u, opts)
+	case "smtp":
+		return newSMTPFromURL(name, u, opts)
+	default:
+		return newWebhookFromURL(name, u, opts)
+	}
+}
+
+// ParseFlag parses "NAME=URL", the form of the --provider flag and of the
+// items of ONCEPLAN_PROVIDERS.
+func ParseFlag(s string) (Provider, error) {
+	name, rawURL, ok := strings.Cut(strings.TrimSpace(s), "=")
+	if !ok {
+		return nil, &parseError{msg: fmt.Sprintf("provider %q is not NAME=URL", Redacted(s))}
+	}
+	return Parse(strings.TrimSpace(name), strings.TrimSpace(rawURL))
+}
+
+// Redacted returns rawURL with the password of its userinfo replaced by
+// "xxxxx", for logs and the UI. A URL that does not parse is redacted by
+// hand: everything between "://" and the last '@' of the authority loses
+// its password.
+func Redacted(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		u.RawQuery = redactQuery(u.RawQuery)
+		return u.Redacted()
+	}
+	i := strings.Index(rawURL, "://")
+	if i < 0 {
+		return rawURL
+	}
+	rest := rawURL[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return rawURL
+	}
+	user, _, hasPass := strings.Cut(rest[:at], ":")
+	if !hasPass {
+		return rawURL
+	}
+	return rawURL[:i+3] + user + ":" + redactedPasswordMarker + rest[at:]
+}
+
+// redactQuery redacts the passwords of URLs given as option values
+// (probe=https://user:pass@…), leaving the other pairs as they are.
+func redactQuery(rawQuery string) string {
+	if !strings.Contains(rawQuery, "@") {
+		return rawQuery
+	}
+	pairs := strings.Split(rawQuery, "&")
+	for i, pair := range pairs {
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			continue
+		}
+		uv, err := url.QueryUnescape(v)
+		if err != nil {
+			if strings.Contains(v, "@") {
+				pairs[i] = k + "=" + redactedPasswordMarker
+			}
+			continue
+		}
+		if r := Redacted(uv); r != uv {
+			pairs[i] = k + "=" + url.QueryEscape(r)
+		}
+	}
+	return strings.Join(pairs, "&")
+}
+
+func parseOptions(name, kind, rawQuery string) (options, error) {
+	o := options{concurrency: defaultConcurrency, timeout: DefaultTimeout}
+	if kind == "maildir" {
+		o.concurrency = defaultMaildirParallel
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return o, errorf(name, "URL query is not valid: %v", err)
+	}
+	known := append(slices.Clone(commonOptions), kindOptions[kind]...)
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return o, errorf(name, "unknown option %q for a %s provider (known: %s)", k, kind, strings.Join(known, ", "))
+		}
+		if len(q[k]) > 1 {
+			return o, errorf(name, "option %q is given %d times", k, len(q[k]))
+		}
+	}
+	for _, k := range keys {
+		v := q[k][0]
+		switch k {
+		case "rate":
+			if o.perSecond, err = parseRate(v); err != nil {
+				return o, errorf(name, "rate %q is not N/s or N/m", v)
+			}
+		case "concurrency":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxConcurrency {
+				return o, errorf(name, "concurrency %q is not a whole number from 1 to %d", v, maxConcurrency)
+			}
+			o.concurrency = n
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return o, errorf(name, "timeout %q is not a positive duration like 30s", v)
+			}
+			o.timeout = d
+		case "settle":
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return o, errorf(name, "settle %q is not a duration like 2m", v)
+			}
+			o.settle, o.settleSet = d, true
+		case "tls":
+			if v != "none" && v != "starttls" && v != "tls" {
+				return o, errorf(name, "tls %q is not none, starttls or tls", v)
+			}
+			o.tls = v
+		case "dedupe":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, errorf(name, "dedupe %q is not true or false", v)
+			}
+			o.dedupe = b
+		case "probe":
+			p, err := url.Parse(v)
+			if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
+				return o, errorf(name, "probe %q is not an http(s) URL without query", Redacted(v))
+			}
+			o.probe = v
+		}
+	}
+	return o, nil
+}
+
+// parseRate reads "N/s", "N/m" or "N/h" as sends per second.
+func parseRate(v string) (float64, error) {
+	num, unit, ok := strings.Cut(v, "/")
+	per, known := rateUnitPerSec[unit]
+	if !ok || !known || num == "" {
+		return 0, errors.New("bad rate")
+	}
+	for _, c := range num { // refuse "1e3", "Inf", "NaN", "+5", hex
+		if (c < '0' || c > '9') && c != '.' {
+			return 0, errors.New("bad rate")
+		}
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n <= 0 || n > 1e6 {
+		return 0, errors.New("bad rate")
+	}
+	return n * per, nil
+}
