@@ -80,6 +80,9 @@ type Config struct {
 	PausedSnooze time.Duration
 	Pauser       QuotaPauser
 	Requeuer     Requeuer
+	// QueueOf names a provider's queue, so a paused queue stops the jobs
+	// already fetched from it too; nil means no such check.
+	QueueOf func(provider string) string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -132,6 +135,13 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
+func (e *Executor) queueOf(provider string) string {
+	if e.cfg.QueueOf == nil {
+		return ""
+	}
+	return e.cfg.QueueOf(provider)
+}
+
 // Owner is this process's identity in the ledger and in River.
 func (e *Executor) Owner() string { return e.owner }
 
@@ -181,10 +191,19 @@ func (e *Executor) planFor(ctx context.Context, id int64) (*cachedPlan, error) {
 }
 
 // campaignGate says whether a campaign's job may claim now.
-func (e *Executor) campaignGate(ctx context.Context, j Job) (Result, bool, error) {
+//
+// With a queue name it also says no while that queue is paused: River
+// stops fetching from a paused queue, but jobs fetched before the pause
+// (up to the queue's workers, in every process) would otherwise go on
+// calling a provider that just answered "over quota".
+func (e *Executor) campaignGate(ctx context.Context, j Job, queue string) (Result, bool, error) {
 	var state string
 	var current int64
-	err := e.cfg.Pool.QueryRow(ctx, `SELECT state, coalesce(plan_id, 0) FROM campaign WHERE id = $1`, j.CampaignID).Scan(&state, &current)
+	var queuePaused bool
+	err := e.cfg.Pool.QueryRow(ctx, `
+		SELECT state, coalesce(plan_id, 0),
+		       $2 <> '' AND EXISTS (SELECT 1 FROM river_queue q WHERE q.name = $2 AND q.paused_at IS NOT NULL)
+		FROM campaign WHERE id = $1`, j.CampaignID, queue).Scan(&state, &current, &queuePaused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
 	}
@@ -195,6 +214,8 @@ func (e *Executor) campaignGate(ctx context.Context, j Job) (Result, bool, error
 	case current != j.PlanID:
 		// A newer version was approved: its own jobs carry on.
 		return Result{Action: Complete, Outcome: "superseded"}, false, nil
+	case plan.State(state) == plan.StateRunning && queuePaused:
+		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "provider paused"}, false, nil
 	case plan.State(state) == plan.StateRunning:
 		return Result{}, true, nil
 	case plan.State(state) == plan.StatePaused:
@@ -211,7 +232,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 
 	// Before the claim: everything that can wait. A crash here leaves no
 	// ledger row; the job simply runs again.
-	if res, ok, err := e.campaignGate(ctx, j); err != nil || !ok {
+	if res, ok, err := e.campaignGate(ctx, j, ""); err != nil || !ok {
 		return res, err
 	}
 	cp, err := e.planFor(ctx, j.PlanID)
@@ -232,7 +253,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 		return Result{}, err
 	}
 	defer release()
-	if res, ok, err := e.campaignGate(ctx, j); err != nil || !ok {
+	if res, ok, err := e.campaignGate(ctx, j, e.queueOf(prov.Name())); err != nil || !ok {
 		return res, err
 	}
 	e.crash.at(pointBeforeClaim)

@@ -57,6 +57,9 @@ type Config struct {
 	// Workers per provider queue. Default 16; the provider's own
 	// concurrency setting still bounds calls in flight.
 	WorkersPerQueue int
+	// PausedSnooze: how long a paused campaign's job waits before it
+	// looks again. Default 5s.
+	PausedSnooze time.Duration
 	// InsertOnly makes a client that only enqueues (serve with --no-workers).
 	InsertOnly bool
 }
@@ -115,7 +118,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if !cfg.InsertOnly {
 		exec, err := executor.New(executor.Config{
 			Pool: cfg.Pool, Providers: cfg.Providers, Logger: cfg.Logger,
-			OwnerTimeout: cfg.OwnerTimeout, Pauser: r, Requeuer: r,
+			OwnerTimeout: cfg.OwnerTimeout, PausedSnooze: cfg.PausedSnooze, Pauser: r, Requeuer: r, QueueOf: QueueFor,
 		})
 		if err != nil {
 			return nil, err
