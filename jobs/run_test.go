@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,7 @@ func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 	reg, err := provider.NewRegistry(ps...)
 	require.NoError(t, err)
 	cfg.Pool, cfg.Providers = pool, reg
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(testLogOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if cfg.MaintenanceInterval == 0 {
 		cfg.MaintenanceInterval = 200 * time.Millisecond
 	}
@@ -332,7 +333,10 @@ func TestRetriesAreBoundedAndTheFailureStaysVisible(t *testing.T) {
 	})
 	require.Equal(t, map[string]int{"failed": 2}, w.states(t, id))
 	require.Equal(t, 6, w.attempts(t), "three attempts per target, each in the ledger")
-	require.Equal(t, plan.StateRunning, w.campaignState(t, id), "a campaign with failed targets is not complete")
+	// Nothing is left to run, so the campaign completes — with its failed
+	// targets in plain sight for the audit and a later resume.
+	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	require.Equal(t, map[string]int{"failed": 2}, w.states(t, id))
 	var reason string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM effect ORDER BY id DESC LIMIT 1`).Scan(&reason))
 	require.Contains(t, reason, "could not be sent")
@@ -396,13 +400,18 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 		return js[rivertype.JobStateAvailable] == 0 && js[rivertype.JobStateRunning] == 0
 	})
 	require.Len(t, smtp.Messages(), 4)
-	require.Equal(t, plan.StateRunning, w.campaignState(t, id), "a campaign with an unknown target is not complete")
+	require.Equal(t, 1, w.states(t, id)["unknown"], "the unknown target still waits for a person")
 
 	// The operator checks the mailbox, sees it arrived, and says so.
 	var key string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT key FROM effect WHERE state = 'unknown'`).Scan(&key))
 	_, err = w.svc.ResolveEffect(w.ctx, w.operator, id, key, ledger.Delivered, "found in the recipient's mailbox")
 	require.NoError(t, err)
+	require.Equal(t, map[string]int{"done": 4}, w.states(t, id))
+	_, err = w.svc.Resume(w.ctx, w.operator, id)
+	require.NoError(t, err)
 	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
-	require.Len(t, smtp.Messages(), 4, "resolving as delivered sends nothing")
+	require.Len(t, smtp.Messages(), 4, "resolving as delivered sends nothing, even after another resume")
 }
+
+var testLogOut io.Writer = os.Stderr
