@@ -80,6 +80,12 @@ const (
 	ActionResume  Action = "resume"
 	ActionCancel  Action = "cancel"
 	ActionResolve Action = "resolve"
+	// ActionSupersede bumps a done target's epoch so it gets one more
+	// effect: a new decision to act, so it needs an approver.
+	ActionSupersede Action = "supersede"
+	// ActionRevoke withdraws a done or stranded effect (it was reversed
+	// outside Onceplan); the key no longer blocks.
+	ActionRevoke Action = "revoke"
 )
 
 // permission says which role an action needs and whether an agent token
@@ -88,17 +94,19 @@ var permission = map[Action]struct {
 	role       Role
 	agentMayDo bool
 }{
-	ActionCreate:  {RoleProposer, true},
-	ActionEdit:    {RoleProposer, true},
-	ActionImport:  {RoleProposer, true},
-	ActionSubmit:  {RoleProposer, true},
-	ActionApprove: {RoleApprover, false},
-	ActionReject:  {RoleApprover, false},
-	ActionStart:   {RoleOperator, false},
-	ActionPause:   {RoleOperator, false},
-	ActionResume:  {RoleOperator, false},
-	ActionCancel:  {RoleOperator, false},
-	ActionResolve: {RoleOperator, false},
+	ActionCreate:    {RoleProposer, true},
+	ActionEdit:      {RoleProposer, true},
+	ActionImport:    {RoleProposer, true},
+	ActionSubmit:    {RoleProposer, true},
+	ActionApprove:   {RoleApprover, false},
+	ActionReject:    {RoleApprover, false},
+	ActionStart:     {RoleOperator, false},
+	ActionPause:     {RoleOperator, false},
+	ActionResume:    {RoleOperator, false},
+	ActionCancel:    {RoleOperator, false},
+	ActionResolve:   {RoleOperator, false},
+	ActionSupersede: {RoleApprover, false},
+	ActionRevoke:    {RoleOperator, false},
 }
 
 // Authorize reports whether actor may take action, with a reason when not.

@@ -58,7 +58,17 @@ type CreateParams struct {
 	RequiredApprovals int
 	Payload           plan.Payload
 	Targets           *TargetsParams // optional
+	// IdempotencyKey, when set, makes Create safe to retry: the same actor
+	// with the same key gets the campaign the first call made (Result.Replayed),
+	// provided RequestHash matches; a different RequestHash is refused with
+	// ErrIdempotencyMismatch. RequestHash identifies the request's content.
+	IdempotencyKey string
+	RequestHash    string
 }
+
+// ErrIdempotencyMismatch: an idempotency key was reused for a different
+// request.
+var ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
 
 // Result is a campaign after an action, with its current plan hash.
 type Result struct {
@@ -69,6 +79,9 @@ type Result struct {
 	PlanHash string
 	// Import is set by actions that imported targets.
 	Import *plan.ImportReport
+	// Replayed: Create found its idempotency key already used for the same
+	// request and returned that campaign instead of making another.
+	Replayed bool
 }
 
 func (s *Service) tx(ctx context.Context, fn func(pgx.Tx) error) error {
@@ -106,6 +119,27 @@ func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, 
 	}
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
+		if p.IdempotencyKey != "" {
+			// A concurrent request with the same key waits here on the
+			// primary key until this transaction ends, then finds its row.
+			var existing, hash string
+			err := tx.QueryRow(ctx, `SELECT campaign_id, request_hash FROM api_idempotency WHERE user_id = $1 AND key = $2`,
+				a.UserID, p.IdempotencyKey).Scan(&existing, &hash)
+			switch {
+			case err == nil && hash != p.RequestHash:
+				return fmt.Errorf("%w: the Idempotency-Key %q was first used for a different request", ErrIdempotencyMismatch, p.IdempotencyKey)
+			case err == nil:
+				c, err := plan.GetCampaign(ctx, tx, existing)
+				if err != nil {
+					return err
+				}
+				res, err = s.result(ctx, tx, c)
+				res.Replayed = true
+				return err
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+		}
 		c, err := plan.CreateCampaign(ctx, tx, plan.NewCampaign{
 			Name: p.Name, Provider: p.Provider, ScheduledAt: p.ScheduledAt, StartOnApproval: p.StartOnApproval,
 			RequiredApprovals: p.RequiredApprovals, Payload: p.Payload, CreatedBy: a.UserID, ViaAgent: a.Agent,
@@ -115,6 +149,18 @@ func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, 
 		}
 		if err := s.event(ctx, tx, &a, c, ActionCreate, "", "", nil); err != nil {
 			return err
+		}
+		if p.IdempotencyKey != "" {
+			tag, err := tx.Exec(ctx, `INSERT INTO api_idempotency (user_id, key, request_hash, campaign_id) VALUES ($1, $2, $3, $4)
+				ON CONFLICT DO NOTHING`, a.UserID, p.IdempotencyKey, p.RequestHash, c.ID)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				// Another request with this key committed first: retry
+				// once, and the lookup above answers with its campaign.
+				return errIdempotencyRace
+			}
 		}
 		var report *plan.ImportReport
 		if p.Targets != nil {
@@ -128,8 +174,13 @@ func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, 
 		res.Import = report
 		return err
 	})
+	if errors.Is(err, errIdempotencyRace) {
+		return s.Create(ctx, a, p)
+	}
 	return res, err
 }
+
+var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 
 // editable locks the campaign and returns the draft version to change: the
 // current one while drafting, or a new version (which needs a new approval)
@@ -617,18 +668,20 @@ func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key st
 		if err != nil {
 			return err
 		}
-		var ours bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
-			WHERE p.campaign_id = $1 AND t.key = $2)`, c.ID, key).Scan(&ours); err != nil {
+		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
 			return err
-		}
-		if !ours {
-			return fmt.Errorf("%w: key %s is not a target of campaign %s", plan.ErrNotFound, key, c.ID)
 		}
 		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}
-		return s.event(ctx, tx, &a, c, ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome})
+		if err := s.event(ctx, tx, &a, c, ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome}); err != nil {
+			return err
+		}
+		if outcome == ledger.NotDelivered {
+			// The key is free again: the target goes back on the queue.
+			return s.requeueAfterChange(ctx, tx, c)
+		}
+		return nil
 	})
 	return eff, err
 }

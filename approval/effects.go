@@ -1,0 +1,140 @@
+package approval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// keyOfCampaign refuses a key that is not a target of one of the
+// campaign's approved plans: an action on one campaign's page or route can
+// never touch another campaign's effects.
+func keyOfCampaign(ctx context.Context, tx pgx.Tx, campaignID, key string) error {
+	var ours bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+		WHERE p.campaign_id = $1 AND t.key = $2)`, campaignID, key).Scan(&ours); err != nil {
+		return err
+	}
+	if !ours {
+		return fmt.Errorf("%w: key %s is not a target of campaign %s", plan.ErrNotFound, key, campaignID)
+	}
+	return nil
+}
+
+// CampaignOfKey finds the campaign whose approved plan has key as a target
+// (keys carry the campaign as their event, so there is at most one).
+func (s *Service) CampaignOfKey(ctx context.Context, key string) (string, error) {
+	if _, err := ledger.ParseKey(key); err != nil {
+		return "", fmt.Errorf("%w: %v", plan.ErrInvalid, err)
+	}
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT p.campaign_id FROM target t JOIN plan p ON p.list_id = t.list_id
+		WHERE t.key = $1 ORDER BY p.id DESC LIMIT 1`, key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("%w: no approved plan has a target with key %s", plan.ErrNotFound, key)
+	}
+	return id, err
+}
+
+func needReason(reason, what string) error {
+	if strings.TrimSpace(reason) == "" {
+		return &plan.FieldError{Field: "reason", Reason: what + " needs a reason"}
+	}
+	return nil
+}
+
+// SupersedeEffect deliberately allows one more effect for a target whose
+// effect is done (or failed for good): it bumps the key's epoch, recorded
+// with who and why, and — when the campaign is running or completed — puts
+// the target back on the queue. confirmTarget must repeat the target's
+// address, so nobody supersedes the wrong row by a slip.
+func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key, confirmTarget, reason string) (int, error) {
+	if err := Authorize(a, ActionSupersede); err != nil {
+		return 0, err
+	}
+	if err := needReason(reason, "superseding an effect"); err != nil {
+		return 0, err
+	}
+	var epoch int
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, campaignID)
+		if err != nil {
+			return err
+		}
+		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
+			return err
+		}
+		var target string
+		if err := tx.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
+			WHERE p.campaign_id = $1 AND t.key = $2 ORDER BY p.id DESC LIMIT 1`, c.ID, key).Scan(&target); err != nil {
+			return err
+		}
+		if !strings.EqualFold(strings.TrimSpace(confirmTarget), target) {
+			return &plan.FieldError{Field: "target", Reason: fmt.Sprintf("type the target's address (%s) to confirm", target)}
+		}
+		if epoch, err = ledger.NewStore(tx).Bump(ctx, ledger.BumpParams{
+			Key: ledger.Key(key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: reason,
+		}); err != nil {
+			return err
+		}
+		if err := s.event(ctx, tx, &a, c, ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
+			return err
+		}
+		return s.requeueAfterChange(ctx, tx, c)
+	})
+	return epoch, err
+}
+
+// RevokeEffect records that a done or stranded effect was withdrawn outside
+// Onceplan (a payout reversed, a post deleted). The key no longer blocks;
+// nothing is sent again unless someone supersedes it.
+func (s *Service) RevokeEffect(ctx context.Context, a Actor, campaignID, key, reason string) (ledger.Effect, error) {
+	if err := Authorize(a, ActionRevoke); err != nil {
+		return ledger.Effect{}, err
+	}
+	if err := needReason(reason, "revoking an effect"); err != nil {
+		return ledger.Effect{}, err
+	}
+	var eff ledger.Effect
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, campaignID)
+		if err != nil {
+			return err
+		}
+		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
+			return err
+		}
+		if eff, err = ledger.NewStore(tx).Revoke(ctx, ledger.RevokeParams{Key: ledger.Key(key), Actor: a.String(), Reason: reason}); err != nil {
+			return err
+		}
+		return s.event(ctx, tx, &a, c, ActionRevoke, "", reason, map[string]any{"key": key, "epoch": eff.Epoch})
+	})
+	return eff, err
+}
+
+// requeueAfterChange puts a started campaign's remainder back on the queue
+// after a decision freed a key; a completed campaign runs again.
+func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, c plan.Campaign) error {
+	switch c.State {
+	case plan.StateRunning, plan.StateCompleted:
+	default:
+		return nil // paused: Resume enqueues; not started: Start does
+	}
+	p, err := plan.GetPlan(ctx, tx, c.PlanID)
+	if err != nil {
+		return err
+	}
+	if _, err := s.enqueuer.EnqueueRemaining(ctx, tx, p); err != nil {
+		return err
+	}
+	if c.State == plan.StateCompleted {
+		return plan.SetState(ctx, tx, c.ID, plan.StateRunning)
+	}
+	return nil
+}
