@@ -685,3 +685,12 @@ func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key st
 	})
 	return eff, err
 }
+
+// Get reads a campaign with its current draft and plan hash.
+func (s *Service) Get(ctx context.Context, id string) (Result, error) {
+	c, err := plan.GetCampaign(ctx, s.pool, id)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.result(ctx, s.pool, c)
+}

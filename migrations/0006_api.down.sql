@@ -1,1 +1,2 @@
+DROP INDEX campaign_created;
 DROP TABLE api_idempotency;

@@ -10,3 +10,6 @@ CREATE TABLE api_idempotency (
     created_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (user_id, key)
 );
+
+-- The API lists campaigns newest first by keyset (created_at, id).
+CREATE INDEX campaign_created ON campaign (created_at DESC, id DESC);

@@ -147,7 +147,7 @@ func (s *importSource) Next() bool {
 			continue
 		}
 		if s.ordinal >= s.p.MaxTargets {
-			s.err = &ListError{Line: row.Line, Reason: fmt.Sprintf("the list has more than %d targets, the limit for one campaign", s.p.MaxTargets)}
+			s.err = &ListError{Line: row.Line, TooLarge: true, Reason: fmt.Sprintf("the list has more than %d targets, the limit for one campaign", s.p.MaxTargets)}
 			return false
 		}
 		s.seen[prefix] = int32(row.Line)

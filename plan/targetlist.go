@@ -84,6 +84,9 @@ type ListError struct {
 	// name a byte offset in Reason instead).
 	Line   int
 	Reason string
+	// TooLarge: the list broke a size limit (bytes or targets), as opposed
+	// to being malformed.
+	TooLarge bool
 }
 
 // Error returns "line 12: <reason>", or the reason alone when Line is 0.
@@ -394,7 +397,7 @@ func (g *csvGuard) Read(p []byte) (int, error) {
 	n, err := g.src.Read(p)
 	if g.maxBytes > 0 && g.total+int64(n) > g.maxBytes {
 		n = int(g.maxBytes - g.total)
-		g.err = &ListError{Reason: fmt.Sprintf("the list is larger than the %s limit", humanBytes(g.maxBytes))}
+		g.err = &ListError{TooLarge: true, Reason: fmt.Sprintf("the list is larger than the %s limit", humanBytes(g.maxBytes))}
 	}
 	for i, b := range p[:n] {
 		g.sc.step(b)
@@ -900,7 +903,7 @@ func (s *jsonSource) Read(p []byte) (int, error) {
 	s.total += int64(n)
 	switch {
 	case s.maxBytes > 0 && s.total > s.maxBytes:
-		s.err = &ListError{Reason: fmt.Sprintf("the list is larger than the %s limit", humanBytes(s.maxBytes))}
+		s.err = &ListError{TooLarge: true, Reason: fmt.Sprintf("the list is larger than the %s limit", humanBytes(s.maxBytes))}
 	case s.total-s.elemStart > s.limit+jsonReadChunk:
 		s.err = s.tooLarge()
 	}
@@ -912,10 +915,10 @@ func (s *jsonSource) Read(p []byte) (int, error) {
 
 func (s *jsonSource) tooLarge() *ListError {
 	if s.elem == 0 {
-		return &ListError{Reason: fmt.Sprintf(
+		return &ListError{TooLarge: true, Reason: fmt.Sprintf(
 			"the JSON before the first element is larger than the %s limit", humanBytes(s.limit))}
 	}
-	return &ListError{Reason: fmt.Sprintf(
+	return &ListError{TooLarge: true, Reason: fmt.Sprintf(
 		"element %d is larger than the %s limit", s.elem, humanBytes(s.limit))}
 }
 

@@ -1,0 +1,293 @@
+// Package api is Onceplan's JSON API under /api/v1 (DESIGN §8): bearer
+// tokens, JSON errors {"error": {"code", "message"}}, keyset pagination.
+// Agent tokens may create, edit, import, submit and read — never decide:
+// the approval package refuses them, and the route table says so too.
+//
+// The routes are described by openapi.yaml (served at
+// /api/v1/openapi.yaml); a test fails when the two disagree.
+package api
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// Prefix is where the API is mounted.
+const Prefix = "/api/v1"
+
+//go:embed openapi.yaml
+var openAPI []byte
+
+// OpenAPI is the API's OpenAPI 3.1 document.
+func OpenAPI() []byte { return openAPI }
+
+// Config is what the API needs.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Approval *approval.Service
+	Logger   *slog.Logger
+	// BaseURL is the server's public URL, for links to the UI (the
+	// approval page an agent hands to its human). Empty: relative links.
+	BaseURL string
+	// MaxJSONBytes bounds a JSON request body (default 32 MiB; a target
+	// list as JSON is bounded by the importer's own limit instead).
+	MaxJSONBytes int64
+	// RatePerToken is the sustained requests per second one token may make
+	// (default 50, burst 100); beyond it the API answers 429.
+	RatePerToken rate.Limit
+}
+
+// API serves the routes.
+type API struct {
+	cfg      Config
+	limiters sync.Map // token id → *rate.Limiter
+}
+
+// route is one endpoint; the table is what the OpenAPI test walks.
+type route struct {
+	Method, Path string
+	handler      func(*API, echo.Context, approval.Actor) error
+}
+
+func routes() []route {
+	return []route{
+		{http.MethodGet, "/campaigns", (*API).listCampaigns},
+		{http.MethodPost, "/campaigns", (*API).createCampaign},
+		{http.MethodGet, "/campaigns/{id}", (*API).getCampaign},
+		{http.MethodPatch, "/campaigns/{id}", (*API).editCampaign},
+		{http.MethodPost, "/campaigns/{id}/targets", (*API).importTargets},
+		{http.MethodGet, "/campaigns/{id}/targets", (*API).listTargets},
+		{http.MethodPost, "/campaigns/{id}/submit", (*API).submit},
+		{http.MethodPost, "/campaigns/{id}/approve", (*API).approve},
+		{http.MethodPost, "/campaigns/{id}/reject", (*API).reject},
+		{http.MethodPost, "/campaigns/{id}/start", (*API).start},
+		{http.MethodPost, "/campaigns/{id}/pause", (*API).pause},
+		{http.MethodPost, "/campaigns/{id}/resume", (*API).resume},
+		{http.MethodPost, "/campaigns/{id}/cancel", (*API).cancel},
+		{http.MethodGet, "/campaigns/{id}/audit", (*API).audit},
+		{http.MethodPost, "/effects/{key}/resolve", (*API).resolve},
+		{http.MethodPost, "/effects/{key}/supersede", (*API).supersede},
+		{http.MethodPost, "/effects/{key}/revoke", (*API).revoke},
+	}
+}
+
+// Routes lists "METHOD /path" of every API route (with {param} syntax).
+func Routes() []string {
+	var out []string
+	for _, r := range routes() {
+		out = append(out, r.Method+" "+Prefix+r.Path)
+	}
+	out = append(out, http.MethodGet+" "+Prefix+"/openapi.yaml")
+	return out
+}
+
+// Register mounts the API on e.
+func Register(e *echo.Echo, cfg Config) *API {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxJSONBytes == 0 {
+		cfg.MaxJSONBytes = 32 << 20
+	}
+	if cfg.RatePerToken == 0 {
+		cfg.RatePerToken = 50
+	}
+	a := &API{cfg: cfg}
+	g := e.Group(Prefix)
+	g.GET("/openapi.yaml", func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "application/yaml", openAPI)
+	})
+	for _, r := range routes() {
+		path := strings.NewReplacer("{id}", ":id", "{key}", ":key").Replace(r.Path)
+		g.Add(r.Method, path, a.authenticated(r.handler))
+	}
+	// Anything else under the prefix is a JSON 404 or 405, not HTML.
+	g.Any("/*", func(c echo.Context) error {
+		return writeError(c, http.StatusNotFound, "not_found", "no such API route: "+c.Request().Method+" "+c.Request().URL.Path)
+	})
+	return a
+}
+
+// authenticated resolves the bearer token, rate-limits per token, and
+// calls h with the actor.
+func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "no-store")
+		header := c.Request().Header.Get("Authorization")
+		secret, ok := strings.CutPrefix(header, "Bearer ")
+		if !ok || strings.TrimSpace(secret) == "" {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="onceplan"`)
+			return writeError(c, http.StatusUnauthorized, "unauthenticated", "send an API token as \"Authorization: Bearer <token>\" (create one with `onceplan token create`)")
+		}
+		actor, tok, err := auth.TokenActor(c.Request().Context(), a.cfg.Pool, strings.TrimSpace(secret))
+		if err != nil {
+			if errors.Is(err, auth.ErrUnauthenticated) {
+				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="onceplan", error="invalid_token"`)
+				return writeError(c, http.StatusUnauthorized, "unauthenticated", err.Error())
+			}
+			return a.fail(c, err)
+		}
+		lim, _ := a.limiters.LoadOrStore(tok.ID, rate.NewLimiter(a.cfg.RatePerToken, int(2*a.cfg.RatePerToken)))
+		if !lim.(*rate.Limiter).Allow() {
+			c.Response().Header().Set("Retry-After", "1")
+			return writeError(c, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("this token may make %v requests per second; retry after a second", a.cfg.RatePerToken))
+		}
+		return h(a, c, actor)
+	}
+}
+
+// errorBody is the one error shape of the API.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+	Line    int    `json:"line,omitempty"`
+}
+
+func writeError(c echo.Context, status int, code, msg string) error {
+	return c.JSON(status, errorBody{Error: errorDetail{Code: code, Message: msg}})
+}
+
+// fail translates a domain error into its status, in one place.
+func (a *API) fail(c echo.Context, err error) error {
+	var (
+		field  *plan.FieldError
+		list   *plan.ListError
+		body   *bodyError
+		tooBig *http.MaxBytesError
+	)
+	d := errorDetail{Message: err.Error()}
+	status := http.StatusInternalServerError
+	switch {
+	case errors.As(err, &body):
+		status, d.Code, d.Field = body.status, body.code, body.field
+	case errors.As(err, &tooBig):
+		status, d.Code, d.Message = http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the %d-byte limit", tooBig.Limit)
+	case errors.As(err, &list) && list.TooLarge:
+		status, d.Code, d.Line = http.StatusRequestEntityTooLarge, "too_large", list.Line
+	case errors.As(err, &list):
+		status, d.Code, d.Line = http.StatusBadRequest, "invalid_list", list.Line
+	case errors.As(err, &field):
+		status, d.Code, d.Field = http.StatusBadRequest, "invalid", field.Field
+	case errors.Is(err, approval.ErrIdempotencyMismatch):
+		status, d.Code = http.StatusUnprocessableEntity, "idempotency_mismatch"
+	case errors.Is(err, plan.ErrInvalid):
+		status, d.Code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, audit.ErrNoPlan):
+		status, d.Code = http.StatusConflict, "not_approved"
+	case errors.Is(err, approval.ErrForbidden):
+		status, d.Code = http.StatusForbidden, "forbidden"
+	case errors.Is(err, plan.ErrNotFound), errors.Is(err, ledger.ErrNotFound), errors.Is(err, auth.ErrNotFound), errors.Is(err, audit.ErrNotFound):
+		status, d.Code = http.StatusNotFound, "not_found"
+	case errors.Is(err, approval.ErrConflict), errors.Is(err, ledger.ErrConflict), errors.Is(err, ledger.ErrIllegalTransition):
+		status, d.Code = http.StatusConflict, "conflict"
+	case errors.Is(err, ledger.ErrMissingEvidence):
+		status, d.Code = http.StatusBadRequest, "invalid"
+	case errors.Is(err, context.Canceled):
+		status, d.Code, d.Message = 499, "cancelled", "the request was cancelled"
+	}
+	if status == http.StatusInternalServerError {
+		// Never show internals (SQL, paths, secrets) to the client.
+		a.cfg.Logger.Error("api request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		d.Code, d.Message = "internal", "an internal error occurred; it was logged"
+	}
+	return c.JSON(status, errorBody{Error: d})
+}
+
+// bodyError is a request that could not be read as what the route takes.
+type bodyError struct {
+	status      int
+	code, field string
+	msg         string
+}
+
+func (e *bodyError) Error() string { return e.msg }
+
+// decode reads one JSON object into v, refusing unknown fields, wrong
+// types, trailing data and oversized bodies, each with one sentence.
+func (a *API) decode(c echo.Context, v any) error {
+	r := c.Request()
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return &bodyError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
+			msg: fmt.Sprintf("this route takes application/json, not %s", ct)}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), r.Body, a.cfg.MaxJSONBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body has data after its JSON object"}
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var (
+		syntax *json.SyntaxError
+		typ    *json.UnmarshalTypeError
+		tooBig *http.MaxBytesError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body is empty; send a JSON object"}
+	case errors.As(err, &tooBig):
+		return &bodyError{status: http.StatusRequestEntityTooLarge, code: "too_large", msg: fmt.Sprintf("the body is larger than the %d-byte limit", tooBig.Limit)}
+	case errors.As(err, &syntax):
+		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: fmt.Sprintf("the body is not valid JSON at byte %d: %v", syntax.Offset, syntax)}
+	case errors.As(err, &typ):
+		field := typ.Field
+		return &bodyError{status: http.StatusBadRequest, code: "invalid", field: field,
+			msg: fmt.Sprintf("field %q must be %s, not a JSON %s", field, jsonType(typ.Type.Kind().String()), typ.Value)}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &bodyError{status: http.StatusBadRequest, code: "invalid", field: name, msg: fmt.Sprintf("unknown field %q", name)}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body ends before its JSON object does"}
+	}
+	return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body is not valid JSON: " + err.Error()}
+}
+
+func jsonType(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "uint", "uint64":
+		return "an integer"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	}
+	return "a " + kind
+}
+
+// timeout bounds one request's database work.
+func ctxOf(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), 5*time.Minute)
+}

@@ -1,0 +1,539 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// campaignView is GET /campaigns/{id}'s answer, and every state action's.
+type campaignView struct {
+	ID                string          `json:"id"`
+	Name              string          `json:"name"`
+	State             plan.State      `json:"state"`
+	Provider          string          `json:"provider"`
+	PlanHash          string          `json:"plan_hash"`
+	PlanVersion       int             `json:"plan_version"`
+	RequiredApprovals int             `json:"required_approvals"`
+	Approvals         int             `json:"approvals"`
+	ScheduledAt       *time.Time      `json:"scheduled_at,omitempty"`
+	Payload           plan.Payload    `json:"payload"`
+	Counts            approval.Counts `json:"counts"`
+	ApprovalURL       string          `json:"approval_url"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+	Import            *importView     `json:"import,omitempty"`
+}
+
+// importView is an import report as DESIGN §8 names it.
+type importView struct {
+	Rows       int              `json:"rows"`
+	Accepted   int              `json:"accepted"`
+	Duplicate  int              `json:"duplicate"`
+	Duplicates []plan.Duplicate `json:"duplicates"`
+	Rejected   []plan.Rejection `json:"rejected"`
+	// RejectedCount can exceed len(Rejected): the list names the first 1,000.
+	RejectedCount int  `json:"rejected_count"`
+	Truncated     bool `json:"truncated,omitempty"`
+	TargetCount   int  `json:"target_count"`
+}
+
+func viewImport(r *plan.ImportReport) *importView {
+	if r == nil {
+		return nil
+	}
+	v := &importView{Rows: r.Rows, Accepted: r.Accepted, Duplicate: r.Duplicate, Duplicates: r.Duplicates,
+		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Truncated: r.Truncated, TargetCount: r.TargetCount}
+	if v.Rejected == nil {
+		v.Rejected = []plan.Rejection{}
+	}
+	if v.Duplicates == nil {
+		v.Duplicates = []plan.Duplicate{}
+	}
+	return v
+}
+
+func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
+	ctx := c.Request().Context()
+	k, err := approval.CampaignCounts(ctx, a.cfg.Pool, res.Campaign)
+	if err != nil {
+		return campaignView{}, err
+	}
+	n, err := a.cfg.Approval.Approvals(ctx, res.Campaign.ID)
+	if err != nil {
+		return campaignView{}, err
+	}
+	cm := res.Campaign
+	return campaignView{
+		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
+		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals, Approvals: n,
+		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,
+		ApprovalURL: strings.TrimSuffix(a.cfg.BaseURL, "/") + "/campaigns/" + cm.ID + "/approval",
+		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, Import: viewImport(res.Import),
+	}, nil
+}
+
+func (a *API) answer(c echo.Context, status int, res approval.Result, err error) error {
+	if err != nil {
+		return a.fail(c, err)
+	}
+	v, err := a.view(c, res)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(status, v)
+}
+
+// current reads a campaign as the service reports it.
+func (a *API) current(c echo.Context) (approval.Result, error) {
+	return a.cfg.Approval.Get(c.Request().Context(), c.Param("id"))
+}
+
+type createRequest struct {
+	Name              string          `json:"name"`
+	Provider          string          `json:"provider"`
+	From              string          `json:"from"`
+	Subject           string          `json:"subject"`
+	Text              string          `json:"text"`
+	HTML              string          `json:"html"`
+	RequiredApprovals int             `json:"required_approvals"`
+	ScheduledAt       *time.Time      `json:"scheduled_at"`
+	StartOnApproval   bool            `json:"start_on_approval"`
+	Targets           json.RawMessage `json:"targets"`
+}
+
+func (a *API) createCampaign(c echo.Context, actor approval.Actor) error {
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, a.cfg.MaxJSONBytes))
+	if err != nil {
+		return a.fail(c, jsonError(err))
+	}
+	c.Request().Body = io.NopCloser(bytes.NewReader(raw))
+	var req createRequest
+	if err := a.decode(c, &req); err != nil {
+		return a.fail(c, err)
+	}
+	p := approval.CreateParams{
+		Name: req.Name, Provider: req.Provider, ScheduledAt: req.ScheduledAt, StartOnApproval: req.StartOnApproval,
+		RequiredApprovals: req.RequiredApprovals,
+		Payload:           plan.Payload{From: req.From, Subject: req.Subject, Text: req.Text, HTML: req.HTML},
+	}
+	if t := bytes.TrimSpace(req.Targets); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		p.Targets = &approval.TargetsParams{Format: plan.FormatJSON, Body: bytes.NewReader(t)}
+	}
+	if key := c.Request().Header.Get("Idempotency-Key"); key != "" {
+		if len(key) > 255 {
+			return writeError(c, http.StatusBadRequest, "invalid", "the Idempotency-Key header is longer than 255 characters")
+		}
+		sum := sha256.Sum256(raw)
+		p.IdempotencyKey, p.RequestHash = key, hex.EncodeToString(sum[:])
+	}
+	res, err := a.cfg.Approval.Create(c.Request().Context(), actor, p)
+	status := http.StatusCreated
+	if res.Replayed {
+		status = http.StatusOK
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	if err == nil {
+		c.Response().Header().Set("Location", Prefix+"/campaigns/"+res.Campaign.ID)
+	}
+	return a.answer(c, status, res, err)
+}
+
+func (a *API) getCampaign(c echo.Context, _ approval.Actor) error {
+	res, err := a.current(c)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+type editRequest struct {
+	From    *string `json:"from"`
+	Subject *string `json:"subject"`
+	Text    *string `json:"text"`
+	HTML    *string `json:"html"`
+}
+
+// editCampaign changes the draft's payload; the fields given replace the
+// current ones. On an approved or running campaign it starts a new version
+// that needs a new approval.
+func (a *API) editCampaign(c echo.Context, actor approval.Actor) error {
+	var req editRequest
+	if err := a.decode(c, &req); err != nil {
+		return a.fail(c, err)
+	}
+	cur, err := a.current(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	p := cur.Draft.Payload
+	for _, f := range []struct {
+		dst *string
+		src *string
+	}{{&p.From, req.From}, {&p.Subject, req.Subject}, {&p.Text, req.Text}, {&p.HTML, req.HTML}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	res, err := a.cfg.Approval.Edit(c.Request().Context(), actor, cur.Campaign.ID, p)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+// importTargets takes text/csv or the JSON list; ?append=true adds to the
+// draft's list, ?address_column= names the CSV's address column.
+func (a *API) importTargets(c echo.Context, actor approval.Actor) error {
+	ct := c.Request().Header.Get("Content-Type")
+	media, _, _ := mime.ParseMediaType(ct)
+	var format plan.Format
+	switch media {
+	case "text/csv":
+		format = plan.FormatCSV
+	case "application/json":
+		format = plan.FormatJSON
+	default:
+		return writeError(c, http.StatusUnsupportedMediaType, "unsupported_media_type",
+			fmt.Sprintf("send the target list as text/csv or application/json, not %q", ct))
+	}
+	appendList, err := boolParam(c, "append")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.ImportTargets(c.Request().Context(), actor, c.Param("id"), approval.TargetsParams{
+		Format: format, Body: c.Request().Body, AddressColumn: c.QueryParam("address_column"), Append: appendList,
+	})
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+func boolParam(c echo.Context, name string) (bool, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, &plan.FieldError{Field: name, Reason: fmt.Sprintf("must be true or false, not %q", v)}
+	}
+	return b, nil
+}
+
+type targetsPage struct {
+	Items []approval.TargetRow `json:"items"`
+	Next  *string              `json:"next"`
+}
+
+// cursor is opaque to clients: base64 of the last ordinal of the page.
+func encodeCursor(ordinal int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("o:" + strconv.Itoa(ordinal)))
+}
+
+func decodeCursor(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		if rest, ok := strings.CutPrefix(string(b), "o:"); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+				return n, nil
+			}
+		}
+	}
+	return 0, &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"}
+}
+
+func intParam(c echo.Context, name string) (int, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, &plan.FieldError{Field: name, Reason: fmt.Sprintf("must be an integer, not %q", v)}
+	}
+	return n, nil
+}
+
+func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
+	after, err := decodeCursor(c.QueryParam("after"))
+	if err != nil {
+		return a.fail(c, err)
+	}
+	limit, err := intParam(c, "limit")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	if c.QueryParams().Has("limit") && limit < 1 {
+		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
+	}
+	cur, err := a.current(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	items, more, err := approval.ListTargets(c.Request().Context(), a.cfg.Pool, cur.Campaign, approval.TargetFilter{
+		State: c.QueryParam("state"), Search: c.QueryParam("q"), After: after, Limit: limit,
+	})
+	if err != nil {
+		return a.fail(c, err)
+	}
+	page := targetsPage{Items: items}
+	if page.Items == nil {
+		page.Items = []approval.TargetRow{}
+	}
+	if more {
+		next := encodeCursor(items[len(items)-1].Ordinal)
+		page.Next = &next
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+type campaignsPage struct {
+	Items []campaignSummary `json:"items"`
+	Next  *string           `json:"next"`
+}
+
+type campaignSummary struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	State     plan.State `json:"state"`
+	Provider  string     `json:"provider"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// listCampaigns pages campaigns newest first, keyed by (created_at, id).
+func (a *API) listCampaigns(c echo.Context, _ approval.Actor) error {
+	limit, err := intParam(c, "limit")
+	if err != nil {
+		return a.fail(c, err)
+	}
+	if c.QueryParams().Has("limit") && (limit < 1 || limit > 200) {
+		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 200, not %d", limit)})
+	}
+	if limit == 0 {
+		limit = 50
+	}
+	var after *plan.CampaignCursor
+	if s := c.QueryParam("after"); s != "" {
+		cur, err := plan.ParseCampaignCursor(s)
+		if err != nil {
+			return a.fail(c, err)
+		}
+		after = &cur
+	}
+	list, next, err := plan.PageCampaigns(c.Request().Context(), a.cfg.Pool, after, limit)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	page := campaignsPage{Items: []campaignSummary{}}
+	for _, cm := range list {
+		page.Items = append(page.Items, campaignSummary{ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider, CreatedAt: cm.CreatedAt, UpdatedAt: cm.UpdatedAt})
+	}
+	if next != nil {
+		s := next.String()
+		page.Next = &s
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+func (a *API) submit(c echo.Context, actor approval.Actor) error {
+	if err := a.noBody(c); err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Submit(c.Request().Context(), actor, c.Param("id"))
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+type approveRequest struct {
+	PlanHash string `json:"plan_hash"`
+}
+
+func (a *API) approve(c echo.Context, actor approval.Actor) error {
+	var req approveRequest
+	if err := a.decode(c, &req); err != nil {
+		return a.fail(c, err)
+	}
+	if req.PlanHash == "" {
+		return a.fail(c, &plan.FieldError{Field: "plan_hash", Reason: "is required: send the plan hash you reviewed"})
+	}
+	res, err := a.cfg.Approval.Approve(c.Request().Context(), actor, c.Param("id"), req.PlanHash)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+type reasonRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (a *API) reason(c echo.Context, required bool) (string, error) {
+	var req reasonRequest
+	if c.Request().ContentLength == 0 && !required {
+		return "", nil
+	}
+	if err := a.decode(c, &req); err != nil {
+		return "", err
+	}
+	if required && strings.TrimSpace(req.Reason) == "" {
+		return "", &plan.FieldError{Field: "reason", Reason: "is required"}
+	}
+	return req.Reason, nil
+}
+
+func (a *API) reject(c echo.Context, actor approval.Actor) error {
+	why, err := a.reason(c, true)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Reject(c.Request().Context(), actor, c.Param("id"), why)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+// noBody accepts an empty body or an empty JSON object.
+func (a *API) noBody(c echo.Context) error {
+	if c.Request().ContentLength == 0 {
+		return nil
+	}
+	var empty struct{}
+	return a.decode(c, &empty)
+}
+
+func (a *API) start(c echo.Context, actor approval.Actor) error {
+	if err := a.noBody(c); err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Start(c.Request().Context(), actor, c.Param("id"))
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+func (a *API) pause(c echo.Context, actor approval.Actor) error {
+	why, err := a.reason(c, false)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Pause(c.Request().Context(), actor, c.Param("id"), why)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+func (a *API) resume(c echo.Context, actor approval.Actor) error {
+	if err := a.noBody(c); err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Resume(c.Request().Context(), actor, c.Param("id"))
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+func (a *API) cancel(c echo.Context, actor approval.Actor) error {
+	why, err := a.reason(c, false)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Cancel(c.Request().Context(), actor, c.Param("id"), why)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+func (a *API) audit(c echo.Context, _ approval.Actor) error {
+	cur, err := a.current(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	m, err := audit.ForCampaign(c.Request().Context(), a.cfg.Pool, cur.Campaign.ID)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, m)
+}
+
+// effectCampaign finds the campaign a key belongs to, for the effect routes.
+func (a *API) effectCampaign(c echo.Context) (string, string, error) {
+	key := c.Param("key")
+	id, err := a.cfg.Approval.CampaignOfKey(c.Request().Context(), key)
+	return id, key, err
+}
+
+type effectView struct {
+	Key      string       `json:"key"`
+	Epoch    int          `json:"epoch"`
+	State    ledger.State `json:"state,omitempty"`
+	Campaign string       `json:"campaign_id"`
+}
+
+type resolveRequest struct {
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason"`
+}
+
+func (a *API) resolve(c echo.Context, actor approval.Actor) error {
+	var req resolveRequest
+	if err := a.decode(c, &req); err != nil {
+		return a.fail(c, err)
+	}
+	var outcome ledger.Outcome
+	switch req.Outcome {
+	case "delivered":
+		outcome = ledger.Delivered
+	case "not_delivered":
+		outcome = ledger.NotDelivered
+	default:
+		return a.fail(c, &plan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be \"delivered\" or \"not_delivered\", not %q", req.Outcome)})
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: say how you know"})
+	}
+	id, key, err := a.effectCampaign(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	eff, err := a.cfg.Approval.ResolveEffect(c.Request().Context(), actor, id, key, outcome, req.Reason)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: eff.Epoch, State: eff.State, Campaign: id})
+}
+
+type supersedeRequest struct {
+	Target string `json:"target"`
+	Reason string `json:"reason"`
+}
+
+func (a *API) supersede(c echo.Context, actor approval.Actor) error {
+	var req supersedeRequest
+	if err := a.decode(c, &req); err != nil {
+		return a.fail(c, err)
+	}
+	id, key, err := a.effectCampaign(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	epoch, err := a.cfg.Approval.SupersedeEffect(c.Request().Context(), actor, id, key, req.Target, req.Reason)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: epoch, State: "", Campaign: id})
+}
+
+func (a *API) revoke(c echo.Context, actor approval.Actor) error {
+	why, err := a.reason(c, true)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	id, key, err := a.effectCampaign(c)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	eff, err := a.cfg.Approval.RevokeEffect(c.Request().Context(), actor, id, key, why)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: eff.Epoch, State: eff.State, Campaign: id})
+}
