@@ -9,9 +9,10 @@ GOTEST_FLAGS ?= -count=1 -timeout 25m
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
+DATA_DIR ?= ./.onceplan
 .PHONY: run
-run: postgres build ## start `onceplan serve` on the embedded default (data in ./.onceplan)
-	./bin/onceplan serve
+run: postgres build ## start `onceplan serve` on the embedded default (data in ./.onceplan) with a demo campaign to approve
+	./bin/onceplan serve --data-dir $(DATA_DIR) --demo --provider "outbox=maildir://$(abspath $(DATA_DIR))/outbox?rate=50/s"
 
 .PHONY: build
 build: ## build ./bin/onceplan
@@ -30,10 +31,26 @@ test-race: postgres ## the test suite under the race detector (slower)
 	$(GO) run ./internal/tools/withpg -- $(GO) test -race $(GOTEST_FLAGS) ./...
 
 .PHONY: lint
-lint: ## gofmt and go vet must be clean
+lint: templ-check ## gofmt and go vet must be clean, generated templ code current
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+.PHONY: generate
+generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod
+	$(GO) tool templ generate -path web/view
+
+.PHONY: templ-check
+templ-check: ## fail when `go tool templ generate` would change the checked-in views
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r web/view "$$tmp/view"; \
+	  $(GO) tool templ generate -path "$$tmp/view" >/dev/null 2>&1 || { echo "templ generate failed"; exit 1; }; \
+	  if ! diff -r web/view "$$tmp/view" >/dev/null; then \
+	    echo "web/view: generated templ code is not current: run make generate"; diff -r web/view "$$tmp/view" | head -40; exit 1; fi
+
+.PHONY: screenshots
+screenshots: postgres ## rerun the browser end-to-end test and save its screenshots to docs/screenshots/
+	@bash scripts/ensure-chromium.sh >/dev/null
+	ONCEPLAN_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) run ./internal/tools/withpg -- $(GO) test -count=1 -run TestBrowser ./cmd/onceplan
 
 .PHONY: clean
 clean: ## remove build output (never the data dir)

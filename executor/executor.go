@@ -91,6 +91,7 @@ type Config struct {
 type Executor struct {
 	cfg    Config
 	ledger *ledger.Store
+	batch  *batcher
 	owner  string
 	crash  *crashPoint
 
@@ -125,6 +126,7 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{
 		cfg:    cfg,
 		ledger: ledger.NewStore(cfg.Pool),
+		batch:  newBatcher(cfg.Pool),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		plans:  map[int64]*cachedPlan{},
 	}
@@ -157,6 +159,10 @@ func (e *Executor) Heartbeat(ctx context.Context) error {
 		ON CONFLICT (owner) DO UPDATE SET seen_at = now()`, e.owner, host, os.Getpid())
 	return err
 }
+
+// Close stops the group-commit loops, after answering what is queued. Call
+// it when no Perform runs any more.
+func (e *Executor) Close() { e.batch.close() }
 
 // Retire says this process stops performing effects (a clean shutdown):
 // its attempts, all settled by then, need no recovery wait.
@@ -232,9 +238,6 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 
 	// Before the claim: everything that can wait. A crash here leaves no
 	// ledger row; the job simply runs again.
-	if res, ok, err := e.campaignGate(ctx, j, ""); err != nil || !ok {
-		return res, err
-	}
 	cp, err := e.planFor(ctx, j.PlanID)
 	if err != nil {
 		return Result{}, err
@@ -253,12 +256,26 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 		return Result{}, err
 	}
 	defer release()
-	if res, ok, err := e.campaignGate(ctx, j, e.queueOf(prov.Name())); err != nil || !ok {
-		return res, err
-	}
 	e.crash.at(pointBeforeClaim)
 
-	claim, err := e.ledger.Claim(ctx, ledger.ClaimParams{Key: j.Key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal})
+	// The common case: the campaign runs and the key is free. The claim
+	// batch checks the campaign gate in the same statement.
+	params := ledger.ClaimParams{Key: j.Key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal}
+	queue := e.queueOf(prov.Name())
+	if eff, won, err := e.batch.claim(ctx, params, j.CampaignID, queue); err != nil {
+		return Result{}, err
+	} else if won {
+		e.crash.at(pointAfterClaim)
+		req.Epoch = eff.Epoch
+		log.Debug("claimed", "effect", eff.ID, "epoch", eff.Epoch)
+		return e.call(ctx, prov, req, eff, ledger.ResponseSend)
+	}
+
+	// The batch did not claim: say why, one row at a time.
+	if res, ok, err := e.campaignGate(ctx, j, queue); err != nil || !ok {
+		return res, err
+	}
+	claim, err := e.ledger.Claim(ctx, params)
 	if err != nil {
 		return Result{}, err
 	}
@@ -312,7 +329,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 	// The answer is durable before anything acts on it. A cancelled job
 	// context must not lose an answer the provider already gave.
 	wctx := context.WithoutCancel(ctx)
-	if _, err := e.ledger.RecordResponse(wctx, eff.ID, kind, raw); err != nil {
+	if err := e.batch.recordResponse(eff.ID, kind, raw); err != nil {
 		return Result{}, err
 	}
 	e.crash.at(pointAfterRaw)
@@ -358,7 +375,7 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 	if p.Reason == "" && p.State != ledger.StateDone {
 		p.Reason = string(v.Outcome)
 	}
-	if _, err := e.ledger.Settle(ctx, p); err != nil {
+	if _, err := e.batch.settle(p); err != nil {
 		return Result{}, err
 	}
 	return res, nil

@@ -60,6 +60,11 @@ type Config struct {
 	// PausedSnooze: how long a paused campaign's job waits before it
 	// looks again. Default 5s.
 	PausedSnooze time.Duration
+	// FetchCooldown is River's minimum time between fetches of one queue.
+	// River's default (100ms) caps a queue at WorkersPerQueue/0.1s jobs
+	// per second whatever the machine; LISTEN/NOTIFY wakes producers at
+	// once, so a short cooldown costs little when idle. Default 10ms.
+	FetchCooldown time.Duration
 	// InsertOnly makes a client that only enqueues (serve with --no-workers).
 	InsertOnly bool
 }
@@ -100,6 +105,9 @@ func (c *Config) defaults() {
 	if c.WorkersPerQueue == 0 {
 		c.WorkersPerQueue = 16
 	}
+	if c.FetchCooldown == 0 {
+		c.FetchCooldown = 10 * time.Millisecond
+	}
 }
 
 // NewRunner builds the River client, the executor and the workers.
@@ -138,10 +146,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		rc.RescueStuckJobsAfter = cfg.RescueAfter
 		rc.MaxAttempts = cfg.MaxAttempts
 		rc.RetryPolicy = &retryPolicy{}
-		// LISTEN/NOTIFY wakes producers at once; the cooldown bounds fetch
-		// rate per queue (River's 100ms default caps a queue at
-		// MaxWorkers/0.1s jobs per second).
-		rc.FetchCooldown = 10 * time.Millisecond
+		rc.FetchCooldown = cfg.FetchCooldown
 		rc.FetchPollInterval = time.Second
 	}
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
@@ -246,6 +251,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	r.stopBeat()
 	<-r.beatDone
 	<-r.maintDone
+	r.exec.Close()
 	if err == nil {
 		err = r.exec.Retire(context.WithoutCancel(ctx))
 	}

@@ -78,6 +78,13 @@ const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), 
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
 	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), created_at, updated_at, settled_at`
 
+// EffectCols is the column list ScanEffect reads, for statements of other
+// packages that return effect rows (the executor's group commits).
+const EffectCols = effectCols
+
+// ScanEffect reads a row selected with EffectCols.
+func ScanEffect(row pgx.Row) (Effect, error) { return scanEffect(row) }
+
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var key, state string

@@ -1,6 +1,8 @@
-// Package web is Onceplan's HTTP face: the JSON API, the server-rendered UI
-// and the health endpoints. It is the only package that knows HTTP; it calls
-// the domain packages and translates their errors to statuses in one place.
+// Package web is Onceplan's HTTP face: the server-rendered UI and the health
+// endpoint. It is the only package that knows HTTP; it calls the domain
+// packages (approval, plan, ledger, auth) and translates their errors to
+// statuses in one place (errors.go). Every route is listed in routes.go with
+// the role it needs; every state-changing request carries a CSRF token.
 package web
 
 import (
@@ -13,24 +15,57 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/riverqueue/river"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/migrations"
+	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/web/view"
 )
 
-// Config is what the server needs.
+// AuditFunc computes a campaign's exactly-once metric (package audit's
+// ForCampaign, adapted by the caller so that web does not depend on it).
+type AuditFunc func(ctx context.Context, campaignID string) (view.Metric, error)
+
+// Config is what the server needs. Pool is required; without Approval
+// the server answers only /healthz (as `onceplan serve` did before the UI).
 type Config struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
+	// Approval runs the campaign workflow for the UI's actions.
+	Approval *approval.Service
+	// Providers lists the configured providers (new-campaign form, admin).
+	Providers *provider.Registry
+	// River, when set, mounts River's own UI at /riverui for admins.
+	River *river.Client[pgx.Tx]
+	// Audit computes the metric of the audit page; nil falls back to the
+	// ledger's counts (duplicates not measured).
+	Audit AuditFunc
+	// SecureCookies sets the Secure flag on cookies even when a request
+	// does not look like HTTPS (behind a TLS-terminating proxy that does
+	// not say so). Requests over TLS always get it.
+	SecureCookies bool
+	// Now is the clock (tests set it).
+	Now func() time.Time
+	// Mount adds routes of other packages (the JSON API) to the server.
+	// They get the request id and security headers, and a session only
+	// when a cookie is sent; their own authentication is theirs.
+	Mount func(e *echo.Echo)
 }
 
 // Server serves Onceplan over HTTP.
 type Server struct {
-	cfg  Config
-	echo *echo.Echo
-	http *http.Server
-	ln   net.Listener
+	cfg     Config
+	echo    *echo.Echo
+	http    *http.Server
+	ln      net.Listener
+	assets  *assets
+	counts  *countsCache
+	riverUI http.Handler
+	stopUI  context.CancelFunc
 }
 
 // NewServer builds the server and its routes.
@@ -38,10 +73,22 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	s := &Server{cfg: cfg, echo: e}
+	// Sign-in throttling counts per client address: never believe an
+	// X-Forwarded-For that anyone can send.
+	e.IPExtractor = echo.ExtractIPDirect()
+	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: newCountsCache()}
+	e.HTTPErrorHandler = s.handleError
+	if cfg.River != nil && cfg.Approval != nil {
+		if err := s.mountRiverUI(); err != nil {
+			cfg.Logger.Warn("River UI is not available", "err", err)
+		}
+	}
 	s.routes()
 	return s
 }
@@ -85,6 +132,9 @@ func (s *Server) Serve() error {
 
 // Shutdown stops accepting requests and waits for those in flight.
 func (s *Server) Shutdown(ctx context.Context) error {
+	if s.stopUI != nil {
+		s.stopUI()
+	}
 	if s.http == nil {
 		if s.ln != nil {
 			return s.ln.Close()
@@ -92,10 +142,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	return s.http.Shutdown(ctx)
-}
-
-func (s *Server) routes() {
-	s.echo.GET("/healthz", s.handleHealthz)
 }
 
 // handleHealthz answers 200 only when the database answers and carries the

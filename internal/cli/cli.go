@@ -37,6 +37,9 @@ func commands() []command {
 		{"migrate", "apply the database migrations (Onceplan's and River's)", runMigrate},
 		{"user", "manage users: add, list, set-roles, set-password, disable, enable", runUser},
 		{"token", "manage API tokens: create (prints the token alone on stdout), list, revoke", runToken},
+		{"audit", "check that every approved target got exactly one effect (exit 0 only when it holds)", runAudit},
+		{"campaign", "create, import, submit, approve, start, pause, resume, cancel and show campaigns on a running server", runCampaign},
+		{"mcp", "serve the Model Context Protocol on stdin/stdout for an AI agent (with an agent token)", runMCP},
 	}
 }
 
@@ -102,6 +105,17 @@ func (d *dbFlags) register(fs *flag.FlagSet, env Env) {
 // parse parses a command's flags, printing usage for --help and turning a
 // flag error into one line.
 func parse(fs *flag.FlagSet, env Env, args []string) error {
+	if err := parseFlags(fs, env, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s: unexpected argument %q (see `onceplan %s --help`)", fs.Name(), fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// parseFlags parses flags up to the first positional argument.
+func parseFlags(fs *flag.FlagSet, env Env, args []string) error {
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,9 +125,6 @@ func parse(fs *flag.FlagSet, env Env, args []string) error {
 			return exitError{0}
 		}
 		return fmt.Errorf("%s: %v (see `onceplan %s --help`)", fs.Name(), err, fs.Name())
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s: unexpected argument %q (see `onceplan %s --help`)", fs.Name(), fs.Arg(0), fs.Name())
 	}
 	return nil
 }

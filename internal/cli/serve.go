@@ -3,10 +3,17 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
+	neturl "net/url"
+	"path/filepath"
+	"strings"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/web"
+	"github.com/onceplan/onceplan/web/api"
 )
 
 func runServe(ctx context.Context, env Env, args []string) error {
@@ -14,6 +21,8 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	var db dbFlags
 	db.register(fs, env)
 	listen := fs.String("listen", "127.0.0.1:8080", "address for the web UI and the JSON API")
+	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto)")
+	demo := fs.Bool("demo", false, "on a database without campaigns, create a demo campaign (300 targets on the first provider) waiting for approval")
 	var wf workerFlags
 	wf.register(fs)
 	if err := parse(fs, env, args); err != nil {
@@ -39,19 +48,56 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		}
 	}()
 
-	srv := web.NewServer(web.Config{Pool: d.Pool, Logger: logger})
-	if err := srv.Listen(*listen); err != nil {
+	// Someone must be able to sign in: the first start creates an admin.
+	boot, err := app.EnsureAdmin(ctx, d.Pool, env.Getenv("ONCEPLAN_ADMIN_EMAIL"), env.Getenv("ONCEPLAN_ADMIN_PASSWORD"))
+	if err != nil {
 		return err
 	}
+
 	ws, err := wf.start(ctx, env, d, db.dataDir, logger)
 	if err != nil {
-		srv.Shutdown(context.Background())
 		return err
 	}
 	// Shutdown in order: HTTP first (no new work), then the workers (jobs
 	// in flight finish), then the database (deferred above).
 	defer stopWorkers(ws, logger)
-	logger.Info("onceplan is serving", "url", "http://"+srv.Addr())
+
+	srv := web.NewServer(web.Config{
+		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
+		River: ws.Runner.Client(), Audit: app.AuditFunc(d.Pool), SecureCookies: *secure,
+		Mount: func(e *echo.Echo) {
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger})
+		},
+	})
+	if err := srv.Listen(*listen); err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	url := "http://" + srv.Addr()
+	logger.Info("onceplan is serving", "url", url)
+
+	if boot.Created {
+		fmt.Fprintf(env.Stderr, "\nFirst start: created the admin account.\n  sign in at: %s/login\n  email:      %s\n", url, boot.Email)
+		if boot.Password != "" {
+			fmt.Fprintf(env.Stderr, "  password:   %s\n  (shown only now: keep it, or set another with `onceplan user set-password --email %s --password-stdin`)\n", boot.Password, boot.Email)
+		} else {
+			fmt.Fprintln(env.Stderr, "  password:   the one in ONCEPLAN_ADMIN_PASSWORD")
+		}
+	}
+	if *demo {
+		names := ws.Providers.Names()
+		id, err := app.EnsureDemo(ctx, d.Pool, ws.Approval, app.DemoOptions{Provider: names[0], Targets: 300})
+		if err != nil {
+			srv.Shutdown(context.Background())
+			return err
+		}
+		if id != "" {
+			fmt.Fprintf(env.Stderr, "\nDemo: a campaign of 300 messages waits for your approval.\n"+
+				"  1. sign in as %s and open %s/campaigns/%s/approval\n"+
+				"  2. press Approve, then Start, and watch the counts\n"+
+				"  3. the messages land in %s\n\n", boot.Email, url, id, demoWhere(ws, names[0]))
+		}
+	}
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve() }()
@@ -67,4 +113,14 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	return <-errc
+}
+
+// demoWhere says where a provider's messages can be seen.
+func demoWhere(ws *app.Workers, name string) string {
+	p, _ := ws.Providers.Get(name)
+	_, raw, _ := strings.Cut(p.String(), "=")
+	if u, err := neturl.Parse(raw); err == nil && p.Kind() == "maildir" {
+		return filepath.Join(u.Path, "new") + "/ (one file per message)"
+	}
+	return "the provider " + p.String()
 }

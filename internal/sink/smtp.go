@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/mail"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,10 @@ func (s *SMTP) URL() string { return "smtp://" + s.Addr() + "?tls=none" }
 // Close stops the server and closes every connection.
 func (s *SMTP) Close() {
 	_ = s.srv.Close()
+	// go-smtp closes only the listeners Serve has registered: when Close
+	// comes before the serving goroutine has started, Serve would then
+	// accept forever. Closing the listener here makes it return either way.
+	_ = s.ln.Close()
 	<-s.served
 }
 
@@ -181,7 +186,7 @@ func (ss *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	code := ss.sink.rejectRcpts[strings.ToLower(to)]
 	ss.sink.mu.Unlock()
 	if code != 0 {
-		return smtpError(code, "recipient "+to+" rejected by the sink")
+		return smtpError(code, "recipient <"+to+"> rejected by the sink")
 	}
 	ss.rcpts = append(ss.rcpts, to)
 	return nil
@@ -244,6 +249,33 @@ func (ss *smtpSession) Reset() {
 
 func (ss *smtpSession) Logout() error { return nil }
 
+// smtpError is the reply "code X.Y.Z text". When msg begins with an
+// enhanced status code ("5.7.1 no thanks") that code is used; otherwise the
+// generic X.0.0 of code's class. go-smtp writes the enhanced code itself, so
+// leaving it in msg would send it twice ("550 5.0.0 5.7.1 no thanks").
 func smtpError(code int, msg string) *smtp.SMTPError {
-	return &smtp.SMTPError{Code: code, EnhancedCode: smtp.EnhancedCode{code / 100, 0, 0}, Message: msg}
+	enh := smtp.EnhancedCode{code / 100, 0, 0}
+	if first, rest, ok := strings.Cut(msg, " "); ok {
+		if parsed, ok := parseEnhancedCode(first); ok {
+			enh, msg = parsed, rest
+		}
+	}
+	return &smtp.SMTPError{Code: code, EnhancedCode: enh, Message: msg}
+}
+
+// parseEnhancedCode reads an RFC 3463 status code "class.subject.detail".
+func parseEnhancedCode(s string) (smtp.EnhancedCode, bool) {
+	parts := strings.Split(s, ".")
+	if len(parts) != 3 || (parts[0] != "2" && parts[0] != "4" && parts[0] != "5") {
+		return smtp.EnhancedCode{}, false
+	}
+	var ec smtp.EnhancedCode
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 999 || len(p) > 3 {
+			return smtp.EnhancedCode{}, false
+		}
+		ec[i] = n
+	}
+	return ec, true
 }

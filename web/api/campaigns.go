@@ -84,7 +84,7 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals, Approvals: n,
 		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,
-		ApprovalURL: strings.TrimSuffix(a.cfg.BaseURL, "/") + "/campaigns/" + cm.ID + "/approval",
+		ApprovalURL: a.baseURL(c) + "/campaigns/" + cm.ID + "/approval",
 		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, Import: viewImport(res.Import),
 	}, nil
 }
@@ -536,4 +536,12 @@ func (a *API) revoke(c echo.Context, actor approval.Actor) error {
 		return a.fail(c, err)
 	}
 	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: eff.Epoch, State: eff.State, Campaign: id})
+}
+
+// baseURL is the configured public URL, else the one the request came to.
+func (a *API) baseURL(c echo.Context) string {
+	if a.cfg.BaseURL != "" {
+		return strings.TrimSuffix(a.cfg.BaseURL, "/")
+	}
+	return c.Scheme() + "://" + c.Request().Host
 }

@@ -1,0 +1,32 @@
+// Package audit answers the question Onceplan exists for: did every approved
+// target get exactly one effect? (DESIGN §7.)
+//
+// It owns three things, all read-only (the audit never writes the ledger):
+//
+//   - the metric ([ForPlan], [ForCampaign]): for a frozen plan, how many
+//     targets were approved and how many of them stand exactly once, missing,
+//     in doubt, failed, stranded or revoked, counted at each target's current
+//     epoch by one SQL statement that stays fast at a million targets;
+//   - reconciliation ([Reconcile]) of the ledger against evidence from
+//     outside it: a maildir's files ([Evidence.ScanMaildir]), a provider's
+//     delivery log ([Evidence.ImportLog]) and probes of the provider
+//     ([ProbeOpts]). The ledger cannot record a duplicate (its unique index
+//     refuses the second blocking row), so duplicates are measured here, in
+//     the world;
+//   - the per-target export ([Export]), streamed as CSV or JSON.
+//
+// # What the numbers mean
+//
+// Every approved target is counted in exactly one of exactly_once, missing,
+// pending, unknown, failed, stranded and revoked, by the newest attempt at its
+// key's current epoch (a blocking attempt is always the newest: nothing can
+// start beside it). A target whose key was bumped to a new epoch and has no
+// attempt there yet is missing, whatever happened at the earlier epoch.
+// Targets are matched to the ledger by key alone, and a key does not depend
+// on the message text, so a target done under version 1 of a campaign counts
+// as done for version 2.
+//
+// The metric holds when missing, in doubt (pending + unknown) and duplicates
+// are all zero — and, when evidence was gathered, when the evidence neither
+// lacks a done effect nor shows one the ledger does not have as done.
+package audit

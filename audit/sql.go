@@ -1,0 +1,111 @@
+package audit
+
+// The package's SQL, in one place. Every query reads; none writes.
+
+// metricSQL counts a plan's targets by the newest attempt at their key's
+// current epoch, in one statement (@plan is the plan's id). Missing is
+// what is left: approved minus the targets that have an attempt.
+//
+// The attempts are found two ways:
+//
+//   - those made by the plan, or by another version of the campaign whose
+//     plan froze the same target list (a version that changed only the
+//     text shares its list), by (plan_id, ordinal): an index-only range
+//     scan of effect_plan_target (migration 0007) per plan, so the cost
+//     grows with the plan and not with the rest of the ledger;
+//   - those made by a version with another target list, by key: keys do
+//     not depend on the text, so a target done under version 1 is done for
+//     version 2. Usually there is no such version and this branch reads
+//     nothing; when there is, it hashes the plan's keys.
+//
+// Every attempt at a plan target carries its plan (the executor's claim is
+// the only writer and sets it); an attempt without one would not be seen.
+//
+// The current epoch is 0 unless the key was bumped (effect_bump is small:
+// each bump is a human act or a registered policy's). A blocking attempt
+// (pending, done, unknown, stranded) is always the newest of its key and
+// epoch, since no attempt can start beside it, and there is at most one
+// (the ledger's unique index), so those are counted as they come. A failed
+// or revoked attempt decides its target only when no newer attempt exists,
+// checked only for those rows, by the (key, epoch, id) index.
+const metricSQL = `
+WITH p AS MATERIALIZED (SELECT id, campaign_id, version, list_id, target_count FROM plan WHERE id = @plan),
+bumped AS (
+  SELECT t.ordinal, max(b.epoch) AS epoch
+  FROM effect_bump b JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = b.key
+  GROUP BY t.ordinal
+),
+attempt AS (
+  SELECT e.ordinal, e.id, e.epoch, e.state
+  FROM effect e
+  WHERE e.plan_id = ANY (ARRAY(SELECT o.id FROM plan o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  UNION ALL
+  SELECT t.ordinal, e.id, e.epoch, e.state
+  FROM plan o
+  JOIN effect e ON e.plan_id = o.id
+  JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = e.key
+  WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
+),
+counted AS (
+  SELECT
+    count(*) FILTER (WHERE a.state = 'done')     AS done,
+    count(*) FILTER (WHERE a.state = 'pending')  AS pending,
+    count(*) FILTER (WHERE a.state = 'unknown')  AS unknown,
+    count(*) FILTER (WHERE a.state = 'stranded') AS stranded,
+    count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `)) AS failed,
+    count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `)) AS revoked
+  FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
+  WHERE a.epoch = coalesce(bu.epoch, 0)
+)
+SELECT p.campaign_id, p.version, p.target_count,
+       c.done, c.pending, c.unknown, c.stranded, c.failed, c.revoked
+FROM p CROSS JOIN counted c`
+
+// newerAttempt finds an attempt at the same key and epoch as attempt a,
+// started after it.
+const newerAttempt = `SELECT 1 FROM effect me JOIN effect n ON n.key = me.key AND n.epoch = me.epoch AND n.id > me.id WHERE me.id = a.id`
+
+// noJIT is set for the metric's transaction: the planner costs the
+// newer-attempt check as if it ran for every attempt (it runs only for
+// failed and revoked ones), and at a million targets that estimate buys an
+// LLVM compilation that takes longer than the whole query without it.
+const noJIT = `SET LOCAL jit = off`
+
+// campaignByID and campaignsByName find the campaign an operator names.
+const (
+	campaignByID    = `SELECT id, name, coalesce(plan_id, 0) FROM campaign WHERE id = $1::uuid`
+	campaignsByName = `SELECT id, name, coalesce(plan_id, 0) FROM campaign WHERE name = $1 ORDER BY created_at LIMIT 3`
+	campaignPlan    = `SELECT coalesce(plan_id, 0) FROM campaign WHERE id = $1::uuid`
+)
+
+// targetPageSQL reads a page of a plan's targets, in ordinal order after
+// @after, each with the newest attempt at its key's current epoch and the
+// span of its attempts there: two index lookups per target (the key's
+// bumps, its attempts by effect_key_history) and one by primary key. Keyset
+// pages keep memory flat and no snapshot open for the length of an export
+// or a reconciliation.
+const targetPageSQL = `
+SELECT t.ordinal, t.target, t.key, cur.epoch, coalesce(l.state::text, 'not_started'), a.attempts::int,
+       coalesce(l.receipt, ''), a.first_at, a.last_at, coalesce(l.resolved_by, ''), coalesce(l.resolution, ''),
+       coalesce(l.reason, ''), coalesce(l.revoked_by, ''), coalesce(l.revoke_reason, '')
+FROM target t
+CROSS JOIN LATERAL (SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = t.key) cur
+CROSS JOIN LATERAL (
+  SELECT count(*) AS attempts, min(x.created_at) AS first_at, max(x.updated_at) AS last_at, max(x.id) AS last_id
+  FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch
+) a
+LEFT JOIN effect l ON l.id = a.last_id
+WHERE t.list_id = (SELECT list_id FROM plan WHERE id = @plan) AND t.ordinal > @after
+ORDER BY t.ordinal
+LIMIT @limit`
+
+// planExists tells a plan with no targets after @after from no plan.
+const planCampaign = `SELECT campaign_id FROM plan WHERE id = $1`
+
+// ledgerIdentities streams every attempt's identity and the campaign of
+// the plan that made it, to name evidence no target of the audited plan
+// accounts for. It reads the whole ledger, and runs only when such
+// evidence exists.
+const ledgerIdentities = `
+SELECT e.key, e.epoch, coalesce(e.receipt, ''), coalesce(p.campaign_id::text, '')
+FROM effect e LEFT JOIN plan p ON p.id = e.plan_id`

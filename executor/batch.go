@@ -1,0 +1,288 @@
+package executor
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/ledger"
+)
+
+// Group commit (DESIGN §4): the three writes of an effect — the claim, the
+// raw answer, the settle — each commit before the next step, but nothing
+// says each must be its own transaction. A batcher per step collects what
+// the workers of this process ask for while it is busy, writes it with ONE
+// multi-row statement over unnest(…) arrays, commits, and only then answers
+// each worker. So every guarantee holds per effect (its pending row is
+// committed before its call; its raw answer before its verdict), while a
+// hundred workers share one round trip and one commit per step.
+//
+// A batch that fails as a whole (a deadlock with another process, a
+// constraint a single row breaks) is not retried as a batch: each request
+// falls back to the one-row path, which reports its own outcome.
+//
+// The claim batch also carries the campaign gate: a row is inserted only if
+// its campaign is running this plan and its provider's queue is not paused,
+// in the same statement, so a pause or a cancel committed before the claim
+// is always seen. A request the batch did not insert (gate closed, or the
+// key is blocked) takes the one-row path, which says why.
+
+// maxBatch bounds one statement (and the arrays sent with it).
+const maxBatch = 500
+
+type claimReq struct {
+	p        ledger.ClaimParams
+	campaign string
+	queue    string
+	done     chan claimRes
+}
+
+type claimRes struct {
+	eff ledger.Effect
+	won bool
+	err error
+}
+
+type respReq struct {
+	effectID int64
+	kind     ledger.ResponseKind
+	body     []byte
+	done     chan error
+}
+
+type settleReq struct {
+	p    ledger.SettleParams
+	done chan settleRes
+}
+
+type settleRes struct {
+	eff ledger.Effect
+	err error
+}
+
+// batcher runs the three group-commit loops of one process.
+type batcher struct {
+	pool      *pgxpool.Pool
+	ledger    *ledger.Store
+	claims    chan *claimReq
+	responses chan *respReq
+	settles   chan *settleReq
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	startOnce sync.Once
+	started   bool
+}
+
+func newBatcher(pool *pgxpool.Pool) *batcher {
+	b := &batcher{
+		pool: pool, ledger: ledger.NewStore(pool),
+		claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
+		stop: make(chan struct{}),
+	}
+	return b
+}
+
+// start starts the loops on first use, so that an executor that never
+// performs an effect runs no goroutines.
+func (b *batcher) start() {
+	b.startOnce.Do(func() {
+		b.started = true
+		b.wg.Add(3)
+		go loop(b, b.claims, b.flushClaims)
+		go loop(b, b.responses, b.flushResponses)
+		go loop(b, b.settles, b.flushSettles)
+	})
+}
+
+// close stops the loops after the requests already queued are answered.
+func (b *batcher) close() {
+	b.startOnce.Do(func() {}) // no start after close
+	if b.started {
+		close(b.stop)
+		b.wg.Wait()
+	}
+}
+
+// loop takes whatever has queued up while the previous flush ran (up to
+// maxBatch) and flushes it: no lingering, so a lone worker waits for one
+// round trip, and a crowd shares one.
+func loop[T any](b *batcher, ch chan T, flush func([]T)) {
+	defer b.wg.Done()
+	batch := make([]T, 0, maxBatch)
+	for {
+		select {
+		case r := <-ch:
+			batch = append(batch[:0], r)
+		case <-b.stop:
+			for {
+				select {
+				case r := <-ch:
+					flush([]T{r})
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-ch:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		flush(batch)
+	}
+}
+
+// bg is the context of a flush: a worker's cancelled context must not
+// cancel the write of other workers' rows.
+var bg = context.Background()
+
+// claim commits a pending row through the claim batch. won is false when
+// the batch did not insert it; the caller then takes the one-row path.
+func (b *batcher) claim(ctx context.Context, p ledger.ClaimParams, campaign, queue string) (ledger.Effect, bool, error) {
+	b.start()
+	r := &claimReq{p: p, campaign: campaign, queue: queue, done: make(chan claimRes, 1)}
+	select {
+	case b.claims <- r:
+	case <-ctx.Done():
+		return ledger.Effect{}, false, ctx.Err()
+	}
+	// Once queued, wait for the answer whatever ctx does: the row may be
+	// committed, and the caller must know it owns it.
+	res := <-r.done
+	return res.eff, res.won, res.err
+}
+
+func (b *batcher) flushClaims(reqs []*claimReq) {
+	// Same key order in every batch of every process: two batches never
+	// wait on each other's keys in opposite orders.
+	sort.Slice(reqs, func(i, j int) bool { return reqs[i].p.Key < reqs[j].p.Key })
+	n := len(reqs)
+	keys, owners, campaigns, queues := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	jobIDs, planIDs := make([]int64, n), make([]int64, n)
+	ordinals := make([]int32, n)
+	for i, r := range reqs {
+		keys[i], owners[i], campaigns[i], queues[i] = string(r.p.Key), r.p.Owner, r.campaign, r.queue
+		jobIDs[i], planIDs[i], ordinals[i] = r.p.JobID, r.p.PlanID, int32(r.p.Ordinal)
+	}
+	rows, err := b.pool.Query(bg, claimBatchSQL, pgx.QueryExecModeExec,
+		keys, owners, jobIDs, planIDs, ordinals, campaigns, queues)
+	won := map[string]ledger.Effect{}
+	if err == nil {
+		var effs []ledger.Effect
+		effs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Effect, error) { return ledger.ScanEffect(r) })
+		for _, e := range effs {
+			won[string(e.Key)] = e
+		}
+	}
+	for _, r := range reqs {
+		if e, ok := won[string(r.p.Key)]; ok && err == nil && e.Owner == r.p.Owner && e.JobID == r.p.JobID {
+			delete(won, string(r.p.Key))
+			r.done <- claimRes{eff: e, won: true}
+			continue
+		}
+		// Not inserted by the batch (or the batch failed): the one-row
+		// path decides and explains.
+		r.done <- claimRes{}
+	}
+}
+
+// claimBatchSQL inserts a pending row per request whose campaign runs its
+// plan and whose queue is not paused, at the key's current epoch, unless a
+// blocking row is there; it returns the rows it inserted.
+const claimBatchSQL = `
+WITH req AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::uuid[], $7::text[])
+		AS r(key, owner, job_id, plan_id, ordinal, campaign_id, queue)
+), open AS (
+	SELECT r.* FROM req r
+	JOIN campaign c ON c.id = r.campaign_id AND c.state = 'running' AND c.plan_id = r.plan_id
+	WHERE NOT EXISTS (SELECT 1 FROM river_queue q WHERE q.name = r.queue AND q.paused_at IS NOT NULL)
+)
+INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
+SELECT o.key, cur.epoch,
+       (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
+       o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
+FROM open o
+CROSS JOIN LATERAL (SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = o.key) cur
+ORDER BY o.key
+ON CONFLICT (key, epoch) WHERE state IN ('pending', 'done', 'unknown', 'stranded') DO NOTHING
+RETURNING ` + ledger.EffectCols
+
+// recordResponse commits a raw answer through the response batch.
+func (b *batcher) recordResponse(effectID int64, kind ledger.ResponseKind, body []byte) error {
+	if body == nil {
+		body = []byte{}
+	}
+	b.start()
+	r := &respReq{effectID: effectID, kind: kind, body: body, done: make(chan error, 1)}
+	b.responses <- r
+	return <-r.done
+}
+
+func (b *batcher) flushResponses(reqs []*respReq) {
+	n := len(reqs)
+	ids, kinds, bodies := make([]int64, n), make([]string, n), make([][]byte, n)
+	for i, r := range reqs {
+		ids[i], kinds[i], bodies[i] = r.effectID, string(r.kind), r.body
+	}
+	_, err := b.pool.Exec(bg, `INSERT INTO effect_response (effect_id, kind, body)
+		SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[]) ORDER BY 1`, pgx.QueryExecModeExec, ids, kinds, bodies)
+	if err == nil {
+		for _, r := range reqs {
+			r.done <- nil
+		}
+		return
+	}
+	for _, r := range reqs {
+		_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
+		r.done <- err
+	}
+}
+
+// settle commits a verdict through the settle batch.
+func (b *batcher) settle(p ledger.SettleParams) (ledger.Effect, error) {
+	b.start()
+	r := &settleReq{p: p, done: make(chan settleRes, 1)}
+	b.settles <- r
+	res := <-r.done
+	return res.eff, res.err
+}
+
+func (b *batcher) flushSettles(reqs []*settleReq) {
+	sort.Slice(reqs, func(i, j int) bool { return reqs[i].p.EffectID < reqs[j].p.EffectID })
+	n := len(reqs)
+	ids, states, receipts, reasons := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range reqs {
+		ids[i], states[i], receipts[i], reasons[i] = r.p.EffectID, string(r.p.State), r.p.Receipt, r.p.Reason
+	}
+	rows, err := b.pool.Query(bg, `
+		UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
+		WHERE f.id = u.effect_id
+		RETURNING `+ledger.EffectCols, pgx.QueryExecModeExec, ids, states, receipts, reasons)
+	got := map[int64]ledger.Effect{}
+	if err == nil {
+		var effs []ledger.Effect
+		effs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Effect, error) { return ledger.ScanEffect(r) })
+		for _, e := range effs {
+			got[e.ID] = e
+		}
+	}
+	for _, r := range reqs {
+		if e, ok := got[r.p.EffectID]; ok && err == nil {
+			r.done <- settleRes{eff: e}
+			continue
+		}
+		// The batch failed (one row broke a rule) or missed this row:
+		// settle it alone, for its own answer.
+		e, serr := b.ledger.Settle(bg, r.p)
+		r.done <- settleRes{eff: e, err: serr}
+	}
+}

@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// AuditFunc adapts package audit's metric to the web UI's audit page.
+func AuditFunc(pool *pgxpool.Pool) web.AuditFunc {
+	return func(ctx context.Context, campaignID string) (view.Metric, error) {
+		m, err := audit.ForCampaign(ctx, pool, campaignID)
+		if err != nil {
+			return view.Metric{}, err
+		}
+		return view.Metric{
+			Approved: m.Approved, ExactlyOnce: m.ExactlyOnce, Missing: m.Missing, InDoubt: m.InDoubt,
+			Failed: m.Failed, Stranded: m.Stranded, Revoked: m.Revoked, Duplicates: m.Duplicates, Holds: m.Holds,
+		}, nil
+	}
+}
+
+// AdminBootstrap is the result of EnsureAdmin.
+type AdminBootstrap struct {
+	Created bool
+	Email   string
+	// Password is set only when it was generated: the caller shows it once.
+	Password string
+}
+
+// EnsureAdmin makes sure someone can sign in and manage users: when no
+// enabled admin exists it creates one, with email and password when given
+// (ONCEPLAN_ADMIN_EMAIL, ONCEPLAN_ADMIN_PASSWORD), else the default email
+// and a generated password.
+func EnsureAdmin(ctx context.Context, pool *pgxpool.Pool, email, password string) (AdminBootstrap, error) {
+	if email == "" {
+		email = auth.DefaultAdminEmail
+	}
+	created, generated, err := auth.EnsureAdmin(ctx, pool, email, password)
+	if err != nil {
+		return AdminBootstrap{}, fmt.Errorf("creating the first admin: %w", err)
+	}
+	return AdminBootstrap{Created: created, Email: email, Password: generated}, nil
+}
+
+// DemoProposer proposes the demo campaign, so that the admin (who did not
+// propose it) may approve it.
+const DemoProposer = "demo-proposer@onceplan.local"
+
+// DemoOptions shape the demo campaign.
+type DemoOptions struct {
+	Provider string
+	Targets  int
+}
+
+// EnsureDemo creates, on a database with no campaign yet, a demo campaign
+// of opts.Targets recipients on opts.Provider, submitted for approval. It
+// returns the campaign id, or "" when campaigns already existed.
+func EnsureDemo(ctx context.Context, pool *pgxpool.Pool, svc *approval.Service, opts DemoOptions) (string, error) {
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM campaign)`).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return "", nil
+	}
+	u, err := auth.GetUserByEmail(ctx, pool, DemoProposer)
+	if err != nil {
+		u, err = auth.CreateUser(ctx, pool, auth.NewUser{
+			Email: DemoProposer, Name: "Demo proposer", Roles: []approval.Role{approval.RoleProposer},
+			Password: auth.GeneratePassword(),
+		})
+		if err != nil {
+			return "", fmt.Errorf("creating the demo proposer: %w", err)
+		}
+	}
+	var csv strings.Builder
+	csv.WriteString("email,first_name\n")
+	for i := 1; i <= opts.Targets; i++ {
+		fmt.Fprintf(&csv, "reader%03d@example.com,Reader %d\n", i, i)
+	}
+	res, err := svc.Create(ctx, u.Actor(), approval.CreateParams{
+		Name: "Demo: welcome note", Provider: opts.Provider, RequiredApprovals: 1,
+		Payload: plan.Payload{
+			From:    "Onceplan demo <demo@onceplan.local>",
+			Subject: "Welcome, {{.first_name}}",
+			Text:    "Hello {{.first_name}},\n\nthis note reaches you exactly once.\n",
+			HTML:    "<p>Hello <strong>{{.first_name}}</strong>,</p><p>this note reaches you exactly once.</p>",
+		},
+		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csv.String())},
+	})
+	if err != nil {
+		return "", fmt.Errorf("creating the demo campaign: %w", err)
+	}
+	if _, err := svc.Submit(ctx, u.Actor(), res.Campaign.ID); err != nil {
+		return "", fmt.Errorf("submitting the demo campaign: %w", err)
+	}
+	return res.Campaign.ID, nil
+}

@@ -1,0 +1,182 @@
+// Package mcpserver is `onceplan mcp`: a Model Context Protocol server over
+// stdio that lets an AI agent propose campaigns to a running Onceplan with
+// an agent token. It goes through the JSON API, so it can do exactly what
+// the token may: propose, add targets, edit, submit, and read. There is
+// deliberately no tool that approves, starts, resolves or supersedes —
+// a person does that in the web UI, at the campaign's approval URL, and
+// every tool description says so, so the model tells its user where to go.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/onceplan/onceplan/internal/apiclient"
+)
+
+// humansDecide ends every tool description.
+const humansDecide = " Onceplan sends nothing until a person approves the campaign in its web UI: there is deliberately no tool to approve, start, resolve or supersede. Give your user the approval_url."
+
+// Target is one recipient of a proposed campaign.
+type Target struct {
+	Address string            `json:"address" jsonschema:"the recipient's email address"`
+	Vars    map[string]string `json:"vars,omitempty" jsonschema:"merge variables for this recipient, used in the templates as {{.name}}"`
+}
+
+// ProposeInput is propose_campaign's input.
+type ProposeInput struct {
+	Name              string   `json:"name" jsonschema:"a short name for the campaign, shown to the approver"`
+	Provider          string   `json:"provider,omitempty" jsonschema:"the provider to send through (default outbox)"`
+	From              string   `json:"from" jsonschema:"the From address, e.g. Billing <billing@example.com>"`
+	Subject           string   `json:"subject" jsonschema:"the subject, a Go template: Hello {{.first_name}}"`
+	Text              string   `json:"text" jsonschema:"the plain-text body, a Go template"`
+	HTML              string   `json:"html,omitempty" jsonschema:"an optional HTML body, a Go html/template"`
+	RequiredApprovals int      `json:"required_approvals,omitempty" jsonschema:"how many distinct people must approve (default 1)"`
+	Targets           []Target `json:"targets,omitempty" jsonschema:"the recipients; more can be added with add_targets"`
+	IdempotencyKey    string   `json:"idempotency_key,omitempty" jsonschema:"reuse the same key when retrying after a timeout, so the campaign is created once"`
+}
+
+// CampaignInput names a campaign.
+type CampaignInput struct {
+	CampaignID string `json:"campaign_id" jsonschema:"the campaign's id, as propose_campaign or list_campaigns gave it"`
+}
+
+// AddTargetsInput is add_targets' input.
+type AddTargetsInput struct {
+	CampaignID string   `json:"campaign_id" jsonschema:"the campaign's id"`
+	Targets    []Target `json:"targets" jsonschema:"the recipients to add"`
+	Replace    bool     `json:"replace,omitempty" jsonschema:"replace the draft's list instead of adding to it"`
+}
+
+// EditInput is edit_draft's input.
+type EditInput struct {
+	CampaignID string  `json:"campaign_id" jsonschema:"the campaign's id"`
+	From       *string `json:"from,omitempty" jsonschema:"a new From address"`
+	Subject    *string `json:"subject,omitempty" jsonschema:"a new subject template"`
+	Text       *string `json:"text,omitempty" jsonschema:"a new text body template"`
+	HTML       *string `json:"html,omitempty" jsonschema:"a new HTML body template"`
+}
+
+// ListInput is list_campaigns' input.
+type ListInput struct {
+	Limit int    `json:"limit,omitempty" jsonschema:"how many (1-200, default 20)"`
+	After string `json:"after,omitempty" jsonschema:"the previous page's next cursor"`
+}
+
+// Result is every tool's structured answer: the API's JSON.
+type Result map[string]any
+
+// New returns the MCP server for client.
+func New(client *apiclient.Client, version string) *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "onceplan", Version: version}, &mcp.ServerOptions{
+		Instructions: "Onceplan performs bulk actions (emails) exactly once per recipient, after a person approves them." + humansDecide,
+	})
+	t := &tools{c: client}
+	mcp.AddTool(s, &mcp.Tool{Name: "propose_campaign", Description: "Create a draft campaign: sender, subject and body templates, and its recipients. Answers the campaign id, the import report (accepted, duplicate and rejected recipients with reasons) and the approval_url. Call submit_for_approval when the draft is ready." + humansDecide}, t.propose)
+	mcp.AddTool(s, &mcp.Tool{Name: "add_targets", Description: "Add recipients to a draft campaign (or replace its list). Answers the import report: every recipient is accepted, a duplicate of an earlier one, or rejected with a reason." + humansDecide}, t.addTargets)
+	mcp.AddTool(s, &mcp.Tool{Name: "edit_draft", Description: "Change a draft's sender, subject or body templates. Editing an approved campaign starts a new version that needs a new approval." + humansDecide}, t.edit)
+	mcp.AddTool(s, &mcp.Tool{Name: "submit_for_approval", Description: "Submit a draft for approval. It checks every recipient has the merge variables the templates use." + humansDecide}, t.submit)
+	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked) and its approval_url." + humansDecide}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "list_campaigns", Description: "List campaigns, newest first, with their state." + humansDecide}, t.list)
+	mcp.AddTool(s, &mcp.Tool{Name: "audit", Description: "The exactly-once audit of an approved campaign: approved recipients, exactly once, missing, in doubt, failed, stranded, revoked, duplicates, and whether exactly-once holds." + humansDecide}, t.audit)
+	return s
+}
+
+type tools struct {
+	c *apiclient.Client
+}
+
+// call performs an API request; an API error becomes a tool error the
+// model can read and act on (not a protocol error).
+func (t *tools) call(ctx context.Context, r apiclient.Request) (*mcp.CallToolResult, Result, error) {
+	var out Result
+	if err := t.c.Do(ctx, r, &out); err != nil {
+		msg := err.Error()
+		var ae *apiclient.Error
+		if errors.As(err, &ae) {
+			msg = fmt.Sprintf("Onceplan refused (HTTP %d, %s): %s", ae.Status, ae.Code, ae.Message)
+			if ae.Status == http.StatusForbidden {
+				msg += " — an agent token cannot do this; ask a person to do it in the web UI."
+			}
+		}
+		return nil, nil, errors.New(msg)
+	}
+	return nil, out, nil
+}
+
+func path(id, rest string) string { return "/campaigns/" + url.PathEscape(id) + rest }
+
+func (t *tools) propose(ctx context.Context, _ *mcp.CallToolRequest, in ProposeInput) (*mcp.CallToolResult, Result, error) {
+	if in.Provider == "" {
+		in.Provider = "outbox"
+	}
+	body := map[string]any{"name": in.Name, "provider": in.Provider, "from": in.From, "subject": in.Subject, "text": in.Text}
+	if in.HTML != "" {
+		body["html"] = in.HTML
+	}
+	if in.RequiredApprovals > 0 {
+		body["required_approvals"] = in.RequiredApprovals
+	}
+	if len(in.Targets) > 0 {
+		body["targets"] = in.Targets
+	}
+	r := apiclient.Request{Method: http.MethodPost, Path: "/campaigns", JSON: body}
+	if in.IdempotencyKey != "" {
+		r.Header = http.Header{"Idempotency-Key": {in.IdempotencyKey}}
+	}
+	return t.call(ctx, r)
+}
+
+func (t *tools) addTargets(ctx context.Context, _ *mcp.CallToolRequest, in AddTargetsInput) (*mcp.CallToolResult, Result, error) {
+	b, err := json.Marshal(in.Targets)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := url.Values{}
+	if !in.Replace {
+		q.Set("append", "true")
+	}
+	return t.call(ctx, apiclient.Request{Method: http.MethodPost, Path: path(in.CampaignID, "/targets"), Query: q,
+		Body: bytes.NewReader(b), ContentType: "application/json"})
+}
+
+func (t *tools) edit(ctx context.Context, _ *mcp.CallToolRequest, in EditInput) (*mcp.CallToolResult, Result, error) {
+	body := map[string]any{}
+	for name, v := range map[string]*string{"from": in.From, "subject": in.Subject, "text": in.Text, "html": in.HTML} {
+		if v != nil {
+			body[name] = *v
+		}
+	}
+	return t.call(ctx, apiclient.Request{Method: http.MethodPatch, Path: path(in.CampaignID, ""), JSON: body})
+}
+
+func (t *tools) submit(ctx context.Context, _ *mcp.CallToolRequest, in CampaignInput) (*mcp.CallToolResult, Result, error) {
+	return t.call(ctx, apiclient.Request{Method: http.MethodPost, Path: path(in.CampaignID, "/submit")})
+}
+
+func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in CampaignInput) (*mcp.CallToolResult, Result, error) {
+	return t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "")})
+}
+
+func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, in ListInput) (*mcp.CallToolResult, Result, error) {
+	if in.Limit == 0 {
+		in.Limit = 20
+	}
+	q := url.Values{"limit": {strconv.Itoa(in.Limit)}}
+	if in.After != "" {
+		q.Set("after", in.After)
+	}
+	return t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: "/campaigns", Query: q})
+}
+
+func (t *tools) audit(ctx context.Context, _ *mcp.CallToolRequest, in CampaignInput) (*mcp.CallToolResult, Result, error) {
+	return t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "/audit")})
+}

@@ -1,0 +1,237 @@
+package main
+
+// Scenario "exec": executor throughput with full guarantees (pending
+// committed before the call, raw answer committed before parsing, settle
+// committed) through an in-process no-op provider, against bare River
+// running no-op jobs with the same settings on the same database, in the
+// same run.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/provider"
+)
+
+// River settings shared by both sides, so the ratio measures the ledger.
+const (
+	benchWorkers       = 100
+	benchFetchCooldown = 2 * time.Millisecond
+	benchFetchPoll     = 20 * time.Millisecond
+)
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+// bareRiver runs n no-op jobs and returns jobs per second.
+func bareRiver(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) {
+	var done atomic.Int64
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{done: &done})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues:            map[string]river.QueueConfig{"bench": {MaxWorkers: benchWorkers}},
+		Workers:           workers,
+		FetchCooldown:     benchFetchCooldown,
+		FetchPollInterval: benchFetchPoll,
+	})
+	if err != nil {
+		return 0, err
+	}
+	params := make([]river.InsertManyParams, 0, 1000)
+	for i := 0; i < n; i += 1000 {
+		params = params[:0]
+		for j := i; j < min(i+1000, n); j++ {
+			params = append(params, river.InsertManyParams{Args: noopArgs{N: j}, InsertOpts: &river.InsertOpts{Queue: "bench"}})
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	for done.Load() < int64(n) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return 0, err
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// noopProvider accepts every effect at once: what is left is Onceplan.
+type noopProvider struct {
+	calls atomic.Int64
+}
+
+func (p *noopProvider) Name() string                        { return "noop" }
+func (p *noopProvider) Kind() string                        { return "noop" }
+func (p *noopProvider) String() string                      { return "noop=in-process" }
+func (p *noopProvider) Capabilities() provider.Capabilities { return provider.Capabilities{Dedupe: true} }
+func (p *noopProvider) Acquire(context.Context) (func(), error) {
+	return func() {}, nil
+}
+
+func (p *noopProvider) Send(_ context.Context, r provider.Request) ([]byte, error) {
+	n := p.calls.Add(1)
+	return []byte(fmt.Sprintf("ok %d", n)), nil
+}
+
+func (p *noopProvider) Classify(raw []byte) provider.Verdict {
+	if s := string(raw); strings.HasPrefix(s, "ok ") {
+		return provider.Verdict{Outcome: provider.OutcomeDone, Receipt: s[3:]}
+	}
+	return provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "unexpected"}
+}
+
+func (p *noopProvider) Probe(context.Context, string, int) (provider.ProbeResult, error) {
+	return provider.ProbeResult{}, provider.ErrNoProbe
+}
+func (p *noopProvider) Close() error { return nil }
+
+type execResult struct {
+	perSec   float64
+	p50, p99 time.Duration
+}
+
+// onceplanExec runs a started campaign of n targets through the real
+// runner and executor and returns effects per second and claim-to-settle
+// latency percentiles (from the ledger's own timestamps).
+func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, error) {
+	proposer, err := user(ctx, pool, "exec-proposer@example.com", approval.RoleProposer)
+	if err != nil {
+		return execResult{}, err
+	}
+	approver, err := user(ctx, pool, "exec-approver@example.com", approval.RoleApprover, approval.RoleOperator)
+	if err != nil {
+		return execResult{}, err
+	}
+	prov := &noopProvider{}
+	reg, err := provider.NewRegistry(prov)
+	if err != nil {
+		return execResult{}, err
+	}
+	r, err := jobs.NewRunner(jobs.Config{
+		Pool: pool, Providers: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WorkersPerQueue: benchWorkers, FetchCooldown: benchFetchCooldown,
+		MaintenanceInterval: time.Hour,
+	})
+	if err != nil {
+		return execResult{}, err
+	}
+	svc := approval.NewService(pool, r.Enqueuer())
+	svc.MaxTargets = n
+	r.SetApproval(svc)
+	res, err := svc.Create(ctx, proposer, approval.CreateParams{
+		Name: "exec bench", Provider: "noop",
+		Payload: plan.Payload{From: "bench@example.com", Subject: "Hello {{.first_name}}", Text: "Hi {{.first_name}} from {{.city}}"},
+		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: &csvGen{n: n}},
+	})
+	if err != nil {
+		return execResult{}, err
+	}
+	sub, err := svc.Submit(ctx, proposer, res.Campaign.ID)
+	if err != nil {
+		return execResult{}, err
+	}
+	if _, err := svc.Approve(ctx, approver, res.Campaign.ID, sub.PlanHash); err != nil {
+		return execResult{}, err
+	}
+	if _, err := svc.Start(ctx, approver, res.Campaign.ID); err != nil {
+		return execResult{}, err
+	}
+	start := time.Now()
+	if err := r.Start(ctx); err != nil {
+		return execResult{}, err
+	}
+	for prov.calls.Load() < int64(n) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Every call is settled before its job ends; wait for the last settles.
+	for {
+		var settled int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE state = 'done'`).Scan(&settled); err != nil {
+			return execResult{}, err
+		}
+		if settled >= n {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := r.Stop(stopCtx); err != nil {
+		return execResult{}, err
+	}
+	rows, err := pool.Query(ctx, `SELECT (extract(epoch FROM updated_at - created_at) * 1e6)::bigint FROM effect WHERE state = 'done'`)
+	if err != nil {
+		return execResult{}, err
+	}
+	var lat []time.Duration
+	for rows.Next() {
+		var us int64
+		if err := rows.Scan(&us); err != nil {
+			return execResult{}, err
+		}
+		lat = append(lat, time.Duration(us)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return execResult{}, err
+	}
+	slices.Sort(lat)
+	out := execResult{perSec: float64(n) / elapsed.Seconds()}
+	if len(lat) > 0 {
+		out.p50, out.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	return out, nil
+}
+
+func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	bare, err := bareRiver(ctx, pool, n)
+	if err != nil {
+		return fmt.Errorf("bare River: %w", err)
+	}
+	ours, err := onceplanExec(ctx, pool, n)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	fmt.Printf("exec: %d effects, %d workers, FetchCooldown %s, FetchPollInterval %s (River's), pool of %d\n",
+		n, benchWorkers, benchFetchCooldown, benchFetchPoll, pool.Config().MaxConns)
+	fmt.Printf("  bare River no-op jobs:                      %.0f jobs/s\n", bare)
+	fmt.Printf("  Onceplan executor, no-op provider:          %.0f effects/s\n", ours.perSec)
+	fmt.Printf("  ratio (executor / bare River):              %.2fx\n", ours.perSec/bare)
+	fmt.Printf("  claim-to-settle latency p50 / p99:          %s / %s\n", ours.p50.Round(time.Microsecond), ours.p99.Round(time.Microsecond))
+	return nil
+}

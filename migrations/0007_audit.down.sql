@@ -1,0 +1,1 @@
+DROP INDEX effect_plan_target;

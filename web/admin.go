@@ -1,0 +1,181 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// adminPage gathers users, their tokens and the providers' queues.
+func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
+	ctx := c.Request().Context()
+	p := view.AdminPage{Page: s.page(c, "Admin", "admin"), RiverUI: s.riverUI != nil}
+	for _, r := range approval.Roles {
+		p.Roles = append(p.Roles, string(r))
+	}
+	users, err := auth.ListUsers(ctx, s.cfg.Pool)
+	if err != nil {
+		return p, err
+	}
+	for _, u := range users {
+		row := view.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Disabled: u.Disabled()}
+		for _, r := range u.Roles {
+			row.Roles = append(row.Roles, string(r))
+		}
+		p.Users = append(p.Users, row)
+		tokens, err := auth.ListTokens(ctx, s.cfg.Pool, u.Email)
+		if err != nil {
+			return p, err
+		}
+		for _, t := range tokens {
+			tr := view.TokenRow{ID: t.ID, User: t.UserEmail, Name: t.Name, Agent: t.Agent, Prefix: t.Prefix, Created: t.CreatedAt, Revoked: t.Revoked()}
+			if t.LastUsedAt != nil {
+				tr.LastUsed = *t.LastUsedAt
+			}
+			p.Tokens = append(p.Tokens, tr)
+		}
+	}
+	if s.cfg.Providers != nil {
+		queues, err := queueStates(ctx, s.cfg.Pool)
+		if err != nil {
+			return p, err
+		}
+		for _, name := range s.cfg.Providers.Names() {
+			pr, _ := s.cfg.Providers.Get(name)
+			caps := pr.Capabilities()
+			q := jobs.QueueFor(name)
+			st := queues[q]
+			p.Providers = append(p.Providers, view.ProviderRow{
+				Name: name, Kind: pr.Kind(), URL: pr.String(), Dedupe: caps.Dedupe, Probe: caps.Probe, Queue: q,
+				Paused: st.Paused, PausedUntil: st.PausedUntil, Available: st.Available, Running: st.Running, Retryable: st.Retryable,
+			})
+		}
+	}
+	return p, nil
+}
+
+func (s *Server) handleAdmin(c echo.Context) error {
+	p, err := s.adminPage(c)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, view.Admin(p))
+}
+
+func readRoles(c echo.Context) ([]approval.Role, error) {
+	form, err := c.FormParams()
+	if err != nil {
+		return nil, err
+	}
+	var roles []approval.Role
+	for _, r := range form["roles"] {
+		role, err := approval.ParseRole(r)
+		if err != nil {
+			return nil, echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error())
+		}
+		roles = append(roles, role)
+	}
+	return roles, nil
+}
+
+// handleUserCreate adds a user with a generated password, shown once.
+func (s *Server) handleUserCreate(c echo.Context) error {
+	roles, err := readRoles(c)
+	if err != nil {
+		return err
+	}
+	password := auth.GeneratePassword()
+	u, err := auth.CreateUser(c.Request().Context(), s.cfg.Pool, auth.NewUser{
+		Email: strings.TrimSpace(c.FormValue("email")), Name: strings.TrimSpace(c.FormValue("name")),
+		Roles: roles, Password: password,
+	})
+	if err != nil {
+		return err
+	}
+	p, err := s.adminPage(c)
+	if err != nil {
+		return err
+	}
+	p.NewUser, p.NewPassword = u.Email, password
+	return s.render(c, http.StatusCreated, view.Admin(p))
+}
+
+// userByParam reads the user named by the route's :uid.
+func (s *Server) userByParam(c echo.Context) (auth.User, error) {
+	id, err := strconv.ParseInt(c.Param("uid"), 10, 64)
+	if err != nil {
+		return auth.User{}, echo.NewHTTPError(http.StatusNotFound, "no such user")
+	}
+	return auth.GetUser(c.Request().Context(), s.cfg.Pool, id)
+}
+
+func (s *Server) handleUserRoles(c echo.Context) error {
+	u, err := s.userByParam(c)
+	if err != nil {
+		return err
+	}
+	roles, err := readRoles(c)
+	if err != nil {
+		return err
+	}
+	if _, err := auth.SetRoles(c.Request().Context(), s.cfg.Pool, u.Email, roles); err != nil {
+		return err
+	}
+	return redirect(c, "/admin", "roles-saved")
+}
+
+func (s *Server) handleUserDisable(c echo.Context) error {
+	u, err := s.userByParam(c)
+	if err != nil {
+		return err
+	}
+	if _, err := auth.DisableUser(c.Request().Context(), s.cfg.Pool, u.Email); err != nil {
+		return err
+	}
+	return redirect(c, "/admin", "user-disabled")
+}
+
+func (s *Server) handleUserEnable(c echo.Context) error {
+	u, err := s.userByParam(c)
+	if err != nil {
+		return err
+	}
+	if _, err := auth.EnableUser(c.Request().Context(), s.cfg.Pool, u.Email); err != nil {
+		return err
+	}
+	return redirect(c, "/admin", "user-enabled")
+}
+
+// handleTokenCreate makes an API token and shows its secret once, in this
+// response only (it is stored as a hash).
+func (s *Server) handleTokenCreate(c echo.Context) error {
+	secret, t, err := auth.CreateToken(c.Request().Context(), s.cfg.Pool,
+		strings.TrimSpace(c.FormValue("user")), c.FormValue("name"), c.FormValue("agent") != "")
+	if err != nil {
+		return err
+	}
+	p, err := s.adminPage(c)
+	if err != nil {
+		return err
+	}
+	p.NewToken, p.NewTokenName = secret, t.Name
+	return s.render(c, http.StatusCreated, view.Admin(p))
+}
+
+func (s *Server) handleTokenRevoke(c echo.Context) error {
+	id, err := strconv.ParseInt(c.Param("tid"), 10, 64)
+	if err != nil {
+		return echo.NewHTTPError(http.StatusNotFound, "no such token")
+	}
+	if _, err := auth.RevokeToken(c.Request().Context(), s.cfg.Pool, id); err != nil {
+		return err
+	}
+	return redirect(c, "/admin", "token-revoked")
+}

@@ -1,0 +1,96 @@
+package web
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// campaignOf reads the campaign named by the route's :id.
+func (s *Server) campaignOf(c echo.Context) (plan.Campaign, error) {
+	return plan.GetCampaign(c.Request().Context(), s.cfg.Pool, c.Param("id"))
+}
+
+// planOf reads the campaign's latest frozen plan.
+func (s *Server) planOf(ctx context.Context, camp plan.Campaign) (plan.Plan, error) {
+	if camp.PlanID == 0 {
+		return plan.Plan{}, echo.NewHTTPError(http.StatusNotFound, "campaign "+camp.Name+" has no approved plan yet")
+	}
+	return plan.GetPlan(ctx, s.cfg.Pool, camp.PlanID)
+}
+
+func campaignView(c plan.Campaign) view.Campaign {
+	return view.Campaign{
+		ID: c.ID, Name: c.Name, State: string(c.State), Provider: c.Provider, Version: c.Version,
+		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0,
+	}
+}
+
+// mustActor returns the signed-in actor (routes that call it require one).
+func mustActor(c echo.Context) approval.Actor {
+	a, _ := actorOf(c)
+	return a
+}
+
+func (s *Server) handleCampaignList(c echo.Context) error {
+	ctx := c.Request().Context()
+	camps, err := plan.ListCampaigns(ctx, s.cfg.Pool, 200)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(camps))
+	for i, camp := range camps {
+		ids[i] = camp.ID
+	}
+	last, err := lastActivity(ctx, s.cfg.Pool, ids)
+	if err != nil {
+		return err
+	}
+	p := view.CampaignsPage{Page: s.page(c, "Campaigns", "campaigns")}
+	for _, camp := range camps {
+		row := view.CampaignRow{Campaign: campaignView(camp), LastActivity: camp.UpdatedAt}
+		if t, ok := last[camp.ID]; ok && t.After(row.LastActivity) {
+			row.LastActivity = t
+		}
+		if camp.PlanID != 0 {
+			pl, err := plan.GetPlan(ctx, s.cfg.Pool, camp.PlanID)
+			if err != nil {
+				return err
+			}
+			if row.Counts, err = s.planCounts(ctx, pl); err != nil {
+				return err
+			}
+			row.Approved, row.ExactlyOnce = pl.TargetCount, row.Counts.Done
+		}
+		p.Rows = append(p.Rows, row)
+	}
+	return s.render(c, http.StatusOK, view.Campaigns(p))
+}
+
+// handleCampaignShow sends a campaign's link to the page its state needs.
+func (s *Server) handleCampaignShow(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, campaignPage(camp))
+}
+
+func campaignPage(camp plan.Campaign) string {
+	base := "/campaigns/" + camp.ID
+	switch camp.State {
+	case plan.StateDraft:
+		return base + "/draft"
+	case plan.StatePendingApproval:
+		return base + "/approval"
+	}
+	if camp.PlanID == 0 {
+		return base + "/draft"
+	}
+	return base + "/run"
+}

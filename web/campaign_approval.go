@@ -1,0 +1,145 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// approvalPageSize is how many targets one page of the approval list shows.
+const approvalPageSize = 100
+
+// sampleCount is how many rendered messages the approval page shows.
+const sampleCount = 3
+
+// approvalPage gathers what an approver is shown: the hash the approve
+// button posts, the count, sample messages, the list, the quorum and what
+// changed since the last approved version.
+func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.ApprovalPage, error) {
+	ctx := c.Request().Context()
+	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	if err != nil {
+		return view.ApprovalPage{}, err
+	}
+	hash := d.Hash(camp)
+	p := view.ApprovalPage{
+		Page: s.page(c, "Approve "+camp.Name, "campaigns"), Campaign: campaignView(camp),
+		PlanHash: hash, TargetCount: d.TargetCount, Required: camp.RequiredApprovals,
+		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
+	}
+	if p.Approvers, err = approverEmails(ctx, s.cfg.Pool, camp.ID, camp.Version, hash); err != nil {
+		return p, err
+	}
+	p.Approvals = len(p.Approvers)
+	names, err := userEmails(ctx, s.cfg.Pool, []int64{d.ProposedBy, d.LastEditedBy})
+	if err != nil {
+		return p, err
+	}
+	p.ProposedBy = names[d.ProposedBy]
+	if d.LastEditedBy != d.ProposedBy {
+		p.ProposedBy += ", last edited by " + names[d.LastEditedBy]
+	}
+	a := mustActor(c)
+	switch {
+	case !a.Has(approval.RoleApprover):
+		p.WhyNot = "Approving needs the approver role."
+	case a.UserID == d.ProposedBy || a.UserID == d.LastEditedBy:
+		p.WhyNot = "You proposed or last edited this draft: someone else must approve it."
+	case contains(p.Approvers, a.Email):
+		p.WhyNot = "You have approved this version; it needs " + strconv.Itoa(camp.RequiredApprovals-p.Approvals) + " more approver(s)."
+	default:
+		p.CanApprove = true
+	}
+	for i := 1; i <= min(sampleCount, d.TargetCount); i++ {
+		p.Samples = append(p.Samples, s.previewOf(c, camp, d, "", i))
+	}
+	p.After, _ = strconv.Atoi(c.QueryParam("after"))
+	p.After = max(p.After, 0)
+	if p.Targets, err = draftTargets(ctx, s.cfg.Pool, d.ListID, p.After, approvalPageSize+1); err != nil {
+		return p, err
+	}
+	if len(p.Targets) > approvalPageSize {
+		p.Targets = p.Targets[:approvalPageSize]
+		p.Next = p.Targets[approvalPageSize-1].Ordinal
+	}
+	prev, ok, err := previousPlan(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	if err != nil {
+		return p, err
+	}
+	if ok {
+		p.PrevVersion, p.PrevTargetCount = prev.Version, prev.TargetCount
+		p.Diff = payloadDiff(prev, d)
+	}
+	return p, nil
+}
+
+// payloadDiff compares a draft with the previously approved plan, field by
+// field (the target list by size and digest).
+func payloadDiff(prev plan.Plan, d plan.Draft) []view.DiffField {
+	field := func(name, old, now string) view.DiffField {
+		return view.DiffField{Field: name, Old: old, New: now, Changed: old != now}
+	}
+	var prevDigest string
+	// The plan's list digest is not on the plan row; the target count and
+	// list id tell whether the list is the same one.
+	if prev.ListID == d.ListID {
+		prevDigest = "same list"
+	} else {
+		prevDigest = "a different list"
+	}
+	list := field("targets", strconv.Itoa(prev.TargetCount)+" targets",
+		strconv.Itoa(d.TargetCount)+" targets ("+prevDigest+")")
+	list.Changed = prev.ListID != d.ListID
+	return []view.DiffField{
+		field("from", prev.Payload.From, d.Payload.From),
+		field("subject", prev.Payload.Subject, d.Payload.Subject),
+		field("text", prev.Payload.Text, d.Payload.Text),
+		field("html", prev.Payload.HTML, d.Payload.HTML),
+		list,
+	}
+}
+
+func (s *Server) handleApproval(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.approvalPage(c, camp)
+	if err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, view.Approval(p))
+}
+
+// handleApprove records an approval of the hash the page showed; the
+// service refuses it (409) when the draft changed since.
+func (s *Server) handleApprove(c echo.Context) error {
+	id := c.Param("id")
+	shown := strings.TrimSpace(c.FormValue("plan_hash"))
+	res, err := s.cfg.Approval.Approve(c.Request().Context(), mustActor(c), id, shown)
+	if err != nil {
+		return err
+	}
+	if res.Campaign.State == plan.StatePendingApproval {
+		return redirect(c, "/campaigns/"+id+"/approval", "approval-recorded")
+	}
+	return redirect(c, "/campaigns/"+id+"/run", "approved")
+}
+
+func (s *Server) handleReject(c echo.Context) error {
+	id := c.Param("id")
+	f := readReasonForm(c)
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if _, err := s.cfg.Approval.Reject(c.Request().Context(), mustActor(c), id, f.Reason); err != nil {
+		return err
+	}
+	return redirect(c, "/campaigns/"+id+"/draft", "rejected")
+}

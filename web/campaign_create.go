@@ -1,0 +1,90 @@
+package web
+
+import (
+	"errors"
+	"mime/multipart"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+func (s *Server) providerNames() []string {
+	if s.cfg.Providers == nil {
+		return nil
+	}
+	return s.cfg.Providers.Names()
+}
+
+func (s *Server) newCampaignPage(c echo.Context, f newCampaignForm, errs map[string]string) view.NewCampaignPage {
+	p := view.NewCampaignPage{
+		Page: s.page(c, "New campaign", "campaigns"), Name: f.Name, Provider: f.Provider,
+		Providers: s.providerNames(), RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.view(), FieldErrors: errs,
+	}
+	if p.RequiredApprovals < 1 {
+		p.RequiredApprovals = 1
+	}
+	return p
+}
+
+func (s *Server) handleCampaignNew(c echo.Context) error {
+	return s.render(c, http.StatusOK, view.NewCampaign(s.newCampaignPage(c, newCampaignForm{RequiredApprovals: 1}, nil)))
+}
+
+// uploadedFile opens the multipart file field name; ok is false when the
+// form has none (or an empty one).
+func uploadedFile(c echo.Context, name string) (multipart.File, bool, error) {
+	fh, err := c.FormFile(name)
+	if errors.Is(err, http.ErrMissingFile) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, echo.NewHTTPError(http.StatusBadRequest, "the upload could not be read: "+err.Error())
+	}
+	if fh.Size == 0 {
+		return nil, false, nil
+	}
+	f, err := fh.Open()
+	if err != nil {
+		return nil, false, err
+	}
+	return f, true, nil
+}
+
+// handleCampaignCreate makes a campaign and its first draft, importing the
+// target list when one was uploaded; a refused list creates nothing.
+func (s *Server) handleCampaignCreate(c echo.Context) error {
+	f := readNewCampaignForm(c)
+	if err := f.Validate(s.providerNames()); err != nil {
+		if errs, ok := fieldErrors(err); ok {
+			return s.render(c, http.StatusUnprocessableEntity, view.NewCampaign(s.newCampaignPage(c, f, errs)))
+		}
+		return err
+	}
+	params := approval.CreateParams{
+		Name: f.Name, Provider: f.Provider, RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.payload(),
+	}
+	file, ok, err := uploadedFile(c, "targets")
+	if err != nil {
+		return err
+	}
+	if ok {
+		defer file.Close()
+		params.Targets = &approval.TargetsParams{Format: plan.FormatCSV, Body: file}
+	}
+	res, err := s.cfg.Approval.Create(c.Request().Context(), mustActor(c), params)
+	if err != nil {
+		if errs, ok := fieldErrors(err); ok {
+			return s.render(c, http.StatusUnprocessableEntity, view.NewCampaign(s.newCampaignPage(c, f, errs)))
+		}
+		return err
+	}
+	if res.Import == nil {
+		return redirect(c, "/campaigns/"+res.Campaign.ID+"/draft", "created")
+	}
+	c.Response().Header().Set("Location", "/campaigns/"+res.Campaign.ID+"/draft")
+	return s.renderDraft(c, res.Campaign, http.StatusCreated, draftOpts{report: res.Import, flash: "created"})
+}

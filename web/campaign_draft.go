@@ -1,0 +1,233 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// draftOpts is what a draft page shows beyond the stored draft.
+type draftOpts struct {
+	payload     *payloadForm      // the form as submitted (when refused)
+	fieldErrors map[string]string // why it was refused
+	report      *plan.ImportReport
+	missing     *approval.MissingVarsError
+	flash       string
+	errMsg      string
+}
+
+func importView(r *plan.ImportReport) *view.ImportReport {
+	v := &view.ImportReport{
+		Rows: r.Rows, Accepted: r.Accepted, Duplicate: r.Duplicate, Rejected: r.RejectedCount,
+		TargetCount: r.TargetCount, Truncated: r.Truncated,
+	}
+	for _, x := range r.Rejected {
+		v.Rejections = append(v.Rejections, view.Rejection{Line: x.Line, Reason: x.Reason})
+	}
+	for _, x := range r.Duplicates {
+		v.Duplicates = append(v.Duplicates, view.Duplicate{Line: x.Line, DuplicateOf: x.DuplicateOf})
+	}
+	return v
+}
+
+// previewOf renders one target's message of a draft for the page: text
+// as text, the HTML body behind a URL for the sandboxed frame.
+func (s *Server) previewOf(c echo.Context, camp plan.Campaign, d plan.Draft, address string, ordinal int) view.Preview {
+	pv := view.Preview{Ordinal: ordinal}
+	m, err := plan.Preview(c.Request().Context(), s.cfg.Pool, d, address, ordinal)
+	if err != nil {
+		_, _, msg := classify(err)
+		pv.Error = msg
+		return pv
+	}
+	pv.From, pv.To, pv.Subject, pv.Text = m.From, m.To, m.Subject, m.Text
+	if m.HTML != "" {
+		q := "ordinal=" + strconv.Itoa(ordinal)
+		if address != "" {
+			q = "address=" + urlQueryEscape(address)
+		}
+		pv.HTMLURL = "/campaigns/" + camp.ID + "/preview.html?version=" + strconv.Itoa(d.Version) + "&" + q
+	}
+	return pv
+}
+
+// renderDraft shows the draft page of camp's current version.
+func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o draftOpts) error {
+	ctx := c.Request().Context()
+	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	if err != nil {
+		return err
+	}
+	a := mustActor(c)
+	p := view.DraftPage{
+		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp),
+		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: o.fieldErrors,
+		CanEdit: a.Has(approval.RoleProposer) && camp.State != plan.StateCancelled,
+		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
+	}
+	if o.payload != nil {
+		p.Payload = o.payload.view()
+	}
+	if o.flash != "" {
+		p.Flash = flashes[o.flash]
+	}
+	p.Error = o.errMsg
+	if o.report != nil {
+		p.Import = importView(o.report)
+	}
+	if o.missing != nil {
+		p.MissingTotal = o.missing.Total
+		for _, m := range o.missing.Missing {
+			p.Missing = append(p.Missing, view.MissingVar{Line: m.Line, Target: m.Target, Missing: strings.Join(m.Missing, ", ")})
+		}
+	}
+	if p.Targets, err = draftTargets(ctx, s.cfg.Pool, d.ListID, 0, 20); err != nil {
+		return err
+	}
+	address := strings.TrimSpace(c.QueryParam("address"))
+	ordinal, _ := strconv.Atoi(c.QueryParam("preview"))
+	if d.TargetCount > 0 && (address != "" || ordinal > 0 || o.report != nil) {
+		if address == "" && ordinal <= 0 {
+			ordinal = 1
+		}
+		pv := s.previewOf(c, camp, d, address, ordinal)
+		p.Preview = &pv
+	}
+	return s.render(c, status, view.Draft(p))
+}
+
+func (s *Server) handleDraft(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	return s.renderDraft(c, camp, http.StatusOK, draftOpts{})
+}
+
+// handlePayloadSave replaces the draft's message (a new version once the
+// campaign was approved: approval.Service.Edit decides).
+func (s *Server) handlePayloadSave(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	f := readPayloadForm(c)
+	err = f.Validate()
+	if err == nil {
+		_, err = s.cfg.Approval.Edit(c.Request().Context(), mustActor(c), camp.ID, f.payload())
+	}
+	if err != nil {
+		if errs, ok := fieldErrors(err); ok {
+			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{payload: &f, fieldErrors: errs})
+		}
+		return err
+	}
+	return redirect(c, "/campaigns/"+camp.ID+"/draft", "saved")
+}
+
+// handleImport reads an uploaded CSV into the draft and shows its report.
+func (s *Server) handleImport(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	file, ok, err := uploadedFile(c, "targets")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: map[string]string{"targets": "choose a CSV file to upload"}})
+	}
+	defer file.Close()
+	res, err := s.cfg.Approval.ImportTargets(c.Request().Context(), mustActor(c), camp.ID, approval.TargetsParams{
+		Format: plan.FormatCSV, Body: file,
+		AddressColumn: strings.TrimSpace(c.FormValue("address_column")),
+		Append:        c.FormValue("append") != "",
+	})
+	if err != nil {
+		if errs, ok := fieldErrors(err); ok {
+			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+		}
+		return err
+	}
+	return s.renderDraft(c, res.Campaign, http.StatusOK, draftOpts{report: res.Import})
+}
+
+// handleSubmit asks for approval of the draft the proposer was shown.
+func (s *Server) handleSubmit(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if shown := c.FormValue("plan_hash"); shown != "" {
+		d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+		if err != nil {
+			return err
+		}
+		if d.Hash(camp) != shown {
+			return echo.NewHTTPError(http.StatusConflict, "the draft changed since this page was loaded: review it again before submitting")
+		}
+	}
+	_, err = s.cfg.Approval.Submit(ctx, mustActor(c), camp.ID)
+	var mv *approval.MissingVarsError
+	switch {
+	case errors.As(err, &mv):
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{missing: mv, errMsg: mv.Error()})
+	case err != nil:
+		if errs, ok := fieldErrors(err); ok {
+			msg := ""
+			for k, v := range errs {
+				msg = k + ": " + v
+			}
+			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{errMsg: "Not submitted: " + msg})
+		}
+		return err
+	}
+	return redirect(c, "/campaigns/"+camp.ID+"/approval", "submitted")
+}
+
+// handlePreviewHTML serves one target's rendered HTML body for the
+// preview frame. The body is the draft author's HTML with the target's
+// variables escaped into it; it is shown in a frame with the sandbox
+// attribute and served with a sandboxing CSP that runs no script and loads
+// nothing, so neither a script in the draft nor a tracking image acts.
+func (s *Server) handlePreviewHTML(c echo.Context) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	version := camp.Version
+	if v, err := strconv.Atoi(c.QueryParam("version")); err == nil && v >= 1 && v <= camp.Version {
+		version = v
+	}
+	ctx := c.Request().Context()
+	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, version)
+	if err != nil {
+		return err
+	}
+	ordinal, _ := strconv.Atoi(c.QueryParam("ordinal"))
+	address := strings.TrimSpace(c.QueryParam("address"))
+	if address == "" && ordinal < 1 {
+		ordinal = 1
+	}
+	m, err := plan.Preview(ctx, s.cfg.Pool, d, address, ordinal)
+	if err != nil {
+		return err
+	}
+	if m.HTML == "" {
+		return echo.NewHTTPError(http.StatusNotFound, "this message has no HTML body")
+	}
+	h := c.Response().Header()
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'self'")
+	h.Set("X-Frame-Options", "SAMEORIGIN")
+	h.Set("Cache-Control", "no-store")
+	return c.HTMLBlob(http.StatusOK, []byte(m.HTML))
+}

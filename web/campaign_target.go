@@ -1,0 +1,203 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// maxRawShown bounds how much of one raw provider response the page shows.
+const maxRawShown = 64 << 10
+
+// targetOf reads the campaign, its plan and the target named by the route.
+func (s *Server) targetOf(c echo.Context) (plan.Campaign, plan.Plan, targetRow, error) {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return camp, plan.Plan{}, targetRow{}, err
+	}
+	ctx := c.Request().Context()
+	pl, err := s.planOf(ctx, camp)
+	if err != nil {
+		return camp, pl, targetRow{}, err
+	}
+	ordinal, err := strconv.Atoi(c.Param("ordinal"))
+	if err != nil || ordinal < 1 {
+		return camp, pl, targetRow{}, echo.NewHTTPError(http.StatusNotFound, "no such target")
+	}
+	t, err := targetByOrdinal(ctx, s.cfg.Pool, pl.ListID, ordinal)
+	return camp, pl, t, err
+}
+
+// decides reports whether a may take a human decision on an effect
+// (resolve, supersede, revoke): an operator in person, never an agent.
+func decides(a approval.Actor) bool { return a.Has(approval.RoleOperator) && !a.Agent }
+
+func (s *Server) handleTarget(c echo.Context) error {
+	camp, _, t, err := s.targetOf(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	store := ledger.NewStore(s.cfg.Pool)
+	history, err := store.History(ctx, ledger.Key(t.Key))
+	if err != nil {
+		return err
+	}
+	op := decides(mustActor(c))
+	p := view.TargetPage{
+		Page: s.page(c, t.Target, "campaigns"), Campaign: campaignView(camp), Row: t.TargetRow, Vars: t.Vars,
+		CanOperate: op,
+		CanResolve: op && t.State == "unknown", CanSupersede: op && t.State == "done",
+		CanRevoke: op && (t.State == "done" || t.State == "stranded"),
+	}
+	for _, e := range history {
+		a := view.Attempt{
+			ID: e.ID, Epoch: e.Epoch, Attempt: e.Attempt, State: string(e.State), Owner: e.Owner, JobID: e.JobID,
+			Receipt: e.Receipt, Reason: e.Reason, ResolvedBy: e.ResolvedBy, Resolution: e.Resolution,
+			RevokedBy: e.RevokedBy, RevokeReason: e.RevokeReason, Created: e.CreatedAt, Updated: e.UpdatedAt, Settled: e.SettledAt,
+		}
+		resps, err := store.Responses(ctx, e.ID)
+		if err != nil {
+			return err
+		}
+		for _, r := range resps {
+			body := r.Body
+			if len(body) > maxRawShown {
+				body = body[:maxRawShown]
+			}
+			// Escaped by templ on output; invalid UTF-8 shown as U+FFFD.
+			text := strings.ToValidUTF8(string(body), "\uFFFD")
+			if len(r.Body) > maxRawShown {
+				text += "\n… (" + strconv.Itoa(len(r.Body)-maxRawShown) + " more bytes)"
+			}
+			a.Responses = append(a.Responses, view.Response{Kind: string(r.Kind), At: r.CreatedAt, Body: text, Size: len(r.Body)})
+		}
+		p.Attempts = append(p.Attempts, a)
+	}
+	if p.Bumps, err = bumps(ctx, s.cfg.Pool, t.Key); err != nil {
+		return err
+	}
+	return s.render(c, http.StatusOK, view.Target(p))
+}
+
+func targetPath(camp plan.Campaign, t targetRow) string {
+	return "/campaigns/" + camp.ID + "/targets/" + strconv.Itoa(t.Ordinal)
+}
+
+// handleResolve records a person's verdict on an unknown target.
+func (s *Server) handleResolve(c echo.Context) error {
+	camp, pl, t, err := s.targetOf(c)
+	if err != nil {
+		return err
+	}
+	f := readReasonForm(c)
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	outcome := ledger.Outcome(c.FormValue("outcome"))
+	if outcome != ledger.Delivered && outcome != ledger.NotDelivered {
+		return &plan.FieldError{Field: "outcome", Reason: "choose delivered or not delivered"}
+	}
+	if _, err := s.cfg.Approval.ResolveEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, outcome, f.Reason); err != nil {
+		return err
+	}
+	s.counts.forget(pl.ID)
+	return redirect(c, targetPath(camp, t), "resolved")
+}
+
+// handleSupersede moves a done target's key to its next epoch so that it
+// gets one deliberate second effect: the person must type the target and
+// a reason, and the bump and its audit entry are one transaction.
+func (s *Server) handleSupersede(c echo.Context) error {
+	camp, pl, t, err := s.targetOf(c)
+	if err != nil {
+		return err
+	}
+	f := readReasonForm(c)
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	if strings.TrimSpace(c.FormValue("confirm_target")) != t.Target {
+		return &plan.FieldError{Field: "confirm_target", Reason: "type the target exactly (" + t.Target + ") to confirm"}
+	}
+	a := mustActor(c)
+	err = s.effectDecision(c.Request().Context(), a, camp.ID, "supersede", f.Reason, func(tx pgx.Tx) (any, error) {
+		store := ledger.NewStore(tx)
+		cur, err := store.Current(c.Request().Context(), ledger.Key(t.Key))
+		if err != nil || cur.State != ledger.StateDone {
+			return nil, fmt.Errorf("%w: only a done target can be superseded; %s is not done at its current epoch", approval.ErrConflict, t.Target)
+		}
+		epoch, err := store.Bump(c.Request().Context(), ledger.BumpParams{
+			Key: ledger.Key(t.Key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: f.Reason,
+		})
+		return map[string]any{"key": t.Key, "ordinal": t.Ordinal, "epoch": epoch}, err
+	})
+	if err != nil {
+		return err
+	}
+	s.counts.forget(pl.ID)
+	return redirect(c, targetPath(camp, t), "superseded")
+}
+
+// handleRevoke withdraws a done (or stranded) effect, with a reason.
+func (s *Server) handleRevoke(c echo.Context) error {
+	camp, pl, t, err := s.targetOf(c)
+	if err != nil {
+		return err
+	}
+	f := readReasonForm(c)
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	a := mustActor(c)
+	err = s.effectDecision(c.Request().Context(), a, camp.ID, "revoke", f.Reason, func(tx pgx.Tx) (any, error) {
+		e, err := ledger.NewStore(tx).Revoke(c.Request().Context(), ledger.RevokeParams{
+			Key: ledger.Key(t.Key), Actor: a.String(), Reason: f.Reason,
+		})
+		return map[string]any{"key": t.Key, "ordinal": t.Ordinal, "epoch": e.Epoch, "effect_id": e.ID}, err
+	})
+	if err != nil {
+		return err
+	}
+	s.counts.forget(pl.ID)
+	return redirect(c, targetPath(camp, t), "revoked")
+}
+
+// effectDecision runs a person's decision on one of a campaign's effects
+// in one transaction with the campaign locked (decisions on a campaign
+// never interleave) and appends it to the audit trail. Package approval
+// has no supersede or revoke of its own; this mirrors its ResolveEffect.
+func (s *Server) effectDecision(ctx context.Context, a approval.Actor, campaignID, action, reason string, do func(pgx.Tx) (any, error)) error {
+	if !decides(a) {
+		return fmt.Errorf("%w: %s needs an operator in person (not an agent token)", approval.ErrForbidden, action)
+	}
+	return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		camp, err := plan.LockCampaign(ctx, tx, campaignID)
+		if err != nil {
+			return err
+		}
+		detail, err := do(tx)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		return plan.RecordEvent(ctx, tx, plan.Event{
+			CampaignID: camp.ID, Action: action, ActorID: a.UserID, ViaAgent: a.Agent, Version: camp.Version,
+			Reason: reason, Detail: b,
+		})
+	})
+}

@@ -1,0 +1,123 @@
+package web
+
+import (
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// Forms: one struct per form, read from the request and validated before
+// anything is written. Validation errors name the field, as the domain's
+// *plan.FieldError does.
+
+// payloadForm is a draft's message.
+type payloadForm struct {
+	From, Subject, Text, HTML string
+}
+
+func readPayloadForm(c echo.Context) payloadForm {
+	// Browsers send CRLF line ends in textareas; the message keeps LF.
+	nl := strings.NewReplacer("\r\n", "\n")
+	return payloadForm{
+		From:    strings.TrimSpace(c.FormValue("from")),
+		Subject: strings.TrimSpace(c.FormValue("subject")),
+		Text:    nl.Replace(c.FormValue("text")),
+		HTML:    nl.Replace(c.FormValue("html")),
+	}
+}
+
+func (f payloadForm) payload() plan.Payload {
+	return plan.Payload{From: f.From, Subject: f.Subject, Text: f.Text, HTML: f.HTML}
+}
+
+func (f payloadForm) view() view.Payload {
+	return view.Payload{From: f.From, Subject: f.Subject, Text: f.Text, HTML: f.HTML}
+}
+
+// Validate checks the templates compile and the fields are present.
+func (f payloadForm) Validate() error { return f.payload().Validate() }
+
+// newCampaignForm creates a campaign.
+type newCampaignForm struct {
+	Name              string
+	Provider          string
+	RequiredApprovals int
+	Payload           payloadForm
+}
+
+func readNewCampaignForm(c echo.Context) newCampaignForm {
+	n, err := strconv.Atoi(strings.TrimSpace(c.FormValue("required_approvals")))
+	if err != nil {
+		n = -1
+	}
+	return newCampaignForm{
+		Name:              strings.TrimSpace(c.FormValue("name")),
+		Provider:          strings.TrimSpace(c.FormValue("provider")),
+		RequiredApprovals: n,
+		Payload:           readPayloadForm(c),
+	}
+}
+
+// Validate checks the form against the configured providers.
+func (f newCampaignForm) Validate(providers []string) error {
+	switch {
+	case f.Name == "" || len(f.Name) > 200:
+		return &plan.FieldError{Field: "name", Reason: "is required (at most 200 characters)"}
+	case !contains(providers, f.Provider):
+		return &plan.FieldError{Field: "provider", Reason: "choose one of the configured providers: " + strings.Join(providers, ", ")}
+	case f.RequiredApprovals < 1 || f.RequiredApprovals > 10:
+		return &plan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
+	}
+	return f.Payload.Validate()
+}
+
+// reasonForm is any decision that needs a reason.
+type reasonForm struct{ Reason string }
+
+func readReasonForm(c echo.Context) reasonForm {
+	return reasonForm{Reason: strings.TrimSpace(c.FormValue("reason"))}
+}
+
+// Validate requires a reason of reasonable length.
+func (f reasonForm) Validate() error {
+	switch {
+	case f.Reason == "":
+		return &plan.FieldError{Field: "reason", Reason: "is required: say why"}
+	case len(f.Reason) > 2000:
+		return &plan.FieldError{Field: "reason", Reason: "is too long (at most 2,000 characters)"}
+	}
+	return nil
+}
+
+// fieldErrors turns a validation error into the form's per-field messages;
+// ok is false when err is not a validation error.
+func fieldErrors(err error) (map[string]string, bool) {
+	var fe *plan.FieldError
+	if errors.As(err, &fe) {
+		return map[string]string{fe.Field: fe.Reason}, true
+	}
+	var le *plan.ListError
+	if errors.As(err, &le) {
+		return map[string]string{"targets": "the list was refused: " + le.Error()}, true
+	}
+	return nil, false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,65 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// safeNext keeps a post-sign-in redirect on this site: a path, never a
+// URL or a scheme-relative "//host".
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/campaigns"
+	}
+	return next
+}
+
+func (s *Server) handleLoginForm(c echo.Context) error {
+	if _, ok := actorOf(c); ok {
+		return c.Redirect(http.StatusSeeOther, safeNext(c.QueryParam("next")))
+	}
+	s.ensureLoginCSRF(c)
+	return s.render(c, http.StatusOK, view.Login(view.LoginPage{Page: s.page(c, "Sign in", ""), Next: safeNext(c.QueryParam("next"))}))
+}
+
+// handleLogin checks the credentials (auth.Login throttles and records the
+// attempt) and starts a session in an HttpOnly, SameSite cookie.
+func (s *Server) handleLogin(c echo.Context) error {
+	email := strings.TrimSpace(c.FormValue("email"))
+	password := c.FormValue("password")
+	next := safeNext(c.FormValue("next"))
+	token, _, err := auth.Login(c.Request().Context(), s.cfg.Pool, email, password, auth.LoginMeta{
+		IP: c.RealIP(), UserAgent: c.Request().UserAgent(),
+	})
+	if err != nil {
+		status, _, msg := classify(err)
+		if status >= 500 {
+			return err
+		}
+		if errors.Is(err, auth.ErrBadCredentials) {
+			msg = "The email or password is wrong."
+		}
+		p := view.LoginPage{Page: s.page(c, "Sign in", ""), Email: email, Next: next}
+		p.Error = msg
+		return s.render(c, status, view.Login(p))
+	}
+	s.clearCookie(c, csrfCookie)
+	s.setCookie(c, sessionCookie, token, int(auth.SessionMaxAge.Seconds()))
+	return c.Redirect(http.StatusSeeOther, next)
+}
+
+func (s *Server) handleLogout(c echo.Context) error {
+	if token, ok := c.Get(ctxSession).(string); ok {
+		if err := auth.Logout(c.Request().Context(), s.cfg.Pool, token); err != nil {
+			return err
+		}
+	}
+	s.clearCookie(c, sessionCookie)
+	return c.Redirect(http.StatusSeeOther, "/login")
+}

@@ -1,0 +1,108 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+)
+
+// route is one endpoint and the access it requires.
+type route struct {
+	method string
+	path   string
+	need   access
+	// maxBody bounds the request body (default 1 MiB).
+	maxBody string
+	handler func(s *Server) echo.HandlerFunc
+}
+
+// uploadLimit bounds a target list upload: the importer's own byte limit
+// plus room for the form around it.
+const uploadLimit = "300M"
+
+// routeTable lists every route of the UI with the role it needs: the one
+// place to read who may do what over HTTP (the route × role test walks it).
+func routeTable() []route {
+	h := func(f func(*Server, echo.Context) error) func(*Server) echo.HandlerFunc {
+		return func(s *Server) echo.HandlerFunc { return func(c echo.Context) error { return f(s, c) } }
+	}
+	return []route{
+		{http.MethodGet, "/login", public, "", h((*Server).handleLoginForm)},
+		{http.MethodPost, "/login", public, "", h((*Server).handleLogin)},
+		{http.MethodPost, "/logout", signedIn, "", h((*Server).handleLogout)},
+		{http.MethodGet, "/", signedIn, "", h((*Server).handleHome)},
+
+		{http.MethodGet, "/campaigns", signedIn, "", h((*Server).handleCampaignList)},
+		{http.MethodGet, "/campaigns/new", proposer, "", h((*Server).handleCampaignNew)},
+		{http.MethodPost, "/campaigns", proposer, uploadLimit, h((*Server).handleCampaignCreate)},
+		{http.MethodGet, "/campaigns/:id", signedIn, "", h((*Server).handleCampaignShow)},
+
+		{http.MethodGet, "/campaigns/:id/draft", signedIn, "", h((*Server).handleDraft)},
+		{http.MethodPost, "/campaigns/:id/payload", proposer, "", h((*Server).handlePayloadSave)},
+		{http.MethodPost, "/campaigns/:id/import", proposer, uploadLimit, h((*Server).handleImport)},
+		{http.MethodGet, "/campaigns/:id/preview.html", signedIn, "", h((*Server).handlePreviewHTML)},
+		{http.MethodPost, "/campaigns/:id/submit", proposer, "", h((*Server).handleSubmit)},
+
+		{http.MethodGet, "/campaigns/:id/approval", signedIn, "", h((*Server).handleApproval)},
+		{http.MethodPost, "/campaigns/:id/approve", approver, "", h((*Server).handleApprove)},
+		{http.MethodPost, "/campaigns/:id/reject", approver, "", h((*Server).handleReject)},
+
+		{http.MethodGet, "/campaigns/:id/run", signedIn, "", h((*Server).handleRun)},
+		{http.MethodGet, "/campaigns/:id/counts", signedIn, "", h((*Server).handleCounts)},
+		{http.MethodPost, "/campaigns/:id/start", operator, "", h((*Server).handleStart)},
+		{http.MethodPost, "/campaigns/:id/pause", operator, "", h((*Server).handlePause)},
+		{http.MethodPost, "/campaigns/:id/resume", operator, "", h((*Server).handleResume)},
+		{http.MethodPost, "/campaigns/:id/cancel", operator, "", h((*Server).handleCancel)},
+
+		{http.MethodGet, "/campaigns/:id/targets/:ordinal", signedIn, "", h((*Server).handleTarget)},
+		{http.MethodPost, "/campaigns/:id/targets/:ordinal/resolve", operator, "", h((*Server).handleResolve)},
+		{http.MethodPost, "/campaigns/:id/targets/:ordinal/supersede", operator, "", h((*Server).handleSupersede)},
+		{http.MethodPost, "/campaigns/:id/targets/:ordinal/revoke", operator, "", h((*Server).handleRevoke)},
+
+		{http.MethodGet, "/campaigns/:id/audit", signedIn, "", h((*Server).handleAudit)},
+		{http.MethodGet, "/campaigns/:id/audit.csv", signedIn, "", h((*Server).handleAuditCSV)},
+		{http.MethodGet, "/campaigns/:id/audit.json", signedIn, "", h((*Server).handleAuditJSON)},
+
+		{http.MethodGet, "/admin", admin, "", h((*Server).handleAdmin)},
+		{http.MethodPost, "/admin/users", admin, "", h((*Server).handleUserCreate)},
+		{http.MethodPost, "/admin/users/:uid/roles", admin, "", h((*Server).handleUserRoles)},
+		{http.MethodPost, "/admin/users/:uid/disable", admin, "", h((*Server).handleUserDisable)},
+		{http.MethodPost, "/admin/users/:uid/enable", admin, "", h((*Server).handleUserEnable)},
+		{http.MethodPost, "/admin/tokens", admin, "", h((*Server).handleTokenCreate)},
+		{http.MethodPost, "/admin/tokens/:tid/revoke", admin, "", h((*Server).handleTokenRevoke)},
+	}
+}
+
+func (s *Server) routes() {
+	e := s.echo
+	e.GET("/healthz", s.handleHealthz)
+	if s.cfg.Approval == nil {
+		return
+	}
+	e.Use(requestID, s.securityHeaders, s.loadSession)
+	e.GET("/static/:name", s.handleStatic)
+	if s.cfg.Mount != nil {
+		s.cfg.Mount(e)
+	}
+	for _, r := range routeTable() {
+		h := r.handler(s)
+		if r.method != http.MethodGet {
+			limit := r.maxBody
+			if limit == "" {
+				limit = "1M"
+			}
+			h = middleware.BodyLimit(limit)(s.csrf(h))
+		}
+		e.Add(r.method, r.path, s.require(r.need, h))
+	}
+	if s.riverUI != nil {
+		ui := s.require(admin, s.riverUIHandler())
+		e.Any("/riverui", ui)
+		e.Any("/riverui/*", ui)
+	}
+}
+
+func (s *Server) handleHome(c echo.Context) error {
+	return c.Redirect(http.StatusSeeOther, "/campaigns")
+}

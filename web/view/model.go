@@ -1,0 +1,413 @@
+// Package view holds Onceplan's HTML: templ components and the plain view
+// models the handlers in package web fill. It knows nothing of HTTP or the
+// database; every value it renders is escaped by templ, so text from a
+// draft, a target list or a provider can never become markup here.
+package view
+
+import "time"
+
+// Assets are the checksummed URLs of the embedded static files.
+type Assets struct {
+	CSS string
+	JS  string
+}
+
+// User is the signed-in user as the pages need it.
+type User struct {
+	Email      string
+	Name       string
+	Roles      []string
+	IsAdmin    bool
+	CanPropose bool
+	CanApprove bool
+	CanOperate bool
+}
+
+// Page is what every page's layout needs.
+type Page struct {
+	Title  string
+	Nav    string // "campaigns", "admin"
+	User   *User  // nil when signed out
+	CSRF   string
+	Assets Assets
+	// Flash is a one-line confirmation of the last action.
+	Flash string
+	// Error is a one-line refusal of the last action.
+	Error string
+}
+
+// Counts are a plan's targets by the state of their effect at the current
+// epoch. Planned = the sum of the others.
+type Counts struct {
+	Planned    int `json:"planned"`
+	NotStarted int `json:"not_started"`
+	Pending    int `json:"pending"`
+	Done       int `json:"done"`
+	Unknown    int `json:"unknown"`
+	Failed     int `json:"failed"`
+	Stranded   int `json:"stranded"`
+	Revoked    int `json:"revoked"`
+}
+
+// Get returns the count of one state by name.
+func (c Counts) Get(state string) int {
+	switch state {
+	case "not_started":
+		return c.NotStarted
+	case "pending":
+		return c.Pending
+	case "done":
+		return c.Done
+	case "unknown":
+		return c.Unknown
+	case "failed":
+		return c.Failed
+	case "stranded":
+		return c.Stranded
+	case "revoked":
+		return c.Revoked
+	}
+	return 0
+}
+
+// CountStates lists the states a progress bar shows, in its order.
+var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "not_started"}
+
+// TargetStates are the states the per-target filter offers.
+var TargetStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked"}
+
+// Campaign is a campaign's heading data.
+type Campaign struct {
+	ID                string
+	Name              string
+	State             string
+	Provider          string
+	Version           int
+	RequiredApprovals int
+	HasPlan           bool
+}
+
+// CampaignRow is one line of the campaigns list.
+type CampaignRow struct {
+	Campaign
+	Counts       Counts
+	ExactlyOnce  int
+	Approved     int
+	LastActivity time.Time
+}
+
+// CampaignsPage lists campaigns.
+type CampaignsPage struct {
+	Page
+	Rows []CampaignRow
+}
+
+// Payload is a draft's message as edited in the form.
+type Payload struct {
+	From    string
+	Subject string
+	Text    string
+	HTML    string
+}
+
+// NewCampaignPage is the form that creates a campaign.
+type NewCampaignPage struct {
+	Page
+	Name              string
+	Provider          string
+	Providers         []string
+	RequiredApprovals int
+	Payload           Payload
+	FieldErrors       map[string]string
+}
+
+// Rejection is a CSV line an import refused.
+type Rejection struct {
+	Line   int
+	Reason string
+}
+
+// Duplicate is a CSV line whose target an earlier line holds.
+type Duplicate struct {
+	Line        int
+	DuplicateOf int
+}
+
+// ImportReport accounts for every line of an uploaded list.
+type ImportReport struct {
+	Rows        int
+	Accepted    int
+	Duplicate   int
+	Rejected    int
+	TargetCount int
+	Rejections  []Rejection
+	Duplicates  []Duplicate
+	Truncated   bool
+}
+
+// Preview is one target's rendered message.
+type Preview struct {
+	Ordinal int
+	From    string
+	To      string
+	Subject string
+	Text    string
+	// HTMLURL loads the HTML body into a sandboxed frame; empty when the
+	// message has no HTML body.
+	HTMLURL string
+	Error   string
+}
+
+// DraftTarget is a target of a draft or plan list, with its variables.
+type DraftTarget struct {
+	Ordinal int
+	Line    int
+	Target  string
+	Vars    string
+}
+
+// MissingVar is a target lacking merge variables the draft reads.
+type MissingVar struct {
+	Line    int
+	Target  string
+	Missing string
+}
+
+// DraftPage edits a draft.
+type DraftPage struct {
+	Page
+	Campaign     Campaign
+	Payload      Payload
+	FieldErrors  map[string]string
+	PlanHash     string
+	TargetCount  int
+	Import       *ImportReport
+	Preview      *Preview
+	Missing      []MissingVar
+	MissingTotal int
+	Targets      []DraftTarget
+	CanEdit      bool
+}
+
+// DiffField compares one payload field with the previously approved plan.
+type DiffField struct {
+	Field   string
+	Old     string
+	New     string
+	Changed bool
+}
+
+// ApprovalPage shows what an approver approves.
+type ApprovalPage struct {
+	Page
+	Campaign    Campaign
+	PlanHash    string
+	TargetCount int
+	Payload     Payload
+	Samples     []Preview
+	Targets     []DraftTarget
+	After       int
+	Next        int // 0: no next page
+	Approvals   int
+	Required    int
+	Approvers   []string
+	ProposedBy  string
+	CanApprove  bool
+	// WhyNot says why the signed-in user may not approve (when they are an
+	// approver).
+	WhyNot          string
+	PrevVersion     int
+	PrevTargetCount int
+	Diff            []DiffField
+}
+
+// TargetRow is one target of a running plan.
+type TargetRow struct {
+	Ordinal  int
+	Target   string
+	Key      string
+	Epoch    int
+	State    string
+	Attempts int
+	Receipt  string
+	Changed  time.Time
+}
+
+// TargetFilter is the run page's per-target table query.
+type TargetFilter struct {
+	State string
+	Q     string
+	// After is the keyset cursor of the page shown.
+	After string
+}
+
+// RunPage watches a started (or approved) plan.
+type RunPage struct {
+	Page
+	Campaign    Campaign
+	PlanHash    string
+	PlanVersion int
+	Counts      Counts
+	Filter      TargetFilter
+	Rows        []TargetRow
+	Next        string
+	// Note explains a partial page (a filter that scanned part of the list).
+	Note       string
+	CanStart   bool
+	CanPause   bool
+	CanResume  bool
+	CanCancel  bool
+	CanOperate bool
+}
+
+// Response is one raw provider answer.
+type Response struct {
+	Kind string
+	At   time.Time
+	Body string
+	Size int
+}
+
+// Attempt is one ledger row of a target.
+type Attempt struct {
+	ID           int64
+	Epoch        int
+	Attempt      int
+	State        string
+	Owner        string
+	JobID        int64
+	Receipt      string
+	Reason       string
+	ResolvedBy   string
+	Resolution   string
+	RevokedBy    string
+	RevokeReason string
+	Created      time.Time
+	Updated      time.Time
+	Settled      time.Time
+	Responses    []Response
+}
+
+// Bump is a recorded epoch bump.
+type Bump struct {
+	Epoch  int
+	Actor  string
+	Reason string
+	At     time.Time
+}
+
+// TargetPage shows one target and every attempt at it.
+type TargetPage struct {
+	Page
+	Campaign     Campaign
+	Row          TargetRow
+	Vars         string
+	Attempts     []Attempt
+	Bumps        []Bump
+	CanResolve   bool
+	CanSupersede bool
+	CanRevoke    bool
+	CanOperate   bool
+}
+
+// Metric is the exactly-once metric of a campaign's plan.
+type Metric struct {
+	Approved    int  `json:"approved"`
+	ExactlyOnce int  `json:"exactly_once"`
+	Missing     int  `json:"missing"`
+	InDoubt     int  `json:"in_doubt"`
+	Failed      int  `json:"failed"`
+	Stranded    int  `json:"stranded"`
+	Revoked     int  `json:"revoked"`
+	Duplicates  int  `json:"duplicates"`
+	Holds       bool `json:"holds"`
+}
+
+// Event is one entry of the audit trail.
+type Event struct {
+	At       time.Time
+	Action   string
+	Actor    string
+	Reason   string
+	PlanHash string
+	Detail   string
+}
+
+// AuditPage shows the metric and the audit trail.
+type AuditPage struct {
+	Page
+	Campaign Campaign
+	Metric   Metric
+	// Source says where the metric comes from.
+	Source string
+	Events []Event
+}
+
+// UserRow is a user on the admin page.
+type UserRow struct {
+	ID       int64
+	Email    string
+	Name     string
+	Roles    []string
+	Disabled bool
+}
+
+// TokenRow is an API token on the admin page.
+type TokenRow struct {
+	ID       int64
+	User     string
+	Name     string
+	Agent    bool
+	Prefix   string
+	Created  time.Time
+	LastUsed time.Time
+	Revoked  bool
+}
+
+// ProviderRow is a configured provider and its queue.
+type ProviderRow struct {
+	Name        string
+	Kind        string
+	URL         string
+	Dedupe      bool
+	Probe       bool
+	Queue       string
+	Paused      bool
+	PausedUntil time.Time
+	Available   int
+	Running     int
+	Retryable   int
+}
+
+// AdminPage manages users, tokens and shows providers.
+type AdminPage struct {
+	Page
+	Users     []UserRow
+	Tokens    []TokenRow
+	Providers []ProviderRow
+	Roles     []string
+	// NewToken is a token just created: shown once, here.
+	NewToken     string
+	NewTokenName string
+	// NewPassword is a generated password for a user just created.
+	NewPassword string
+	NewUser     string
+	RiverUI     bool
+}
+
+// LoginPage is the sign-in form.
+type LoginPage struct {
+	Page
+	Email string
+	Next  string
+}
+
+// ErrorPage explains a refused or failed request.
+type ErrorPage struct {
+	Page
+	Status    int
+	Heading   string
+	Message   string
+	RequestID string
+	Back      string
+}
