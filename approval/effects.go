@@ -50,7 +50,7 @@ func needReason(reason, what string) error {
 }
 
 // SupersedeEffect deliberately allows one more effect for a target whose
-// effect is done (or failed for good): it bumps the key's epoch, recorded
+// effect is done: it bumps the key's epoch, recorded
 // with who and why, and — when the campaign is running or completed — puts
 // the target back on the queue. confirmTarget must repeat the target's
 // address, so nobody supersedes the wrong row by a slip.
@@ -78,7 +78,14 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 		if !strings.EqualFold(strings.TrimSpace(confirmTarget), target) {
 			return &plan.FieldError{Field: "target", Reason: fmt.Sprintf("type the target's address (%s) to confirm", target)}
 		}
-		if epoch, err = ledger.NewStore(tx).Bump(ctx, ledger.BumpParams{
+		store := ledger.NewStore(tx)
+		if cur, err := store.Current(ctx, ledger.Key(key)); err != nil || cur.State != ledger.StateDone {
+			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+				return err
+			}
+			return fmt.Errorf("%w: only a done target can be superseded; %s has no done effect at its current epoch", ErrConflict, target)
+		}
+		if epoch, err = store.Bump(ctx, ledger.BumpParams{
 			Key: ledger.Key(key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: reason,
 		}); err != nil {
 			return err

@@ -84,9 +84,9 @@ func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
 	require.Equal(t, "supersede", action)
 	require.Equal(t, "customer asked for the corrected invoice", reason)
 
-	// An in-doubt attempt (the pending claim above) cannot be superseded.
+	// Only a done effect is superseded: not the pending claim above.
 	_, err = b.svc.SupersedeEffect(b.ctx, b.approver, id, key, target, "again")
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, approval.ErrConflict)
 }
 
 func TestEffectActionsStayInTheirCampaign(t *testing.T) {

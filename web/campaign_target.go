@@ -1,14 +1,10 @@
 package web
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
@@ -58,7 +54,7 @@ func (s *Server) handleTarget(c echo.Context) error {
 	p := view.TargetPage{
 		Page: s.page(c, t.Target, "campaigns"), Campaign: campaignView(camp), Row: t.TargetRow, Vars: t.Vars,
 		CanOperate: op,
-		CanResolve: op && t.State == "unknown", CanSupersede: op && t.State == "done",
+		CanResolve: op && t.State == "unknown", CanSupersede: approval.Authorize(mustActor(c), approval.ActionSupersede) == nil && t.State == "done",
 		CanRevoke: op && (t.State == "done" || t.State == "stranded"),
 	}
 	for _, e := range history {
@@ -118,7 +114,8 @@ func (s *Server) handleResolve(c echo.Context) error {
 
 // handleSupersede moves a done target's key to its next epoch so that it
 // gets one deliberate second effect: the person must type the target and
-// a reason, and the bump and its audit entry are one transaction.
+// a reason; approval.SupersedeEffect bumps, audits and requeues in one
+// transaction.
 func (s *Server) handleSupersede(c echo.Context) error {
 	camp, pl, t, err := s.targetOf(c)
 	if err != nil {
@@ -128,22 +125,7 @@ func (s *Server) handleSupersede(c echo.Context) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if strings.TrimSpace(c.FormValue("confirm_target")) != t.Target {
-		return &plan.FieldError{Field: "confirm_target", Reason: "type the target exactly (" + t.Target + ") to confirm"}
-	}
-	a := mustActor(c)
-	err = s.effectDecision(c.Request().Context(), a, camp.ID, "supersede", f.Reason, func(tx pgx.Tx) (any, error) {
-		store := ledger.NewStore(tx)
-		cur, err := store.Current(c.Request().Context(), ledger.Key(t.Key))
-		if err != nil || cur.State != ledger.StateDone {
-			return nil, fmt.Errorf("%w: only a done target can be superseded; %s is not done at its current epoch", approval.ErrConflict, t.Target)
-		}
-		epoch, err := store.Bump(c.Request().Context(), ledger.BumpParams{
-			Key: ledger.Key(t.Key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: f.Reason,
-		})
-		return map[string]any{"key": t.Key, "ordinal": t.Ordinal, "epoch": epoch}, err
-	})
-	if err != nil {
+	if _, err := s.cfg.Approval.SupersedeEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, c.FormValue("confirm_target"), f.Reason); err != nil {
 		return err
 	}
 	s.counts.forget(pl.ID)
@@ -160,44 +142,10 @@ func (s *Server) handleRevoke(c echo.Context) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	a := mustActor(c)
-	err = s.effectDecision(c.Request().Context(), a, camp.ID, "revoke", f.Reason, func(tx pgx.Tx) (any, error) {
-		e, err := ledger.NewStore(tx).Revoke(c.Request().Context(), ledger.RevokeParams{
-			Key: ledger.Key(t.Key), Actor: a.String(), Reason: f.Reason,
-		})
-		return map[string]any{"key": t.Key, "ordinal": t.Ordinal, "epoch": e.Epoch, "effect_id": e.ID}, err
-	})
-	if err != nil {
+	if _, err := s.cfg.Approval.RevokeEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, f.Reason); err != nil {
 		return err
 	}
 	s.counts.forget(pl.ID)
 	return redirect(c, targetPath(camp, t), "revoked")
 }
 
-// effectDecision runs a person's decision on one of a campaign's effects
-// in one transaction with the campaign locked (decisions on a campaign
-// never interleave) and appends it to the audit trail. Package approval
-// has no supersede or revoke of its own; this mirrors its ResolveEffect.
-func (s *Server) effectDecision(ctx context.Context, a approval.Actor, campaignID, action, reason string, do func(pgx.Tx) (any, error)) error {
-	if !decides(a) {
-		return fmt.Errorf("%w: %s needs an operator in person (not an agent token)", approval.ErrForbidden, action)
-	}
-	return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		camp, err := plan.LockCampaign(ctx, tx, campaignID)
-		if err != nil {
-			return err
-		}
-		detail, err := do(tx)
-		if err != nil {
-			return err
-		}
-		b, err := json.Marshal(detail)
-		if err != nil {
-			return err
-		}
-		return plan.RecordEvent(ctx, tx, plan.Event{
-			CampaignID: camp.ID, Action: action, ActorID: a.UserID, ViaAgent: a.Agent, Version: camp.Version,
-			Reason: reason, Detail: b,
-		})
-	})
-}

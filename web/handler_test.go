@@ -302,19 +302,24 @@ func TestTargetDetailAndDecisions(t *testing.T) {
 	d = parse(t, op.get(base+"2"))
 	require.Equal(t, "failed", tid(d, "target-detail").Find(`[data-testid="state"]`).AttrOr("data-state", ""))
 
-	// Supersede needs the target typed exactly and a reason.
+	// Supersede authorises one more effect: an approver's decision, with
+	// the target typed exactly and a reason.
 	d = parse(t, op.get(base+"1"))
+	require.Equal(t, 0, tid(d, "supersede-form").Length(), "an operator does not supersede")
+	require.Equal(t, http.StatusForbidden, op.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"resend"}}).Code)
+	ap := b.as["approver"]
+	d = parse(t, ap.get(base+"1"))
 	require.Equal(t, 1, tid(d, "supersede-form").Length())
-	rec = op.post(base+"1/supersede", url.Values{"confirm_target": {"someone@example.com"}, "reason": {"resend"}})
+	rec = ap.post(base+"1/supersede", url.Values{"confirm_target": {"someone@example.com"}, "reason": {"resend"}})
 	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
-	rec = op.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"customer asked for a copy"}})
+	rec = ap.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"customer asked for a copy"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	d = parse(t, op.get(base+"1"))
 	require.Equal(t, "1", tid(d, "target-epoch").Text())
 	require.Equal(t, "not_started", tid(d, "target-detail").Find(`[data-testid="state"]`).AttrOr("data-state", ""))
 	require.Equal(t, 1, tid(d, "bumps").Find("tbody tr").Length())
 	// Superseding again is refused: nothing is done at the new epoch.
-	rec = op.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"again"}})
+	rec = ap.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"again"}})
 	require.Equal(t, http.StatusConflict, rec.Code)
 
 	// Revoke a done target.

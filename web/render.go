@@ -36,7 +36,7 @@ var flashes = map[string]string{
 	"resumed":           "Resumed: every target without an effect is queued once.",
 	"cancelled":         "Cancelled.",
 	"resolved":          "Resolved.",
-	"superseded":        "Superseded: the key moved to a new epoch. Resume the remainder to send it.",
+	"superseded":        "Superseded: the key moved to a new epoch and the target is sent once more (resume the remainder first if the campaign is paused).",
 	"revoked":           "Revoked.",
 	"roles-saved":       "Roles saved.",
 	"user-disabled":     "User disabled.",

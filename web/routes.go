@@ -57,7 +57,7 @@ func routeTable() []route {
 
 		{http.MethodGet, "/campaigns/:id/targets/:ordinal", signedIn, "", h((*Server).handleTarget)},
 		{http.MethodPost, "/campaigns/:id/targets/:ordinal/resolve", operator, "", h((*Server).handleResolve)},
-		{http.MethodPost, "/campaigns/:id/targets/:ordinal/supersede", operator, "", h((*Server).handleSupersede)},
+		{http.MethodPost, "/campaigns/:id/targets/:ordinal/supersede", approver, "", h((*Server).handleSupersede)},
 		{http.MethodPost, "/campaigns/:id/targets/:ordinal/revoke", operator, "", h((*Server).handleRevoke)},
 
 		{http.MethodGet, "/campaigns/:id/audit", signedIn, "", h((*Server).handleAudit)},

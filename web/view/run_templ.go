@@ -740,7 +740,7 @@ func Target(p TargetPage) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if p.CanOperate {
+			if p.CanOperate || p.CanSupersede {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 61, "<section class=\"card\" data-testid=\"target-actions\"><h2>Actions</h2>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -807,7 +807,7 @@ func Target(p TargetPage) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 68, ", and resuming the remainder sends it once more. Operators and admins may do this, never an agent token. Type the target to confirm.</p><label>Target <input type=\"text\" name=\"confirm_target\" required autocomplete=\"off\" data-testid=\"supersede-confirm\"></label> <label>Reason <input type=\"text\" name=\"reason\" required data-testid=\"supersede-reason\"></label> <button type=\"submit\" class=\"danger\" data-testid=\"supersede-submit\">Supersede</button></form>")
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 68, ", and it is sent once more (a running campaign picks it up at once). Approvers and admins may do this (it authorises one more effect), never an agent token. Type the target to confirm.</p><label>Target <input type=\"text\" name=\"confirm_target\" required autocomplete=\"off\" data-testid=\"supersede-confirm\"></label> <label>Reason <input type=\"text\" name=\"reason\" required data-testid=\"supersede-reason\"></label> <button type=\"submit\" class=\"danger\" data-testid=\"supersede-submit\">Supersede</button></form>")
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

@@ -95,10 +95,12 @@ type noopProvider struct {
 	calls atomic.Int64
 }
 
-func (p *noopProvider) Name() string                        { return "noop" }
-func (p *noopProvider) Kind() string                        { return "noop" }
-func (p *noopProvider) String() string                      { return "noop=in-process" }
-func (p *noopProvider) Capabilities() provider.Capabilities { return provider.Capabilities{Dedupe: true} }
+func (p *noopProvider) Name() string   { return "noop" }
+func (p *noopProvider) Kind() string   { return "noop" }
+func (p *noopProvider) String() string { return "noop=in-process" }
+func (p *noopProvider) Capabilities() provider.Capabilities {
+	return provider.Capabilities{Dedupe: true}
+}
 func (p *noopProvider) Acquire(context.Context) (func(), error) {
 	return func() {}, nil
 }
