@@ -158,8 +158,8 @@ func tallyIn[K comparable](m map[K]*tally, k K) *tally {
 	return t
 }
 
-// maildirFileRE-equivalent check: "<40 lower-case hex>.onceplan", the name
-// provider.MaildirFileName gives an effect.
+// The name provider.MaildirFileName gives an effect: 40 lower-case hex
+// digits and ".onceplan".
 const (
 	maildirHashChars = 40
 	maildirSuffix    = ".onceplan"
@@ -185,6 +185,8 @@ func maildirName(name string) (effectHash, bool) {
 // read a batch at a time, so a maildir of a million files does not need a
 // million names in memory.
 func (ev *Evidence) ScanMaildir(ctx context.Context, dir string) error {
+	// Tally into maps of its own, merged only when the whole scan worked.
+	got := NewEvidence()
 	sum := MaildirSummary{Dir: dir}
 	found := 0
 	for _, sub := range []string{"new", "cur"} {
@@ -202,7 +204,7 @@ func (ev *Evidence) ScanMaildir(ctx context.Context, dir string) error {
 				sum.Unrecognised++
 				return nil
 			}
-			ev.effect(h).files++
+			got.effect(h).files++
 			return nil
 		})
 		switch {
@@ -219,6 +221,7 @@ func (ev *Evidence) ScanMaildir(ctx context.Context, dir string) error {
 		}
 		return fmt.Errorf("%s is not a maildir: it has neither a new/ nor a cur/ directory", dir)
 	}
+	mergeInto(ev.byEffect, got.byEffect)
 	ev.maildirs = append(ev.maildirs, sum)
 	return nil
 }
@@ -517,7 +520,7 @@ func (ev *Evidence) ImportLog(r io.Reader, name string) error {
 	return nil
 }
 
-// mergeInto adds the log lines of src to dst.
+// mergeInto adds the files and log lines of src to dst.
 func mergeInto[K comparable](dst, src map[K]*tally) {
 	for k, t := range src {
 		d := dst[k]
@@ -525,6 +528,7 @@ func mergeInto[K comparable](dst, src map[K]*tally) {
 			dst[k] = t
 			continue
 		}
+		d.files += t.files
 		switch d.lines {
 		case 0:
 			d.log, d.line, d.log2, d.line2 = t.log, t.line, t.log2, t.line2

@@ -110,7 +110,9 @@ func (m Metric) Headline() string {
 }
 
 // ForPlan computes the metric of a frozen plan from the ledger alone, in
-// one statement (one snapshot of the ledger).
+// one statement (one snapshot of the ledger). The statement runs in a
+// transaction of its own (a savepoint when db is a transaction, whose JIT
+// setting it then leaves off) with PostgreSQL's JIT compilation off.
 func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 	m := Metric{PlanID: planID}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {

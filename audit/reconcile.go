@@ -142,6 +142,9 @@ func Reconcile(ctx context.Context, db DB, p ReconcileParams) (Report, error) {
 	if listMax <= 0 {
 		listMax = DefaultListMax
 	}
+	if len(ev.Sources()) == 0 && p.Probe == nil {
+		return Report{}, errors.New("a reconciliation needs evidence: a maildir, a provider log or a provider to probe")
+	}
 	m, err := ForPlan(ctx, db, p.PlanID)
 	if err != nil {
 		return Report{}, err

@@ -245,6 +245,18 @@ func TestReconcileProbe(t *testing.T) {
 	require.EqualError(t, err, "provider relay (smtp) cannot be probed")
 }
 
+func TestReconcileNeedsEvidence(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.f.Campaign("none", audittest.Addresses(1))
+	_, err := audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: c.PlanID, Evidence: audit.NewEvidence()})
+	require.EqualError(t, err, "a reconciliation needs evidence: a maildir, a provider log or a provider to probe")
+	_, err = audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: 4242, Probe: &audit.ProbeOpts{Provider: must(outbox(t))}})
+	require.ErrorIs(t, err, audit.ErrNotFound)
+}
+
+func must(p provider.Provider, _ string) provider.Provider { return p }
+
 func TestScanMaildirErrors(t *testing.T) {
 	t.Parallel()
 	ev := audit.NewEvidence()

@@ -148,4 +148,3 @@ func (s *Server) handleRevoke(c echo.Context) error {
 	s.counts.forget(pl.ID)
 	return redirect(c, targetPath(camp, t), "revoked")
 }
-
