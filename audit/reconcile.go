@@ -172,6 +172,12 @@ func Reconcile(ctx context.Context, db DB, p ReconcileParams) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	// Probes finish in any order; the lists read in plan order.
+	for _, l := range []*FindingList{&rep.DoneWithoutEvidence, &rep.EvidenceNotDone, &rep.Duplicates} {
+		slices.SortStableFunc(l.Items, func(a, b Finding) int {
+			return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.Epoch, b.Epoch))
+		})
+	}
 	if err := r.strays(ctx, db, m.CampaignID); err != nil {
 		return rep, err
 	}

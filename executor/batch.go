@@ -33,6 +33,11 @@ import (
 // maxBatch bounds one statement (and the arrays sent with it).
 const maxBatch = 500
 
+// flushers is how many flushes of one step may run at once. One statement
+// runs on one PostgreSQL backend, so a single flusher caps a step at one
+// core of the database; with several, a batch forms while others flush.
+var flushers = 2
+
 type claimReq struct {
 	p        ledger.ClaimParams
 	campaign string
@@ -90,10 +95,12 @@ func newBatcher(pool *pgxpool.Pool) *batcher {
 func (b *batcher) start() {
 	b.startOnce.Do(func() {
 		b.started = true
-		b.wg.Add(3)
-		go loop(b, b.claims, b.flushClaims)
-		go loop(b, b.responses, b.flushResponses)
-		go loop(b, b.settles, b.flushSettles)
+		for range flushers {
+			b.wg.Add(3)
+			go loop(b, b.claims, b.flushClaims)
+			go loop(b, b.responses, b.flushResponses)
+			go loop(b, b.settles, b.flushSettles)
+		}
 	})
 }
 

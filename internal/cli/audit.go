@@ -42,7 +42,7 @@ func runAudit(ctx context.Context, env Env, args []string) error {
 	fs.Var(&logs, "provider-log", "FILE: reconcile against a provider's delivery log, CSV with a header naming message id (or key), recipient and timestamp columns; - reads standard input (repeatable)")
 	probe := fs.Bool("probe", false, "probe the campaign's provider for every done, pending and unknown target")
 	fs.Var(&providers, "provider", "NAME=URL of a provider for --probe, repeatable (default $ONCEPLAN_PROVIDERS, else outbox=maildir://DATA-DIR/outbox)")
-	probeRate := fs.Float64("probe-rate", 20, "at most this many probes per second (on top of the provider's own rate option)")
+	probeRate := fs.Float64("probe-rate", 100, "at most this many probes per second; 0: only the provider's own rate option")
 	export := fs.String("export", "", "csv or json: write every target's row to standard output; the summary then goes to standard error")
 
 	campaign, err := auditArgs(fs, env, args)
@@ -55,8 +55,8 @@ func runAudit(ctx context.Context, env Env, args []string) error {
 			return fmt.Errorf("audit: --export: %w", err)
 		}
 	}
-	if *probeRate <= 0 {
-		return errors.New("audit: --probe-rate must be above 0")
+	if *probeRate < 0 {
+		return errors.New("audit: --probe-rate cannot be negative")
 	}
 	stdinLogs := 0
 	for _, l := range logs {

@@ -33,6 +33,10 @@ const (
 	benchFetchPoll     = 20 * time.Millisecond
 )
 
+// execWorkers is the executor's workers per queue: more than River's no-op
+// baseline needs, because an effect waits on three group commits.
+var execWorkers = benchWorkers
+
 type noopArgs struct {
 	N int `json:"n"`
 }
@@ -146,7 +150,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 	}
 	r, err := jobs.NewRunner(jobs.Config{
 		Pool: pool, Providers: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		WorkersPerQueue: benchWorkers, FetchCooldown: benchFetchCooldown,
+		WorkersPerQueue: execWorkers, FetchCooldown: benchFetchCooldown,
 		MaintenanceInterval: time.Hour,
 	})
 	if err != nil {

@@ -49,6 +49,7 @@ func run() error {
 	effects := flag.Int("effects", 20_000, "effects in the exec scenario")
 	scenarios := flag.String("scenarios", "freeze,exec", "comma-separated scenarios to run: freeze, exec")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
+	flag.IntVar(&execWorkers, "exec-workers", benchWorkers, "the executor's workers per queue in the exec scenario")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
