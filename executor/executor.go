@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/internal/metrics"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
@@ -313,7 +314,9 @@ func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key
 // call performs the provider call for a committed pending row and records
 // and settles its answer.
 func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind) (Result, error) {
+	sent := time.Now()
 	raw, err := prov.Send(ctx, req)
+	metrics.CallSeconds.WithLabelValues(prov.Name(), string(kind)).Observe(time.Since(sent).Seconds())
 	if err != nil {
 		// Nothing left the process: the pending row is ours to settle.
 		raw = []byte("onceplan: not sent: " + err.Error())
@@ -378,6 +381,7 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 	if _, err := e.batch.settle(p); err != nil {
 		return Result{}, err
 	}
+	metrics.Settled.WithLabelValues(prov.Name(), string(p.State)).Inc()
 	return res, nil
 }
 
@@ -474,7 +478,9 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		return e.resolveUnknown(context.WithoutCancel(ctx), cp, eff, prov.Classify(raw), "recovery:resend")
 
 	case caps.Probe:
+		probed := time.Now()
 		pr, err := prov.Probe(ctx, string(eff.Key), eff.Epoch)
+		metrics.CallSeconds.WithLabelValues(prov.Name(), string(ledger.ResponseProbe)).Observe(time.Since(probed).Seconds())
 		if err != nil {
 			return Result{Action: Snooze, After: 10 * time.Second, Outcome: "probe failed: " + err.Error()}, nil
 		}

@@ -134,9 +134,30 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// completeFinished marks running campaigns completed once no live job is
-// left for their plan. Unknown targets do not hold a campaign open: they
-// wait for a human, and the audit says the campaign does not hold yet.
+// completeCheckSQL is true while a campaign's plan still has work in hand,
+// all in one snapshot (one now(), so a process dying between two checks
+// cannot slip through):
+//   - a live job;
+//   - an attempt still pending (its worker, or recovery, will settle it —
+//     and recovery may free the key and enqueue the target again);
+//   - a "running" job of a dead process whose target has no blocking row:
+//     maintenance requeues such targets, and until it has, the campaign is
+//     not finished.
+const completeCheckSQL = `
+SELECT EXISTS (SELECT 1 FROM river_job j
+               WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + liveJob + `)
+    OR EXISTS (SELECT 1 FROM effect e JOIN plan p ON p.id = @plan
+               JOIN target t ON t.list_id = p.list_id AND t.key = e.key
+               WHERE e.state = 'pending')
+    OR EXISTS (SELECT 1 FROM river_job j JOIN plan p ON p.id = @plan
+               JOIN target t ON t.list_id = p.list_id AND t.key = j.args ->> 'key'
+               WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND j.state = 'running'
+                 AND ` + notBlocked + `)`
+
+// completeFinished marks running campaigns completed once their plan has
+// no work in hand (completeCheckSQL). Unknown and failed targets do not hold
+// a campaign open: they wait for a human or a resume, and the audit says
+// the campaign does not hold yet.
 func (r *Runner) completeFinished(ctx context.Context) error {
 	if r.cfg.Approval == nil {
 		return nil // an executor without the workflow (benchmarks) completes nothing
@@ -152,11 +173,9 @@ func (r *Runner) completeFinished(ctx context.Context) error {
 	var errs []error
 	for _, id := range ids {
 		done, err := r.cfg.Approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error) {
-			var live bool
-			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
-				WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+liveJob+`)`,
-				pgx.NamedArgs{"plan": c.PlanID, "owner_timeout": r.timeout()}).Scan(&live)
-			return !live, err
+			var open bool
+			err := tx.QueryRow(ctx, completeCheckSQL, pgx.NamedArgs{"plan": c.PlanID, "owner_timeout": r.timeout()}).Scan(&open)
+			return !open, err
 		})
 		if err != nil {
 			errs = append(errs, err)

@@ -270,11 +270,24 @@ func (r *Runner) PauseProvider(ctx context.Context, name string, until time.Time
 	return err
 }
 
-// RequeueTarget enqueues one plan target again, unless a live job has it.
+// RequeueTarget enqueues one plan target again, unless a live job has it
+// (recovery freed its key). A campaign that completed in the meantime runs
+// again, or its gate would turn the new job away and the target would be
+// forgotten.
 func (r *Runner) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, key string) error {
 	return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		_, err := r.enqueuer.EnqueueTargets(ctx, tx, p, []int{ordinal})
-		return err
+		c, err := plan.LockCampaign(ctx, tx, p.CampaignID)
+		if err != nil {
+			return err
+		}
+		if c.PlanID != p.ID {
+			return nil // a newer version runs its own jobs
+		}
+		n, err := r.enqueuer.EnqueueTargets(ctx, tx, p, []int{ordinal})
+		if err != nil || n == 0 || c.State != plan.StateCompleted {
+			return err
+		}
+		return plan.SetState(ctx, tx, c.ID, plan.StateRunning)
 	})
 }
 

@@ -77,6 +77,7 @@ func routeTable() []route {
 func (s *Server) routes() {
 	e := s.echo
 	e.GET("/healthz", s.handleHealthz)
+	e.GET("/readyz", s.handleReadyz)
 	if s.cfg.Approval == nil {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,6 +67,9 @@ type Server struct {
 	counts  *countsCache
 	riverUI http.Handler
 	stopUI  context.CancelFunc
+	// draining is set when shutdown begins: /readyz says so, so a load
+	// balancer stops sending before the listener closes.
+	draining atomic.Bool
 }
 
 // NewServer builds the server and its routes.
@@ -132,6 +136,7 @@ func (s *Server) Serve() error {
 
 // Shutdown stops accepting requests and waits for those in flight.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
 	if s.stopUI != nil {
 		s.stopUI()
 	}
@@ -158,4 +163,14 @@ func (s *Server) handleHealthz(c echo.Context) error {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "database": "schema mismatch", "schema_version": version})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": "ok", "database": "ok", "schema_version": version})
+}
+
+// handleReadyz answers 200 when this process should get traffic: the
+// database answers with the expected schema and no shutdown has begun.
+// /healthz is the liveness probe; /readyz the readiness one.
+func (s *Server) handleReadyz(c echo.Context) error {
+	if s.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "shutting down"})
+	}
+	return s.handleHealthz(c)
 }

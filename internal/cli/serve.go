@@ -4,14 +4,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	neturl "net/url"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/metrics"
 	"github.com/onceplan/onceplan/web"
 	"github.com/onceplan/onceplan/web/api"
 )
@@ -67,6 +70,11 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		River: ws.Runner.Client(), Audit: app.AuditFunc(d.Pool), SecureCookies: *secure,
 		Mount: func(e *echo.Echo) {
 			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger})
+			// Prometheus metrics, unauthenticated like /healthz: serve listens
+			// on loopback by default; expose it only to your scraper.
+			reg := metrics.Registry(d.Pool, logger)
+			metrics.Init(ws.Providers.Names())
+			e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})))
 		},
 	})
 	if err := srv.Listen(*listen); err != nil {

@@ -1,0 +1,168 @@
+// Package metrics is Onceplan's Prometheus instrumentation: counters and a
+// latency histogram the executor updates as it works (per process), and
+// gauges read from the database at scrape time (shared by every process):
+// effects by state, attempts in doubt, the oldest pending attempt, queue
+// depth and paused queues. `onceplan serve` exposes them at /metrics.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+var (
+	// Settled counts attempts this process settled, by provider and state.
+	Settled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "onceplan", Name: "effects_settled_total",
+		Help: "Attempts this process settled, by provider and resulting ledger state.",
+	}, []string{"provider", "state"})
+
+	// CallSeconds is the latency of provider calls made by this process.
+	CallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "onceplan", Name: "provider_call_seconds",
+		Help:    "Latency of provider calls (send, resend, probe) made by this process.",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"provider", "kind"})
+)
+
+// Registry returns a registry with the process metrics, Go's own, and the
+// database gauges read through pool.
+func Registry(pool *pgxpool.Pool, logger *slog.Logger) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(Settled, CallSeconds,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&dbCollector{pool: pool, logger: logger})
+	return r
+}
+
+var (
+	effectsDesc = prometheus.NewDesc("onceplan_effects", "Ledger attempts by provider and state, across every process.",
+		[]string{"provider", "state"}, nil)
+	inDoubtDesc = prometheus.NewDesc("onceplan_effects_in_doubt", "Attempts pending or unknown: pending ones settle by themselves, unknown ones wait for a person.",
+		[]string{"state"}, nil)
+	oldestPendingDesc = prometheus.NewDesc("onceplan_oldest_pending_seconds", "Age of the oldest pending attempt (0 when none); a growing value means a stuck worker or recovery.",
+		nil, nil)
+	queueDepthDesc = prometheus.NewDesc("onceplan_queue_jobs", "River jobs by queue and state (available, scheduled, running, retryable).",
+		[]string{"queue", "state"}, nil)
+	queuePausedDesc = prometheus.NewDesc("onceplan_queue_paused", "1 when a queue is paused (a provider over quota), else 0.",
+		[]string{"queue"}, nil)
+	scrapeErrorDesc = prometheus.NewDesc("onceplan_metrics_database_up", "1 when the database gauges could be read at this scrape.",
+		nil, nil)
+)
+
+// dbCollector reads the shared gauges at scrape time, each with an
+// index-backed query, under a short deadline.
+type dbCollector struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+}
+
+func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{effectsDesc, inDoubtDesc, oldestPendingDesc, queueDepthDesc, queuePausedDesc, scrapeErrorDesc} {
+		ch <- d
+	}
+}
+
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	up := 1.0
+	if err := c.collect(ctx, ch); err != nil {
+		c.logger.Warn("reading metrics from the database", "err", err)
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(scrapeErrorDesc, prometheus.GaugeValue, up)
+}
+
+func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
+	rows, err := c.pool.Query(ctx, `
+		SELECT coalesce(p.provider, ''), e.state::text, count(*)
+		FROM effect e LEFT JOIN plan p ON p.id = e.plan_id
+		GROUP BY 1, 2`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var provider, state string
+		var n float64
+		if err := rows.Scan(&provider, &state, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, n, provider, state)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	var pending, unknown float64
+	var oldest *float64
+	if err := c.pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM effect WHERE state = 'pending'),
+		       (SELECT count(*) FROM effect WHERE state = 'unknown'),
+		       (SELECT extract(epoch FROM now() - min(created_at)) FROM effect WHERE state = 'pending')`).
+		Scan(&pending, &unknown, &oldest); err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, pending, "pending")
+	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, unknown, "unknown")
+	age := 0.0
+	if oldest != nil {
+		age = *oldest
+	}
+	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age)
+
+	rows, err = c.pool.Query(ctx, `
+		SELECT queue, state::text, count(*) FROM river_job
+		WHERE state IN ('available', 'scheduled', 'running', 'retryable')
+		GROUP BY 1, 2`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var queue, state string
+		var n float64
+		if err := rows.Scan(&queue, &state, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, n, queue, state)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = c.pool.Query(ctx, `SELECT name, paused_at IS NOT NULL FROM river_queue`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var queue string
+		var paused bool
+		if err := rows.Scan(&queue, &paused); err != nil {
+			rows.Close()
+			return err
+		}
+		v := 0.0
+		if paused {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, queue)
+	}
+	return rows.Err()
+}
+
+// Init makes the per-provider series exist at zero, so dashboards and
+// alerts see a provider before its first effect.
+func Init(providers []string) {
+	for _, p := range providers {
+		for _, state := range []string{"done", "failed", "unknown", "stranded"} {
+			Settled.WithLabelValues(p, state)
+		}
+		CallSeconds.WithLabelValues(p, "send")
+	}
+}
