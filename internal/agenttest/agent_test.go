@@ -297,6 +297,7 @@ func TestAgentProposesOverMCPAndAPersonApproves(t *testing.T) {
 
 	status, _, _ := call("campaign_status", map[string]any{"campaign_id": id})
 	require.Equal(t, "pending_approval", status["state"])
+	require.Contains(t, status["exactly_once"], "not approved yet")
 	require.Zero(t, w.delivered(t), "nothing is sent before a person approves")
 
 	// The person approves and starts, with their own tokens.
@@ -304,6 +305,9 @@ func TestAgentProposesOverMCPAndAPersonApproves(t *testing.T) {
 	ok(t, w.as("operator", "campaign", "start", id)...)
 	w.waitDone(t, id, 2)
 	require.Equal(t, 2, w.delivered(t))
+
+	status, _, _ = call("campaign_status", map[string]any{"campaign_id": id})
+	require.Equal(t, "2 of 2 approved targets done exactly once; exactly-once holds", status["exactly_once"])
 
 	audit, text, isErr := call("audit", map[string]any{"campaign_id": id})
 	require.False(t, isErr, text)

@@ -162,8 +162,26 @@ func (t *tools) submit(ctx context.Context, _ *mcp.CallToolRequest, in CampaignI
 	return t.call(ctx, apiclient.Request{Method: http.MethodPost, Path: path(in.CampaignID, "/submit")})
 }
 
-func (t *tools) status(ctx context.Context, _ *mcp.CallToolRequest, in CampaignInput) (*mcp.CallToolResult, Result, error) {
-	return t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "")})
+func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in CampaignInput) (*mcp.CallToolResult, Result, error) {
+	res, out, err := t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "")})
+	if err != nil || out == nil {
+		return res, out, err
+	}
+	// Once approved, the exactly-once headline: done exactly once / approved.
+	switch out["state"] {
+	case "draft", "pending_approval", "cancelled":
+		out["exactly_once"] = "not approved yet: nothing has been sent"
+	default:
+		var m map[string]any
+		if err := t.c.Do(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "/audit")}, &m); err == nil {
+			verdict := "does not hold yet"
+			if m["holds"] == true {
+				verdict = "holds"
+			}
+			out["exactly_once"] = fmt.Sprintf("%v of %v approved targets done exactly once; exactly-once %s", m["exactly_once"], m["approved"], verdict)
+		}
+	}
+	return res, out, nil
 }
 
 func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, in ListInput) (*mcp.CallToolResult, Result, error) {
