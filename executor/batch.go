@@ -269,10 +269,14 @@ func (b *batcher) flushSettles(reqs []*settleReq) {
 	for i, r := range reqs {
 		ids[i], states[i], receipts[i], reasons[i] = r.p.EffectID, string(r.p.State), r.p.Receipt, r.p.Reason
 	}
+	// "f.id = ANY($1)" repeats the join as a condition on effect's primary
+	// key, so the planner probes the index even when its statistics still
+	// say the table is empty (a growing ledger's first minutes): without it,
+	// it joined by scanning the whole table on every flush.
 	rows, err := b.pool.Query(bg, `
 		UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
-		WHERE f.id = u.effect_id
+		WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
 		RETURNING `+ledger.EffectCols, pgx.QueryExecModeExec, ids, states, receipts, reasons)
 	got := map[int64]ledger.Effect{}
 	if err == nil {

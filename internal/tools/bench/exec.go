@@ -54,7 +54,7 @@ func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
 }
 
 // bareRiver runs n no-op jobs and returns jobs per second.
-func bareRiver(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) {
+func bareRiver(ctx context.Context, pool *pgxpool.Pool, n int) (float64, cpuSample, error) {
 	var done atomic.Int64
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{done: &done})
@@ -66,7 +66,7 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) 
 		FetchPollInterval: benchFetchPoll,
 	})
 	if err != nil {
-		return 0, err
+		return 0, cpuSample{}, err
 	}
 	params := make([]river.InsertManyParams, 0, 1000)
 	for i := 0; i < n; i += 1000 {
@@ -75,23 +75,23 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool, n int) (float64, error) 
 			params = append(params, river.InsertManyParams{Args: noopArgs{N: j}, InsertOpts: &river.InsertOpts{Queue: "bench"}})
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
-			return 0, err
+			return 0, cpuSample{}, err
 		}
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), sampleCPU()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return 0, cpuSample{}, err
 	}
 	for done.Load() < int64(n) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), sampleCPU().sub(cpu0)
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {
-		return 0, err
+		return 0, cpuSample{}, err
 	}
-	return float64(n) / elapsed.Seconds(), nil
+	return float64(n) / elapsed.Seconds(), cpu, nil
 }
 
 // noopProvider accepts every effect at once: what is left is Onceplan.
@@ -129,6 +129,7 @@ func (p *noopProvider) Close() error { return nil }
 type execResult struct {
 	perSec   float64
 	p50, p99 time.Duration
+	cpu      cpuSample
 }
 
 // onceplanExec runs a started campaign of n targets through the real
@@ -177,7 +178,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 	if _, err := svc.Start(ctx, approver, res.Campaign.ID); err != nil {
 		return execResult{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), sampleCPU()
 	if err := r.Start(ctx); err != nil {
 		return execResult{}, err
 	}
@@ -195,7 +196,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), sampleCPU().sub(cpu0)
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := r.Stop(stopCtx); err != nil {
@@ -217,7 +218,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 		return execResult{}, err
 	}
 	slices.Sort(lat)
-	out := execResult{perSec: float64(n) / elapsed.Seconds()}
+	out := execResult{perSec: float64(n) / elapsed.Seconds(), cpu: cpu}
 	if len(lat) > 0 {
 		out.p50, out.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
@@ -225,7 +226,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 }
 
 func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	bare, err := bareRiver(ctx, pool, n)
+	bare, bareCPU, err := bareRiver(ctx, pool, n)
 	if err != nil {
 		return fmt.Errorf("bare River: %w", err)
 	}
@@ -238,6 +239,9 @@ func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	fmt.Printf("  bare River no-op jobs:                      %.0f jobs/s\n", bare)
 	fmt.Printf("  Onceplan executor, no-op provider:          %.0f effects/s\n", ours.perSec)
 	fmt.Printf("  ratio (executor / bare River):              %.2fx\n", ours.perSec/bare)
+	fmt.Printf("  CPU per 1,000: bare River %s Go + %s PostgreSQL; executor %s Go + %s PostgreSQL\n",
+		per1000(bareCPU.self, n).Round(time.Millisecond), per1000(bareCPU.postgres, n).Round(time.Millisecond),
+		per1000(ours.cpu.self, n).Round(time.Millisecond), per1000(ours.cpu.postgres, n).Round(time.Millisecond))
 	fmt.Printf("  claim-to-settle latency p50 / p99:          %s / %s\n", ours.p50.Round(time.Microsecond), ours.p99.Round(time.Microsecond))
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -99,16 +100,24 @@ func run() int {
 		}
 	}
 
+	settings := map[string]string{
+		"fsync":              "off",
+		"synchronous_commit": "off",
+		"full_page_writes":   "off",
+		"max_connections":    "400",
+	}
+	// WITHPG_SETTINGS adds settings for investigations, e.g.
+	// "shared_preload_libraries=pg_stat_statements;track_io_timing=on".
+	for _, kv := range strings.Split(os.Getenv("WITHPG_SETTINGS"), ";") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+			settings[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
 	cluster, err := pgcluster.Open(ctx, pgcluster.Options{
-		Dir:    filepath.Join(tmp, "pg"),
-		BinDir: *binDir,
-		Logger: logger,
-		Settings: map[string]string{
-			"fsync":              "off",
-			"synchronous_commit": "off",
-			"full_page_writes":   "off",
-			"max_connections":    "400",
-		},
+		Dir:      filepath.Join(tmp, "pg"),
+		BinDir:   *binDir,
+		Logger:   logger,
+		Settings: settings,
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "withpg: %v\n", err)
