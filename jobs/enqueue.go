@@ -55,6 +55,26 @@ func (e *Enqueuer) sql(cond string) string {
 		ORDER BY t.ordinal LIMIT @limit`
 }
 
+// firstSQL is sql for a plan that has no job at all yet (its first start):
+// no live-job test to make. Besides being cheaper, it matters for speed at
+// scale: within the start's one transaction, river_job's statistics do not
+// know about the batches already inserted, and the planner probed it with
+// a sequential scan per target — quadratic (100,000 targets took minutes).
+func (e *Enqueuer) firstSQL(cond string) string {
+	return `
+		SELECT t.ordinal, t.key FROM target t
+		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
+		ORDER BY t.ordinal LIMIT @limit`
+}
+
+// hasJobs reports whether any job of plan p exists (in tx's view).
+func hasJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
+	var any bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
+		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1)`, p.ID).Scan(&any)
+	return any, err
+}
+
 // EnqueueRemaining inserts, inside tx, one job for every target of p that
 // has no blocking ledger row at its current epoch and no live job of p:
 // targets already done (for instance under an earlier version of the
@@ -62,9 +82,17 @@ func (e *Enqueuer) sql(cond string) string {
 // second time. It returns how many jobs it inserted. The ledger decides
 // every effect regardless; this only keeps the queue free of no-op jobs.
 func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
+	existing, err := hasJobs(ctx, tx, p)
+	if err != nil {
+		return 0, err
+	}
+	query := e.firstSQL("t.ordinal > @after")
+	if existing {
+		query = e.sql("t.ordinal > @after")
+	}
 	total, after := 0, 0
 	for {
-		params, last, err := e.collect(ctx, tx, p, e.sql("t.ordinal > @after"), pgx.NamedArgs{"after": after})
+		params, last, err := e.collect(ctx, tx, p, query, pgx.NamedArgs{"after": after})
 		if err != nil {
 			return total, err
 		}

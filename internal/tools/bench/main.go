@@ -21,6 +21,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -226,5 +227,73 @@ func benchFreeze(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	fmt.Printf("  baseline raw COPY of the same rows:                  %v (%.0f rows/s)\n", raw.Round(time.Millisecond), float64(n)/raw.Seconds())
 	fmt.Printf("  ratio (raw COPY time / import+freeze time):          %.2fx\n", raw.Seconds()/total.Seconds())
 	fmt.Printf("  peak RSS after import (VmHWM): %s; Go heap in use: %d MiB\n", rss, ms.HeapInuse>>20)
+	return benchStartAndPages(ctx, pool, client, svc, res.Campaign.ID, n)
+}
+
+// benchStartAndPages starts the frozen campaign (the run record and one
+// job per target in one transaction) against River's InsertManyFast of as
+// many jobs, then times the per-target list at that size.
+func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], svc *approval.Service, id string, n int) error {
+	operator, err := user(ctx, pool, "bench-operator@example.com", approval.RoleOperator)
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	started, err := svc.Start(ctx, operator, id)
+	if err != nil {
+		return err
+	}
+	startTime := time.Since(t)
+
+	// Baseline: the same number of jobs with the same kind of arguments,
+	// InsertManyFastTx in batches of 10,000, one transaction.
+	t = time.Now()
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		batch := make([]river.InsertManyParams, 0, 10_000)
+		for i := 1; i <= n; i++ {
+			batch = append(batch, river.InsertManyParams{Args: jobs.EffectArgs{
+				CampaignID: id, PlanID: -1, Ordinal: i, Key: fmt.Sprintf("v1:%064x", i), Provider: "baseline",
+			}})
+			if len(batch) == cap(batch) || i == n {
+				if _, err := client.InsertManyFastTx(ctx, tx, batch); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	baseline := time.Since(t)
+	fmt.Printf("start: %d jobs\n", n)
+	fmt.Printf("  Start (run record + one job per target, one tx):     %v (%.0f jobs/s)\n", startTime.Round(time.Millisecond), float64(n)/startTime.Seconds())
+	fmt.Printf("  baseline River InsertManyFastTx, same count:         %v (%.0f jobs/s)\n", baseline.Round(time.Millisecond), float64(n)/baseline.Seconds())
+	fmt.Printf("  ratio (baseline time / Start time):                  %.2fx\n", baseline.Seconds()/startTime.Seconds())
+
+	// The per-target list, as the API and the UI's run page ask for it.
+	fmt.Printf("pages: per-target list of a %d-target campaign, 100 per page, p50 / p95 of 20 runs\n", n)
+	for _, f := range []struct {
+		name string
+		f    approval.TargetFilter
+	}{
+		{"first page", approval.TargetFilter{}},
+		{"deep page (after 90%)", approval.TargetFilter{After: n * 9 / 10}},
+		{"state=not_started", approval.TargetFilter{State: "not_started"}},
+		{"state=done (none yet: the rare-state worst case)", approval.TargetFilter{State: "done"}},
+		{"search q=person09999", approval.TargetFilter{Search: "person09999"}},
+	} {
+		var d []time.Duration
+		for range 20 {
+			t := time.Now()
+			if _, _, err := approval.ListTargets(ctx, pool, started.Campaign, f.f); err != nil {
+				return err
+			}
+			d = append(d, time.Since(t))
+		}
+		slices.Sort(d)
+		fmt.Printf("  %-50s %v / %v\n", f.name, d[len(d)/2].Round(time.Microsecond), d[len(d)*95/100].Round(time.Microsecond))
+	}
 	return nil
 }
