@@ -8,13 +8,12 @@ package web
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -65,205 +64,61 @@ func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (vi
 	return c, err
 }
 
-// targetRowSQL selects one target's row with its current state; it
-// expects a target row aliased t. Two index lookups per target: the key's
-// bumps (primary key) and its attempts at that epoch (effect_key_history).
-const targetRowSQL = `
-	SELECT t.ordinal, t.target, t.key, cur.epoch, coalesce(e.state, 'not_started'), coalesce(e.attempts, 0)::int,
-	       coalesce(e.receipt, ''), e.updated_at, t.vars::text
-	FROM %s
-	CROSS JOIN LATERAL (SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = t.key) cur
-	LEFT JOIN LATERAL (
-		SELECT x.state::text AS state, x.receipt, x.updated_at, count(*) OVER () AS attempts
-		FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch
-		ORDER BY (x.state IN ` + blockingStates + `) DESC, x.id DESC
-		LIMIT 1
-	) e ON true
-	WHERE %s
-	ORDER BY %s
-	LIMIT %s`
-
-func targetRowQuery(from, where, order, limit string) string {
-	return fmt.Sprintf(targetRowSQL, from, where, order, limit)
-}
-
 // targetRow is a view row plus the target's variables.
 type targetRow struct {
 	view.TargetRow
 	Vars string
 }
 
-func scanTargetRows(rows pgx.Rows) ([]targetRow, error) {
-	var out []targetRow
-	var r targetRow
-	var changed *time.Time
-	_, err := pgx.ForEachRow(rows, []any{&r.Ordinal, &r.Target, &r.Key, &r.Epoch, &r.State, &r.Attempts, &r.Receipt, &changed, &r.Vars}, func() error {
-		r.Changed = time.Time{}
-		if changed != nil {
-			r.Changed = *changed
+func toView(rs []approval.TargetRow) []targetRow {
+	out := make([]targetRow, len(rs))
+	for i, r := range rs {
+		out[i] = targetRow{TargetRow: view.TargetRow{Ordinal: r.Ordinal, Target: r.Target, Key: r.Key, Epoch: r.Epoch,
+			State: r.State, Attempts: r.Attempts, Receipt: r.Receipt}, Vars: r.Vars}
+		if r.UpdatedAt != nil {
+			out[i].Changed = *r.UpdatedAt
 		}
-		out = append(out, r)
-		return nil
-	})
-	return out, err
+	}
+	return out
 }
 
 // targetByOrdinal reads one target of a list with its current state.
 func targetByOrdinal(ctx context.Context, db plan.DB, listID int64, ordinal int) (targetRow, error) {
-	rows, err := db.Query(ctx, targetRowQuery("target t", "t.list_id = $1 AND t.ordinal = $2", "t.ordinal", "1"), listID, ordinal)
+	r, err := approval.TargetByOrdinal(ctx, db, listID, ordinal)
 	if err != nil {
 		return targetRow{}, err
 	}
-	rs, err := scanTargetRows(rows)
-	if err != nil {
-		return targetRow{}, err
-	}
-	if len(rs) == 0 {
-		return targetRow{}, fmt.Errorf("%w: the plan has no target #%d", plan.ErrNotFound, ordinal)
-	}
-	return rs[0], nil
+	return toView([]approval.TargetRow{r})[0], nil
 }
 
-// TargetQuery selects a page of a plan's targets.
+// TargetQuery selects a page of a plan's targets (see approval.TargetQuery);
+// Counts, when known, let a rare state be found from the ledger's side.
 type TargetQuery struct {
 	ListID int64
-	// Count is the list's size (the end of an ordinal scan).
-	Count int
-	// State filters by current state ("" for all).
-	State string
-	// Prefix searches by address prefix (normalised addresses are lower
-	// case); results are then in address order.
+	Count  int
+	State  string
 	Prefix string
-	// After is the cursor: an ordinal, or with Prefix an address.
-	After string
-	Limit int
-	// Budget bounds the time a filtered scan may take for one page; the
-	// page then ends early with a cursor to continue from.
+	After  string
+	Limit  int
 	Budget time.Duration
-	// Counts, when known, choose the plan for a state filter: a rare
-	// state is found from the ledger's side, a common one by scanning.
 	Counts *view.Counts
 }
 
 // TargetPage is one page of targets and the cursor of the next.
 type TargetPage struct {
-	Rows []targetRow
-	// Next is the cursor of the next page, "" at the end.
-	Next string
-	// ScannedTo is set when a filtered scan stopped early: the ordinal up
-	// to which the list was searched.
+	Rows      []targetRow
+	Next      string
 	ScannedTo int
 }
 
-// scanWindow is how many ordinals one filtered-scan query covers.
-const scanWindow = 5000
-
-// queryTargets returns one page. Every shape is index-backed so a page
-// costs the same at a million targets as at ten:
-//   - no filter: the list's primary key (list_id, ordinal) from the cursor;
-//   - pending or unknown: the ledger's partial indexes on those states
-//     (in doubt is rare), joined to the list by (list_id, key);
-//   - another state that is rare in this plan (under 5% by its counts):
-//     the ledger's rows in that state, joined the same way;
-//   - a common state: ordinal windows of the primary key, filtered, until
-//     the page is full or the time budget is spent (matches are dense);
-//   - an address prefix: the (list_id, target) index from the cursor.
 func queryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, error) {
-	if q.Limit <= 0 {
-		q.Limit = 50
+	aq := approval.TargetQuery{ListID: q.ListID, Count: q.Count, State: q.State, Prefix: q.Prefix, After: q.After,
+		Limit: q.Limit, Budget: q.Budget, StateCount: -1}
+	if q.Counts != nil && q.State != "" {
+		aq.StateCount = q.Counts.Get(q.State)
 	}
-	if q.Budget <= 0 {
-		q.Budget = 300 * time.Millisecond
-	}
-	// $4 is the state filter in every shape that takes one ('' for all).
-	const stateCond = "($4::text = '' OR coalesce(e.state, 'not_started') = $4::text)"
-	var page TargetPage
-	switch {
-	case q.Prefix != "":
-		after := q.After
-		if after < q.Prefix {
-			after = ""
-		}
-		// C.UTF-8 collation: code point order, so the prefix range is
-		// [prefix, prefix || U+10FFFF).
-		rows, err := db.Query(ctx, targetRowQuery("target t",
-			"t.list_id = $1 AND t.target >= $2 AND t.target < $2 || chr(1114111) AND t.target > $3 AND "+stateCond,
-			"t.target", "$5"), q.ListID, q.Prefix, after, q.State, q.Limit+1)
-		if err != nil {
-			return page, err
-		}
-		if page.Rows, err = scanTargetRows(rows); err != nil {
-			return page, err
-		}
-		if len(page.Rows) > q.Limit {
-			page.Rows = page.Rows[:q.Limit]
-			page.Next = page.Rows[q.Limit-1].Target
-		}
-		return page, nil
-	case q.State == "pending" || q.State == "unknown" ||
-		(q.State != "" && q.State != "not_started" && q.Counts != nil && q.Counts.Get(q.State)*20 < q.Count):
-		after, _ := strconv.Atoi(q.After)
-		rows, err := db.Query(ctx, targetRowQuery(`(
-				SELECT DISTINCT t0.* FROM effect d JOIN target t0 ON t0.list_id = $1 AND t0.key = d.key
-				WHERE d.state = $2::text::effect_state AND t0.ordinal > $3
-			) t`, "coalesce(e.state, 'not_started') = $2::text", "t.ordinal", "$4"), q.ListID, q.State, after, q.Limit+1)
-		if err != nil {
-			return page, err
-		}
-		if page.Rows, err = scanTargetRows(rows); err != nil {
-			return page, err
-		}
-		if len(page.Rows) > q.Limit {
-			page.Rows = page.Rows[:q.Limit]
-			page.Next = strconv.Itoa(page.Rows[q.Limit-1].Ordinal)
-		}
-		return page, nil
-	case q.State == "":
-		after, _ := strconv.Atoi(q.After)
-		rows, err := db.Query(ctx, targetRowQuery("target t", "t.list_id = $1 AND t.ordinal > $2",
-			"t.ordinal", "$3"), q.ListID, after, q.Limit+1)
-		if err != nil {
-			return page, err
-		}
-		if page.Rows, err = scanTargetRows(rows); err != nil {
-			return page, err
-		}
-		if len(page.Rows) > q.Limit {
-			page.Rows = page.Rows[:q.Limit]
-			page.Next = strconv.Itoa(page.Rows[q.Limit-1].Ordinal)
-		}
-		return page, nil
-	}
-	// A state without an index of its own: scan ordinal windows.
-	after, _ := strconv.Atoi(q.After)
-	deadline := time.Now().Add(q.Budget)
-	for after < q.Count {
-		need := q.Limit + 1 - len(page.Rows)
-		end := min(after+scanWindow, q.Count)
-		rows, err := db.Query(ctx, targetRowQuery("target t",
-			"t.list_id = $1 AND t.ordinal > $2 AND t.ordinal <= $3 AND "+stateCond, "t.ordinal", "$5"),
-			q.ListID, after, end, q.State, need)
-		if err != nil {
-			return page, err
-		}
-		got, err := scanTargetRows(rows)
-		if err != nil {
-			return page, err
-		}
-		page.Rows = append(page.Rows, got...)
-		if len(page.Rows) > q.Limit {
-			page.Rows = page.Rows[:q.Limit]
-			page.Next = strconv.Itoa(page.Rows[q.Limit-1].Ordinal)
-			return page, nil
-		}
-		after = end
-		if after < q.Count && time.Now().After(deadline) {
-			page.Next = strconv.Itoa(after)
-			page.ScannedTo = after
-			return page, nil
-		}
-	}
-	return page, nil
+	p, err := approval.QueryTargets(ctx, db, aq)
+	return TargetPage{Rows: toView(p.Rows), Next: p.Next, ScannedTo: p.ScannedTo}, err
 }
 
 // draftTargets lists a list's targets with their variables, by ordinal.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -232,26 +233,29 @@ func boolParam(c echo.Context, name string) (bool, error) {
 type targetsPage struct {
 	Items []approval.TargetRow `json:"items"`
 	Next  *string              `json:"next"`
+	// ScannedTo is set when a filtered page stopped early to keep the
+	// request short: the list was searched up to this ordinal; "next"
+	// continues from there.
+	ScannedTo int `json:"scanned_to,omitempty"`
 }
 
-// cursor is opaque to clients: base64 of the last ordinal of the page.
-func encodeCursor(ordinal int) string {
-	return base64.RawURLEncoding.EncodeToString([]byte("o:" + strconv.Itoa(ordinal)))
+// The target cursor is opaque to clients: base64 of the position the
+// previous page ended at (an ordinal, or an address when searching).
+func encodeCursor(after string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("a:" + after))
 }
 
-func decodeCursor(s string) (int, error) {
+func decodeCursor(s string) (string, error) {
 	if s == "" {
-		return 0, nil
+		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err == nil {
-		if rest, ok := strings.CutPrefix(string(b), "o:"); ok {
-			if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
-				return n, nil
-			}
+		if rest, ok := strings.CutPrefix(string(b), "a:"); ok {
+			return rest, nil
 		}
 	}
-	return 0, &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"}
+	return "", &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"}
 }
 
 func intParam(c echo.Context, name string) (int, error) {
@@ -266,6 +270,10 @@ func intParam(c echo.Context, name string) (int, error) {
 	return n, nil
 }
 
+// pageBudget bounds the time a filtered target page may scan; the page
+// then ends early with a cursor (see approval.QueryTargets).
+const pageBudget = 40 * time.Millisecond
+
 func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
 	after, err := decodeCursor(c.QueryParam("after"))
 	if err != nil {
@@ -275,26 +283,48 @@ func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
 	if err != nil {
 		return a.fail(c, err)
 	}
-	if c.QueryParams().Has("limit") && limit < 1 {
+	if c.QueryParams().Has("limit") && (limit < 1 || limit > 1000) {
 		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
+	}
+	if limit == 0 {
+		limit = 100
+	}
+	state := c.QueryParam("state")
+	if state != "" && !slices.Contains(approval.ValidStates, state) {
+		return a.fail(c, &plan.FieldError{Field: "state", Reason: fmt.Sprintf("%q is not one of %v", state, approval.ValidStates)})
+	}
+	prefix := strings.ToLower(strings.TrimSpace(c.QueryParam("q")))
+	if prefix == "" {
+		if _, err := strconv.Atoi(after); after != "" && err != nil {
+			return a.fail(c, &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"})
+		}
 	}
 	cur, err := a.current(c)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	items, more, err := approval.ListTargets(c.Request().Context(), a.cfg.Pool, cur.Campaign, approval.TargetFilter{
-		State: c.QueryParam("state"), Search: c.QueryParam("q"), After: after, Limit: limit,
-	})
+	ctx := c.Request().Context()
+	listID, count, err := approval.ListOf(ctx, a.cfg.Pool, cur.Campaign)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	page := targetsPage{Items: items}
-	if page.Items == nil {
-		page.Items = []approval.TargetRow{}
-	}
-	if more {
-		next := encodeCursor(items[len(items)-1].Ordinal)
-		page.Next = &next
+	page := targetsPage{Items: []approval.TargetRow{}}
+	if listID != 0 {
+		p, err := approval.QueryTargets(ctx, a.cfg.Pool, approval.TargetQuery{
+			ListID: listID, Count: count, State: state, Prefix: prefix, After: after, Limit: limit,
+			Budget: pageBudget, StateCount: -1,
+		})
+		if err != nil {
+			return a.fail(c, err)
+		}
+		if p.Rows != nil {
+			page.Items = p.Rows
+		}
+		page.ScannedTo = p.ScannedTo
+		if p.Next != "" {
+			next := encodeCursor(p.Next)
+			page.Next = &next
+		}
 	}
 	return c.JSON(http.StatusOK, page)
 }
