@@ -3,7 +3,6 @@ package approval
 import (
 	"context"
 
-
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -33,7 +32,9 @@ var ValidStates = []string{"not_started", "pending", "done", "unknown", "failed"
 
 // ListOf is the target list a campaign's status reads, and its size: the
 // frozen plan's once approved, the current draft's before.
-func ListOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error) { return listOf(ctx, db, c) }
+func ListOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error) {
+	return listOf(ctx, db, c)
+}
 
 func listOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error) {
 	if c.PlanID != 0 {

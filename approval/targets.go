@@ -54,7 +54,6 @@ func targetRowQuery(from, where, order, limit string) string {
 	return fmt.Sprintf(targetRowSQL, from, where, order, limit)
 }
 
-
 func scanTargetRows(rows pgx.Rows) ([]TargetRow, error) {
 	var out []TargetRow
 	var r TargetRow
@@ -225,4 +224,3 @@ func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, e
 	}
 	return page, nil
 }
-
