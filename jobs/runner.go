@@ -122,6 +122,11 @@ func NewRunner(cfg Config) (*Runner, error) {
 		// Onceplan does not rely on River's retention for correctness: the
 		// ledger, not job uniqueness, makes each effect happen once.
 		CompletedJobRetentionPeriod: 24 * time.Hour,
+		// River's nightly REINDEX CONCURRENTLY needs the table's owner
+		// before PostgreSQL 17, and Onceplan's processes run as an
+		// application role that owns nothing (least privilege): leave
+		// reindexing to the operator's maintenance, as the README says.
+		ReindexerIndexNames: []string{},
 	}
 	if !cfg.InsertOnly {
 		exec, err := executor.New(executor.Config{

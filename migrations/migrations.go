@@ -4,6 +4,10 @@
 //
 // Applying is idempotent: a second run finds every version recorded and does
 // nothing. Versions are never edited once released; a change is a new file.
+//
+// The schema belongs to the role that applies it (OwnerRole on the embedded
+// default); the running system connects as AppRole, which owns nothing and
+// holds only the privileges 0008_privileges grants it (DESIGN §3, rule 6).
 package migrations
 
 import (
@@ -25,6 +29,17 @@ import (
 
 //go:embed *.sql
 var files embed.FS
+
+// The two database roles (README, "Database roles"). OwnerRole owns the
+// schema and applies these migrations; on the embedded default it cannot
+// log in, and the cluster's superuser acts as it. AppRole is what serve,
+// worker and the other commands connect as: it may read and write what the
+// running system needs, and nothing else. The SQL files name AppRole
+// literally.
+const (
+	OwnerRole = "onceplan_owner"
+	AppRole   = "onceplan_app"
+)
 
 // lockID is the advisory lock that serialises concurrent migrators
 // (two `serve` processes starting at once on one database).
@@ -141,6 +156,9 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 		return res, err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(lockID))
+	if err := checkCanCreate(ctx, conn); err != nil {
+		return res, err
+	}
 
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
@@ -177,9 +195,36 @@ func Up(ctx context.Context, pool *pgxpool.Pool) (Result, error) {
 			}
 			res.Applied = append(res.Applied, m.Version)
 		}
-		return nil
+		// River's tables are granted to the application role whenever
+		// migrations run, so that those a newer River adds are too.
+		var grants bool
+		if err := tx.QueryRow(ctx, `SELECT to_regprocedure('onceplan_grant_river()') IS NOT NULL`).Scan(&grants); err != nil || !grants {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT onceplan_grant_river()`)
+		return err
 	})
 	return res, err
+}
+
+// checkCanCreate says clearly when the connection's role cannot create
+// tables: most often it is the application role, given to `onceplan
+// migrate` instead of the owner's.
+func checkCanCreate(ctx context.Context, conn *pgxpool.Conn) error {
+	var role, schema string
+	var can bool
+	err := conn.QueryRow(ctx, `SELECT current_user, coalesce(current_schema(), ''),
+		coalesce(has_schema_privilege(current_schema(), 'CREATE'), false)`).Scan(&role, &schema, &can)
+	if err != nil {
+		return err
+	}
+	switch {
+	case schema == "":
+		return fmt.Errorf("the database role %s has no schema to create tables in (its search_path names none that exists)", role)
+	case !can:
+		return fmt.Errorf("the database role %s may not create tables in schema %s: run migrations as the role that owns the schema (%s on the embedded default; see the README, \"Database roles\")", role, schema, OwnerRole)
+	}
+	return nil
 }
 
 // DownTo reverts Onceplan migrations above version (River's schema is left

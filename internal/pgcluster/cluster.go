@@ -63,6 +63,10 @@ type Options struct {
 	// synchronous_commit and full_page_writes off. They do not change a server that
 	// is already running. port and unix_socket_directories cannot be set.
 	Settings map[string]string
+	// Roles, when set, are created on the cluster beside the bootstrap superuser,
+	// and Database is handed to Roles.Owner (see Roles). Nil leaves the superuser
+	// as the only role, as test harnesses want.
+	Roles *Roles
 }
 
 // Cluster is one process's use of the cluster in a data directory. Close it when done:
@@ -74,6 +78,7 @@ type Cluster struct {
 	database string
 	major    string
 	settings map[string]string
+	roles    *Roles
 	acct     *account
 	log      *slog.Logger
 
@@ -99,6 +104,13 @@ func Open(ctx context.Context, opts Options) (*Cluster, error) {
 	c := &Cluster{database: opts.Database, settings: settings, log: opts.Logger}
 	if c.database == "" {
 		c.database = "onceplan"
+	}
+	if opts.Roles != nil {
+		if err := opts.Roles.validate(); err != nil {
+			return nil, err
+		}
+		roles := *opts.Roles
+		c.roles = &roles
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -327,7 +339,10 @@ func (c *Cluster) bringUp(ctx context.Context) error {
 		c.started = true
 		break
 	}
-	return c.ensureDatabase(ctx)
+	if err := c.ensureDatabase(ctx); err != nil {
+		return err
+	}
+	return c.ensureRoles(ctx)
 }
 
 // inspect checks the data directory before anything touches it and reports whether

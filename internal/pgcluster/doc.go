@@ -13,6 +13,9 @@
 //   - the postmaster outlives a caller killed with SIGKILL, and the next Open adopts
 //     it, from any process; a postmaster that itself died is restarted and
 //     PostgreSQL's crash recovery brings the data back;
+//   - given Options.Roles, it creates an owner role (no login) and an application role
+//     beside the bootstrap superuser, and hands the database and everything in it to
+//     the owner, so that the application can connect as a role that owns nothing;
 //   - when onceplan runs as root, PostgreSQL (which refuses to run as root) runs as
 //     the "postgres" account, or the one named by ONCEPLAN_PG_USER;
 //   - every failure is reported as one sentence saying what is wrong and what to do.

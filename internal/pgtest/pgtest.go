@@ -5,6 +5,14 @@
 // starts its own cluster (in a fresh temporary directory) and stops it when
 // its tests end. Either way every test gets a fresh database cloned from a
 // migrated template, so tests run in parallel without seeing each other.
+//
+// The roles are production's (DESIGN §3, rule 6): the template is migrated
+// as the owner role (migrations.OwnerRole), and URL hands out the
+// application role (migrations.AppRole), the one a server connects as, so
+// every test that runs a server or a worker shows that role is enough.
+// Pool connects as the cluster's superuser, which no privilege stops: tests
+// of the triggers need that, as they must show the triggers hold on their
+// own.
 package pgtest
 
 import (
@@ -14,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,6 +116,33 @@ func setup() error {
 	return ensureTemplate(ctx)
 }
 
+// ensureRoles creates the owner and the application role on the cluster
+// when missing (the caller holds the template lock). The application role
+// logs in without a password, like the superuser it sits beside.
+func ensureRoles(ctx context.Context, conn *pgxpool.Conn) error {
+	for _, r := range []struct{ name, create, alter string }{
+		{migrations.OwnerRole, "CREATE ROLE %s NOLOGIN", ""},
+		// 0008 makes it NOLOGIN when it has to create it itself.
+		{migrations.AppRole, "CREATE ROLE %s LOGIN", "ALTER ROLE %s LOGIN"},
+	} {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)`, r.name).Scan(&exists); err != nil {
+			return err
+		}
+		stmt := r.create
+		if exists {
+			stmt = r.alter
+		}
+		if stmt == "" {
+			continue
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf(stmt, pgx.Identifier{r.name}.Sanitize())); err != nil {
+			return fmt.Errorf("setting up role %s: %w", r.name, err)
+		}
+	}
+	return nil
+}
+
 // ensureTemplate builds the migrated template database once per schema
 // version; concurrent test binaries wait on an advisory lock.
 func ensureTemplate(ctx context.Context) error {
@@ -119,6 +155,9 @@ func ensureTemplate(ctx context.Context) error {
 		return err
 	}
 	defer conn.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext('onceplan-pgtest-template'))`)
+	if err := ensureRoles(ctx, conn); err != nil {
+		return err
+	}
 
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, template).Scan(&exists); err != nil {
@@ -132,10 +171,11 @@ func ensureTemplate(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, `DROP DATABASE IF EXISTS `+ident+` WITH (FORCE)`); err != nil {
 		return err
 	}
-	if _, err := conn.Exec(ctx, `CREATE DATABASE `+ident); err != nil {
+	// Owned by the owner role, which creates the schema in it.
+	if _, err := conn.Exec(ctx, `CREATE DATABASE `+ident+` OWNER `+pgx.Identifier{migrations.OwnerRole}.Sanitize()); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, withDatabase(baseURL, build))
+	pool, err := pgxpool.New(ctx, asOwner(withDatabase(baseURL, build)))
 	if err != nil {
 		return err
 	}
@@ -148,19 +188,52 @@ func ensureTemplate(ctx context.Context) error {
 	return err
 }
 
-func withDatabase(raw, name string) string {
+func parse(raw string) *url.URL {
 	u, err := url.Parse(raw)
 	if err != nil {
 		panic(fmt.Sprintf("pgtest: %s is not a URL: %v", EnvURL, err))
 	}
+	return u
+}
+
+func withDatabase(raw, name string) string {
+	u := parse(raw)
 	u.Path = "/" + name
 	return u.String()
 }
 
-// URL creates a fresh migrated database for t and returns its URL; the
-// database is dropped when t ends. Use it to hand a database to a child
-// process.
-func URL(t testing.TB) string {
+// asOwner makes the superuser's URL act as the owner role once connected.
+func asOwner(raw string) string {
+	u := parse(raw)
+	q := u.Query()
+	q.Set("options", "-c role="+migrations.OwnerRole)
+	// %20, not Encode's "+": pgx does not read "+" as a space.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
+}
+
+// asApp makes the superuser's URL connect as the application role.
+func asApp(raw string) string {
+	u := parse(raw)
+	u.User = url.User(migrations.AppRole)
+	return u.String()
+}
+
+// URLs are one test database's connection URLs, one per role.
+type URLs struct {
+	// Admin connects as the cluster's superuser: no privilege applies.
+	Admin string
+	// Owner connects as the superuser acting as the owner of the schema
+	// (migrations.OwnerRole), as migrations run.
+	Owner string
+	// App connects as the application role (migrations.AppRole), as
+	// serve and worker do.
+	App string
+}
+
+// Database creates a fresh migrated database for t and returns its URLs;
+// the database is dropped when t ends.
+func Database(t testing.TB) URLs {
 	t.Helper()
 	setupOnce.Do(func() { setupErr = setup() })
 	if setupErr != nil {
@@ -171,7 +244,8 @@ func URL(t testing.TB) string {
 	name := "t_" + hex.EncodeToString(b[:])
 	ident := pgx.Identifier{name}.Sanitize()
 	ctx := context.Background()
-	if _, err := admin.Exec(ctx, `CREATE DATABASE `+ident+` TEMPLATE `+pgx.Identifier{template}.Sanitize()); err != nil {
+	if _, err := admin.Exec(ctx, `CREATE DATABASE `+ident+` OWNER `+pgx.Identifier{migrations.OwnerRole}.Sanitize()+
+		` TEMPLATE `+pgx.Identifier{template}.Sanitize()); err != nil {
 		t.Fatalf("pgtest: creating database: %v", err)
 	}
 	t.Cleanup(func() {
@@ -179,13 +253,36 @@ func URL(t testing.TB) string {
 			t.Errorf("pgtest: dropping %s: %v", name, err)
 		}
 	})
-	return withDatabase(baseURL, name)
+	adminURL := withDatabase(baseURL, name)
+	return URLs{Admin: adminURL, Owner: asOwner(adminURL), App: asApp(adminURL)}
 }
 
-// Pool returns a connection pool on a fresh migrated database of t's own.
+// URL creates a fresh migrated database for t and returns its URL as the
+// application role; the database is dropped when t ends. Use it to hand a
+// database to a server or worker, in-process or a child process.
+func URL(t testing.TB) string {
+	t.Helper()
+	return Database(t).App
+}
+
+// Pool returns a connection pool on a fresh migrated database of t's own,
+// connected as the cluster's superuser.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(URL(t))
+	return NewPool(t, Database(t).Admin)
+}
+
+// AppPool returns a connection pool on a fresh migrated database of t's
+// own, connected as the application role.
+func AppPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return NewPool(t, Database(t).App)
+}
+
+// NewPool opens a pool on raw (one of Database's URLs), closed when t ends.
+func NewPool(t testing.TB, raw string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		t.Fatal(err)
 	}

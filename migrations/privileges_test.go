@@ -1,0 +1,318 @@
+package migrations_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/migrations"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// requireRefused runs sql as the pool's role in a transaction that is
+// rolled back, and requires PostgreSQL to refuse it for lack of privilege
+// (SQLSTATE 42501), not a trigger (OP00x) nor anything else: the privilege
+// wall stands on its own, before any trigger could run.
+func requireRefused(t *testing.T, pool *pgxpool.Pool, sql string) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	_, err = tx.Exec(ctx, sql)
+	var pgErr *pgconn.PgError
+	require.Truef(t, errors.As(err, &pgErr), "%s: want a permission error, got %v", sql, err)
+	require.Equalf(t, "42501", pgErr.Code, "%s: want insufficient_privilege, got %s", sql, pgErr.Message)
+}
+
+// TestAppRoleRefused connects as the application role and tries what
+// DESIGN §3 rule 6 says it cannot do: change the schema, update a frozen
+// table, delete a ledger row.
+func TestAppRoleRefused(t *testing.T) {
+	t.Parallel()
+	urls := pgtest.Database(t)
+	app := pgtest.NewPool(t, urls.App)
+	admin := pgtest.NewPool(t, urls.Admin)
+	// A frozen plan and a settled effect, so that each statement has rows
+	// to hit (the privilege check does not need them, but a reader might
+	// wonder).
+	seed(t, admin)
+
+	var role string
+	require.NoError(t, app.QueryRow(t.Context(), `SELECT current_user`).Scan(&role))
+	require.Equal(t, migrations.AppRole, role)
+
+	for _, sql := range []string{
+		// The schema.
+		`ALTER TABLE effect ADD COLUMN sneaky text`,
+		`ALTER TABLE effect DISABLE TRIGGER effect_no_delete`,
+		`ALTER TABLE plan DISABLE TRIGGER USER`,
+		`DROP TABLE effect`,
+		`DROP TABLE campaign_event`,
+		`DROP TRIGGER plan_write_once ON plan`,
+		`DROP INDEX effect_one_blocking`,
+		`DROP TABLE river_job`,
+		`ALTER TABLE river_job ADD COLUMN sneaky text`,
+		`CREATE TABLE sneaky (a int)`,
+		`CREATE FUNCTION sneaky() RETURNS int LANGUAGE sql AS 'SELECT 1'`,
+		`CREATE SCHEMA sneaky`,
+		`CREATE OR REPLACE FUNCTION onceplan_refuse_change() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'`,
+		`SET ROLE ` + migrations.OwnerRole,
+		// The ledger: no row is ever deleted, no attempt's identity changed.
+		`DELETE FROM effect`,
+		`DELETE FROM effect_response`,
+		`DELETE FROM effect_bump`,
+		`DELETE FROM bump_policy`,
+		`TRUNCATE effect`,
+		`TRUNCATE effect_response`,
+		`TRUNCATE effect, effect_response, effect_bump, bump_policy CASCADE`,
+		`UPDATE effect SET key = key, epoch = epoch`,
+		`UPDATE effect SET owner = 'someone else'`,
+		`UPDATE effect SET plan_id = NULL, ordinal = NULL`,
+		`UPDATE effect_response SET body = 'forged'`,
+		// Frozen: plan, targets, approvals, runs, the audit trail.
+		`UPDATE plan SET subject = 'changed after approval'`,
+		`UPDATE target SET vars = '{"name": "changed"}'`,
+		`UPDATE target_list SET digest = repeat('0', 64)`,
+		`UPDATE approval SET plan_hash = repeat('0', 64)`,
+		`UPDATE run SET job_count = 0`,
+		`UPDATE campaign_event SET reason = 'rewritten'`,
+		`DELETE FROM plan`,
+		`DELETE FROM approval`,
+		`DELETE FROM run`,
+		`DELETE FROM campaign_event`,
+		`DELETE FROM campaign`,
+		`TRUNCATE plan`,
+		`TRUNCATE target`,
+		`TRUNCATE campaign_event`,
+		// The schema version is the migrations' to write.
+		`UPDATE onceplan_migration SET version = version`,
+		`DELETE FROM onceplan_migration`,
+		`INSERT INTO onceplan_migration (version, name) VALUES (999, 'sneaky')`,
+	} {
+		requireRefused(t, app, sql)
+	}
+}
+
+// seed writes, as the superuser, a frozen plan with one target and one
+// done effect for it.
+func seed(t *testing.T, admin *pgxpool.Pool) {
+	t.Helper()
+	key := newKey(t)
+	err := pgx.BeginFunc(t.Context(), admin, func(tx pgx.Tx) error {
+		for _, sql := range []string{
+			`INSERT INTO app_user (email, roles) VALUES ('seed@example.com', '{proposer}')`,
+			`INSERT INTO campaign (name, provider, created_by) SELECT 'seed', 'outbox', id FROM app_user`,
+			`INSERT INTO target_list (campaign_id, target_count, digest, created_by)
+			 SELECT c.id, 1, repeat('a', 64), c.created_by FROM campaign c`,
+			`INSERT INTO target (list_id, ordinal, target, key, line) SELECT id, 1, 'ann@example.com', @key, 2 FROM target_list`,
+			`INSERT INTO draft (campaign_id, version, list_id, proposed_by, last_edited_by)
+			 SELECT campaign_id, 1, id, created_by, created_by FROM target_list`,
+			`INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
+			                   list_id, target_count, plan_hash, proposed_by)
+			 SELECT campaign_id, 1, 'outbox', 'email.send', 'a@example.com', 's', 't', '', id, 1, repeat('b', 64), created_by FROM target_list`,
+			`INSERT INTO campaign_event (campaign_id, action, reason) SELECT id, 'create', 'seed' FROM campaign`,
+			`INSERT INTO effect (key, owner, plan_id, ordinal) SELECT @key, 'seed', id, 1 FROM plan`,
+			`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect`,
+			`UPDATE effect SET state = 'done', receipt = 'r1'`,
+		} {
+			if _, err := tx.Exec(t.Context(), sql, pgx.NamedArgs{"key": string(key)}); err != nil {
+				return fmt.Errorf("%s: %w", sql, err)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+}
+
+func newKey(t *testing.T) ledger.Key {
+	t.Helper()
+	k, err := ledger.NewKey(ledger.KeyInput{Event: "privileges-" + rand.Text(), Tool: "email.send",
+		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "ann@example.com"}})
+	require.NoError(t, err)
+	return k
+}
+
+// TestAppRoleLedgerWork walks an effect through every ledger write the
+// running system makes, as the application role. (The rest of the normal
+// work is every test that hands pgtest.URL to a server or worker: the crash
+// suite, the agent test; and the end-to-end tests of cmd/onceplan, which run
+// on the embedded default, where the server connects as this role.)
+func TestAppRoleLedgerWork(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := ledger.NewStore(pgtest.AppPool(t))
+
+	require.NoError(t, store.RegisterPolicy(ctx, "monthly", "a new invoice every month", "test"))
+	done, unknown := newKey(t), newKey(t)
+
+	c, err := store.Claim(ctx, ledger.ClaimParams{Key: done, Owner: "w1"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.ClaimWon, c.Outcome)
+	_, err = store.RecordResponse(ctx, c.Effect.ID, ledger.ResponseSend, []byte("250 ok"))
+	require.NoError(t, err)
+	_, err = store.Settle(ctx, ledger.SettleParams{EffectID: c.Effect.ID, State: ledger.StateDone, Receipt: "r1"})
+	require.NoError(t, err)
+	_, err = store.Revoke(ctx, ledger.RevokeParams{Key: done, Actor: "user:ann@example.com", Reason: "sent in error"})
+	require.NoError(t, err)
+	epoch, err := store.Bump(ctx, ledger.BumpParams{Key: done, ActorKind: ledger.ActorPolicy, Actor: "scheduler", Policy: "monthly", Reason: "December"})
+	require.NoError(t, err)
+	require.Equal(t, 1, epoch)
+
+	c, err = store.Claim(ctx, ledger.ClaimParams{Key: unknown, Owner: "w2"})
+	require.NoError(t, err)
+	_, err = store.Settle(ctx, ledger.SettleParams{EffectID: c.Effect.ID, State: ledger.StateUnknown, Reason: "worker died"})
+	require.NoError(t, err)
+	e, err := store.Resolve(ctx, ledger.ResolveParams{Key: unknown, Outcome: ledger.NotDelivered, Actor: "user:ann@example.com", Reason: "not in the relay's log"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateFailed, e.State)
+}
+
+// TestAppRolePrivileges pins what the application role may do to every
+// table, view and sequence in the schema: a migration (ours or River's)
+// that adds one fails here until someone decides what the running system
+// needs on it. The role owns nothing, is no member of the owner, may not
+// create anything, and is an ordinary role.
+func TestAppRolePrivileges(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Pool(t)
+	ctx := t.Context()
+
+	const (
+		read      = "SELECT"
+		append_   = "INSERT, SELECT"
+		edit      = "INSERT, SELECT, UPDATE"
+		queue     = "DELETE, INSERT, SELECT, UPDATE"
+		clearable = "DELETE, INSERT, SELECT"
+	)
+	want := map[string]string{
+		// The ledger (UPDATE of effect: the outcome columns only, below).
+		"effect": append_, "effect_response": append_, "effect_bump": append_, "bump_policy": append_,
+		// Frozen.
+		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
+		"target_list": clearable, "target": clearable,
+		// Editable.
+		"app_user": edit, "campaign": edit, "draft": edit, "api_token": edit, "api_idempotency": append_,
+		"session": queue, "worker_process": queue, "login_attempt": clearable,
+		"onceplan_migration": read,
+		// River's queue.
+		"river_job": queue, "river_leader": queue, "river_queue": queue,
+		"river_notification": queue, "river_migration": read,
+	}
+	rows, err := admin.Query(ctx, `
+		SELECT c.relname,
+		       coalesce((SELECT string_agg(p, ', ' ORDER BY p) FROM unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) p
+		                 WHERE has_table_privilege($1, c.oid, p)), '')
+		FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+		ORDER BY 1`, migrations.AppRole)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for rows.Next() {
+		var name, privs string
+		require.NoError(t, rows.Scan(&name, &privs))
+		got[name] = privs
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, want, got, "the application role's privileges per table")
+
+	// Of an attempt, only the outcome may be written.
+	var cols []string
+	require.NoError(t, admin.QueryRow(ctx, `
+		SELECT coalesce(array_agg(attname::text ORDER BY attname), '{}') FROM pg_attribute
+		WHERE attrelid = 'effect'::regclass AND attnum > 0 AND NOT attisdropped
+		  AND has_column_privilege($1, 'effect'::regclass, attnum, 'UPDATE')`, migrations.AppRole).Scan(&cols))
+	require.Equal(t, []string{"reason", "receipt", "resolution", "resolved_by", "revoke_reason", "revoked_by", "state"}, cols)
+
+	// Sequences: USAGE (nextval) only; setval needs UPDATE.
+	rows, err = admin.Query(ctx, `
+		SELECT c.relname, has_sequence_privilege($1, c.oid, 'USAGE'), has_sequence_privilege($1, c.oid, 'UPDATE')
+		FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'S'`, migrations.AppRole)
+	require.NoError(t, err)
+	for rows.Next() {
+		var name string
+		var usage, update bool
+		require.NoError(t, rows.Scan(&name, &usage, &update))
+		require.Truef(t, usage, "USAGE on sequence %s", name)
+		require.Falsef(t, update, "UPDATE on sequence %s", name)
+	}
+	require.NoError(t, rows.Err())
+
+	var owns int
+	var super, createRole, createDB, bypassRLS, memberOfOwner, createInSchema bool
+	require.NoError(t, admin.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM pg_class WHERE relowner = r.oid) + (SELECT count(*) FROM pg_proc WHERE proowner = r.oid)
+		       + (SELECT count(*) FROM pg_type WHERE typowner = r.oid) + (SELECT count(*) FROM pg_namespace WHERE nspowner = r.oid),
+		       r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolbypassrls,
+		       pg_has_role(r.oid, $2, 'USAGE'), has_schema_privilege(r.oid, current_schema(), 'CREATE')
+		FROM pg_roles r WHERE r.rolname = $1`, migrations.AppRole, migrations.OwnerRole).
+		Scan(&owns, &super, &createRole, &createDB, &bypassRLS, &memberOfOwner, &createInSchema))
+	require.Zero(t, owns, "the application role owns nothing")
+	require.False(t, super || createRole || createDB || bypassRLS, "the application role is an ordinary role")
+	require.False(t, memberOfOwner, "the application role is not the owner")
+	require.False(t, createInSchema, "the application role cannot create in the schema")
+
+	// Everything in the schema belongs to the owner.
+	var strays []string
+	require.NoError(t, admin.QueryRow(ctx, `
+		SELECT coalesce(array_agg(relname::text ORDER BY relname), '{}') FROM pg_class
+		WHERE relnamespace = current_schema()::regnamespace AND relowner <> $1::regrole`, migrations.OwnerRole).Scan(&strays))
+	require.Empty(t, strays, "objects not owned by %s", migrations.OwnerRole)
+}
+
+// TestMigrateAsAppRoleRefused: `onceplan migrate` given the application
+// role's URL says which role it needs instead of failing half-way.
+func TestMigrateAsAppRoleRefused(t *testing.T) {
+	t.Parallel()
+	_, err := migrations.Up(t.Context(), pgtest.AppPool(t))
+	require.ErrorContains(t, err, "database role "+migrations.AppRole+" may not create tables")
+}
+
+// TestPrivilegesDownUp: 0008's down file takes the grants back, and the up
+// file, run again by the owner, restores them; River's tables are granted
+// again whenever migrations run.
+func TestPrivilegesDownUp(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	urls := pgtest.Database(t)
+	owner := pgtest.NewPool(t, urls.Owner)
+	app := pgtest.NewPool(t, urls.App)
+	canInsert := func(table string) bool {
+		var ok bool
+		require.NoError(t, owner.QueryRow(ctx, `SELECT has_table_privilege($1, $2, 'INSERT')`, migrations.AppRole, table).Scan(&ok))
+		return ok
+	}
+
+	reverted, err := migrations.DownTo(ctx, owner, 7)
+	require.NoError(t, err)
+	require.Equal(t, []int{8}, reverted)
+	require.False(t, canInsert("effect"))
+	require.False(t, canInsert("river_job"))
+	requireRefused(t, app, `SELECT count(*) FROM effect`)
+
+	res, err := migrations.Up(ctx, owner)
+	require.NoError(t, err)
+	require.Equal(t, []int{8}, res.Applied)
+	require.True(t, canInsert("effect"))
+
+	_, err = owner.Exec(ctx, `REVOKE INSERT ON river_job FROM `+migrations.AppRole)
+	require.NoError(t, err)
+	res, err = migrations.Up(ctx, owner)
+	require.NoError(t, err)
+	require.Empty(t, res.Applied)
+	require.True(t, canInsert("river_job"), "migrations.Up grants River's tables on every run")
+
+	var n int
+	require.NoError(t, app.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&n))
+	require.Zero(t, n)
+}
