@@ -7,6 +7,7 @@ import (
 	htmltemplate "html/template"
 	"net/mail"
 	"slices"
+	"strconv"
 	"strings"
 	texttemplate "text/template"
 	"text/template/parse"
@@ -18,6 +19,11 @@ import (
 const (
 	MaxSubjectRunes = 250
 	MaxBodyBytes    = 2 << 20 // 2 MiB per body
+	// MaxRenderedBytes bounds one rendered part (subject, text or HTML)
+	// for one target: a draft of 2 MiB that repeats a 64 KiB variable
+	// could otherwise render gigabytes in a worker or a preview. A real
+	// message is far below it.
+	MaxRenderedBytes = 4 * MaxBodyBytes
 )
 
 // ErrInvalid marks validation errors: bad input, reported to the user with
@@ -111,6 +117,16 @@ func (p Payload) Compile() (*Templates, error) {
 		if t.html, err = htmltemplate.New("html").Option("missingkey=error").Parse(p.HTML); err != nil {
 			return nil, fieldErr("html", "%s", templateErr(err))
 		}
+		// html/template escapes by context on the first Execute, and only
+		// then reports a template whose contexts do not add up (an
+		// attribute quote never closed, {{if}} branches ending in different
+		// contexts). Run the escaper now, so such a draft is refused when
+		// it is written and not when every send fails: the writer refuses
+		// the first byte, so nothing executes past the escaping.
+		var escErr *htmltemplate.Error
+		if err := t.html.Execute(refuseWriter{}, map[string]string{}); errors.As(err, &escErr) {
+			return nil, fieldErr("html", "%s", escapeErr(escErr))
+		}
 		trees = append(trees, t.html.Tree)
 	}
 	seen := map[string]bool{}
@@ -141,11 +157,43 @@ func templateErr(err error) string {
 	return s
 }
 
+// escapeErr words an html/template escaping error without the escaper's
+// internal state dump.
+func escapeErr(e *htmltemplate.Error) string {
+	d, _, _ := strings.Cut(e.Description, ": {")
+	if e.ErrorCode == htmltemplate.ErrEndContext {
+		d = "the HTML ends inside a tag, an attribute or a quoted value"
+	}
+	line := strconv.Itoa(e.Line)
+	if e.Line == 0 && e.Node != nil {
+		loc, _ := (*parse.Tree)(nil).ErrorContext(e.Node) // "html:3:7"; the node knows its tree
+		if parts := strings.Split(loc, ":"); len(parts) == 3 {
+			line = parts[1]
+		}
+	}
+	if line != "0" {
+		return "line " + line + ": " + d
+	}
+	return d
+}
+
 // collectFields gathers the merge variables a template reads. Targets carry
 // flat string variables, so only {{.name}} is meaningful; {{.a.b}} and
 // anything that is not a field of the target is refused up front rather
 // than at send time.
+//
+// It also refuses what would let a small draft cost a worker (or the
+// server showing a preview) unbounded time or memory for every target:
+// {{range}} (over an integer it loops as often as it is told), variables,
+// and the builtins whose result is larger than their arguments (printf,
+// print, println, html, js, urlquery) anywhere but directly in an output
+// action over merge variables and literals, where their result is bounded
+// and goes straight to the message (see MaxRenderedBytes).
 func collectFields(n parse.Node, seen map[string]bool) error {
+	return walkTemplate(n, seen)
+}
+
+func walkTemplate(n parse.Node, seen map[string]bool) error {
 	switch n := n.(type) {
 	case nil:
 	case *parse.ListNode:
@@ -153,51 +201,164 @@ func collectFields(n parse.Node, seen map[string]bool) error {
 			return nil
 		}
 		for _, c := range n.Nodes {
-			if err := collectFields(c, seen); err != nil {
+			if err := walkTemplate(c, seen); err != nil {
 				return err
 			}
 		}
 	case *parse.ActionNode:
-		return collectFields(n.Pipe, seen)
-	case *parse.PipeNode:
-		if n == nil {
-			return nil
-		}
-		for _, c := range n.Cmds {
-			if err := collectFields(c, seen); err != nil {
-				return err
-			}
-		}
-	case *parse.CommandNode:
-		for _, a := range n.Args {
-			if err := collectFields(a, seen); err != nil {
-				return err
-			}
-		}
-	case *parse.FieldNode:
-		if len(n.Ident) != 1 {
-			return fmt.Errorf("{{.%s}}: merge variables are flat names like {{.first_name}}", strings.Join(n.Ident, "."))
-		}
-		seen[n.Ident[0]] = true
+		return walkPipe(n.Pipe, true, seen)
 	case *parse.IfNode:
-		return collectBranch(&n.BranchNode, seen)
+		return walkBranch(&n.BranchNode, seen)
 	case *parse.RangeNode:
-		return collectBranch(&n.BranchNode, seen)
+		// Merge variables are single values, so there is nothing to
+		// iterate; and {{range 1000000000}} would burn minutes of a
+		// worker's CPU for every target.
+		return fmt.Errorf("{{range}} is not supported in a draft: merge variables are single values")
 	case *parse.WithNode:
-		return collectBranch(&n.BranchNode, seen)
+		return walkBranch(&n.BranchNode, seen)
 	case *parse.TemplateNode:
 		return fmt.Errorf("{{template %q}} is not supported in a draft", n.Name)
 	}
 	return nil
 }
 
-func collectBranch(b *parse.BranchNode, seen map[string]bool) error {
-	for _, n := range []parse.Node{b.Pipe, b.List, b.ElseList} {
-		if l, ok := n.(*parse.ListNode); ok && l == nil {
+func walkBranch(b *parse.BranchNode, seen map[string]bool) error {
+	if err := walkPipe(b.Pipe, false, seen); err != nil {
+		return err
+	}
+	for _, l := range []*parse.ListNode{b.List, b.ElseList} {
+		if l == nil {
 			continue
 		}
-		if err := collectFields(n, seen); err != nil {
+		if err := walkTemplate(l, seen); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// expanding names the builtins whose result can be much larger than their
+// arguments.
+var expanding = map[string]bool{"print": true, "printf": true, "println": true, "html": true, "js": true, "urlquery": true}
+
+// walkPipe checks a pipeline; output says it is an output action's own
+// pipeline, whose result is written to the message and not passed on.
+func walkPipe(p *parse.PipeNode, output bool, seen map[string]bool) error {
+	if p == nil {
+		return nil
+	}
+	if len(p.Decl) > 0 {
+		return fmt.Errorf("{{%s}}: variables are not supported in a draft; use the merge variables directly", actionText(p))
+	}
+	for i, c := range p.Cmds {
+		if name := funcName(c); expanding[name] {
+			ok := output && (i == 0 || i == 1 && len(p.Cmds[0].Args) == 1 && plainArg(p.Cmds[0].Args[0]))
+			for _, a := range c.Args[1:] {
+				ok = ok && plainArg(a)
+			}
+			if !ok {
+				return fmt.Errorf("{{%s}}: %s is allowed only directly in an output over merge variables and literals, like {{%s .name}}", actionText(p), name, name)
+			}
+			if name == "printf" {
+				if err := checkFormat(c); err != nil {
+					return fmt.Errorf("{{%s}}: %v", actionText(p), err)
+				}
+			}
+		}
+		for _, a := range c.Args {
+			if err := walkArg(a, seen); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func walkArg(n parse.Node, seen map[string]bool) error {
+	switch n := n.(type) {
+	case *parse.FieldNode:
+		if len(n.Ident) != 1 {
+			return fmt.Errorf("{{.%s}}: merge variables are flat names like {{.first_name}}", strings.Join(n.Ident, "."))
+		}
+		seen[n.Ident[0]] = true
+	case *parse.PipeNode:
+		return walkPipe(n, false, seen)
+	case *parse.ChainNode:
+		return walkArg(n.Node, seen)
+	}
+	return nil
+}
+
+// actionText shows an action in a message: on one line, and short.
+func actionText(p *parse.PipeNode) string {
+	s := strings.Join(strings.Fields(p.String()), " ")
+	if len(s) > 80 {
+		cut := 80
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
+
+func funcName(c *parse.CommandNode) string {
+	if len(c.Args) > 0 {
+		if id, ok := c.Args[0].(*parse.IdentifierNode); ok {
+			return id.Ident
+		}
+	}
+	return ""
+}
+
+// plainArg: a merge variable, the target's variables as a whole, or a
+// literal; values whose size the draft and the list bound.
+func plainArg(n parse.Node) bool {
+	switch n := n.(type) {
+	case *parse.FieldNode, *parse.DotNode, *parse.StringNode, *parse.NumberNode, *parse.BoolNode, *parse.NilNode:
+		return true
+	case *parse.VariableNode:
+		return len(n.Ident) == 1 && n.Ident[0] == "$"
+	}
+	return false
+}
+
+// maxFormatWidth bounds a printf width or precision: enough to align a
+// column, too little to turn a few bytes of draft into megabytes.
+const maxFormatWidth = 100
+
+// checkFormat requires printf's format to be a literal whose widths and
+// precisions are at most maxFormatWidth.
+func checkFormat(c *parse.CommandNode) error {
+	if len(c.Args) < 2 {
+		return nil // text/template reports the missing argument
+	}
+	f, ok := c.Args[1].(*parse.StringNode)
+	if !ok {
+		return errors.New("the format of printf must be a quoted string")
+	}
+	s := f.Text
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			continue
+		}
+		for i++; i < len(s) && strings.IndexByte("+-# 0", s[i]) >= 0; i++ {
+		}
+		for part := 0; part < 2 && i < len(s); part++ {
+			if s[i] == '*' || s[i] == '[' {
+				return errors.New("printf widths given as * and argument indexes are not supported")
+			}
+			n := 0
+			for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+				if n = n*10 + int(s[i]-'0'); n > maxFormatWidth {
+					return fmt.Errorf("printf widths and precisions are at most %d", maxFormatWidth)
+				}
+			}
+			if part == 0 && i < len(s) && s[i] == '.' {
+				i++
+				continue
+			}
+			break
 		}
 	}
 	return nil
@@ -219,8 +380,8 @@ type Message struct {
 // Render renders the message for one target.
 func (t *Templates) Render(to string, vars map[string]string) (Message, error) {
 	m := Message{From: t.from, To: to}
-	var buf bytes.Buffer
-	if err := t.subject.Execute(&buf, vars); err != nil {
+	var buf limitedBuffer
+	if err := t.subject.Execute(buf.reset(), vars); err != nil {
 		return m, fieldErr("subject", "%s", execErr(err))
 	}
 	m.Subject = buf.String()
@@ -228,14 +389,12 @@ func (t *Templates) Render(to string, vars map[string]string) (Message, error) {
 	if strings.ContainsAny(m.Subject, "\r\n") {
 		return m, fieldErr("subject", "renders with a line break for %s (a merge variable contains one)", to)
 	}
-	buf.Reset()
-	if err := t.text.Execute(&buf, vars); err != nil {
+	if err := t.text.Execute(buf.reset(), vars); err != nil {
 		return m, fieldErr("text", "%s", execErr(err))
 	}
 	m.Text = buf.String()
 	if t.html != nil {
-		buf.Reset()
-		if err := t.html.Execute(&buf, vars); err != nil {
+		if err := t.html.Execute(buf.reset(), vars); err != nil {
 			return m, fieldErr("html", "%s", execErr(err))
 		}
 		m.HTML = buf.String()
@@ -245,6 +404,9 @@ func (t *Templates) Render(to string, vars map[string]string) (Message, error) {
 
 // execErr turns text/template's "map has no entry for key" into words.
 func execErr(err error) string {
+	if errors.Is(err, errTooLarge) {
+		return errTooLarge.Error()
+	}
 	s := err.Error()
 	if i := strings.Index(s, `map has no entry for key "`); i >= 0 {
 		name := strings.TrimSuffix(s[i+len(`map has no entry for key "`):], `"`)
@@ -252,3 +414,28 @@ func execErr(err error) string {
 	}
 	return strings.TrimPrefix(s, "template: ")
 }
+
+// errTooLarge: a rendered part went over MaxRenderedBytes.
+var errTooLarge = fmt.Errorf("renders to more than %d bytes (the limit of a rendered message part)", MaxRenderedBytes)
+
+// limitedBuffer collects one rendered part and fails the template once it
+// passes MaxRenderedBytes; text/template stops at a write error.
+type limitedBuffer struct{ bytes.Buffer }
+
+func (b *limitedBuffer) reset() *limitedBuffer {
+	b.Reset()
+	return b
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if b.Len()+len(p) > MaxRenderedBytes {
+		return 0, errTooLarge
+	}
+	return b.Buffer.Write(p)
+}
+
+// refuseWriter fails every write: Compile uses it to run html/template's
+// escaper without executing the template.
+type refuseWriter struct{}
+
+func (refuseWriter) Write([]byte) (int, error) { return 0, errTooLarge }

@@ -85,7 +85,11 @@ func (n *NewCampaign) Validate() error {
 	case n.CreatedBy == 0:
 		return fieldErr("created_by", "is required")
 	}
-	return nil
+	// The payload is checked here and not only at submit: a draft that
+	// cannot render (a template syntax error, a subject with a line break,
+	// a body over the limit) is refused when it is written, as the UI's
+	// form already refuses it, so every door stores only what can be sent.
+	return n.Payload.Validate()
 }
 
 func validProviderName(s string) bool {
@@ -213,8 +217,12 @@ func (d Draft) Hash(c Campaign) string {
 	return PlanHash(PlanHashInput{Payload: d.Payload, Provider: c.Provider, Tool: c.Tool, TargetCount: d.TargetCount, ListDigest: digest})
 }
 
-// UpdatePayload replaces a draft's payload.
+// UpdatePayload replaces a draft's payload, once it validates (see
+// Payload.Validate).
 func UpdatePayload(ctx context.Context, tx pgx.Tx, campaignID string, version int, p Payload, editor int64) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	tag, err := tx.Exec(ctx, `
 		UPDATE draft SET from_addr = $3, subject = $4, text_body = $5, html_body = $6, last_edited_by = $7, updated_at = now()
 		WHERE campaign_id = $1 AND version = $2`, campaignID, version, p.From, p.Subject, p.Text, p.HTML, editor)

@@ -226,7 +226,7 @@ func (c *csvReader) readHeader(addressColumn string) error {
 		}
 		var pe *csv.ParseError
 		if errors.As(err, &pe) {
-			return &ListError{Line: pe.Line, Reason: "the header row has a quote error: " + pe.Err.Error()}
+			return &ListError{Line: pe.StartLine, Reason: "the header row has a quote error: " + pe.Err.Error()}
 		}
 		return c.fatal(err, rec)
 	}

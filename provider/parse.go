@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // ErrInvalid is wrapped by every error of [Parse] and [ParseFlag].
@@ -107,15 +108,15 @@ func Parse(name, rawURL string) (Provider, error) {
 		}
 		if red := Redacted(rawURL); red != rawURL {
 			// The detail may quote a piece of the password (a bad escape).
-			return nil, errorf(name, "URL %s is not valid", red)
+			return nil, errorf(name, "URL %s is not valid", shown(red))
 		}
-		return nil, errorf(name, "URL %s is not valid: %v", rawURL, err)
+		return nil, errorf(name, "URL %s is not valid: %v", shown(rawURL), err)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	kind, ok := schemeToKind[scheme]
 	if !ok {
 		if scheme == "" {
-			return nil, errorf(name, "URL %s has no scheme (want %s)", Redacted(rawURL), knownSchemesDescription)
+			return nil, errorf(name, "URL %s has no scheme (want %s)", shown(Redacted(rawURL)), knownSchemesDescription)
 		}
 		return nil, errorf(name, "unknown scheme %q (want %s)", u.Scheme, knownSchemesDescription)
 	}
@@ -152,6 +153,15 @@ func Redacted(rawURL string) string {
 		u.RawQuery = redactQuery(u.RawQuery)
 		return u.Redacted()
 	}
+	// By hand: the query's URL-valued options (probe=…) may carry a
+	// password as well as the authority.
+	if q := strings.IndexByte(rawURL, '?'); q >= 0 {
+		query, fragment, hasFragment := strings.Cut(rawURL[q+1:], "#")
+		rawURL = rawURL[:q+1] + redactQuery(query)
+		if hasFragment {
+			rawURL += "#" + fragment
+		}
+	}
 	i := strings.Index(rawURL, "://")
 	if i < 0 {
 		return rawURL
@@ -172,11 +182,22 @@ func Redacted(rawURL string) string {
 	return rawURL[:i+3] + user + ":" + redactedPasswordMarker + rest[at:]
 }
 
+// shown is a URL as an error message quotes it: control characters (a URL
+// that failed to parse may hold a line break) are escaped, so the message
+// stays one line.
+func shown(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
 // redactQuery redacts the passwords of URLs given as option values
 // (probe=https://user:pass@…), leaving the other pairs as they are.
 func redactQuery(rawQuery string) string {
-	if !strings.Contains(rawQuery, "@") {
-		return rawQuery
+	if !strings.Contains(rawQuery, "@") && !strings.Contains(strings.ToLower(rawQuery), "%40") {
+		return rawQuery // no userinfo, plain or escaped
 	}
 	pairs := strings.Split(rawQuery, "&")
 	for i, pair := range pairs {
@@ -186,7 +207,7 @@ func redactQuery(rawQuery string) string {
 		}
 		uv, err := url.QueryUnescape(v)
 		if err != nil {
-			if strings.Contains(v, "@") {
+			if strings.Contains(v, "@") || strings.Contains(strings.ToLower(v), "%40") {
 				pairs[i] = k + "=" + redactedPasswordMarker
 			}
 			continue

@@ -349,7 +349,7 @@ func (p *smtpProvider) Close() error {
 // Classify interprets an SMTP raw answer; see [ClassifySMTP].
 func (p *smtpProvider) Classify(raw []byte) Verdict { return ClassifySMTP(raw) }
 
-var queuedAsRe = regexp.MustCompile(`(?i)\bqueued as ([^\s;,()<>\[\]]+)`)
+var queuedAsRe = regexp.MustCompile(`(?i)\bqueued as ([^\s\x00-\x1f\x7f;,()<>\[\]]+)`)
 
 // ClassifySMTP interprets a raw answer of an SMTP Send:
 //   - a 2xx reply to the end of DATA → done; the receipt is the id after
@@ -375,7 +375,7 @@ func ClassifySMTP(raw []byte) Verdict {
 	reply := f["reply"]
 	where := stageWords(stage)
 	if code != 0 {
-		said := fmt.Sprintf("the server answered %d %s %s", code, oneLine(reply), where)
+		said := oneLine(fmt.Sprintf("the server answered %d %s %s", code, oneLine(reply), where))
 		switch {
 		case code/100 == 2 && stage == stageDataClose:
 			return Verdict{Outcome: OutcomeDone, Receipt: smtpReceipt(code, reply)}
@@ -422,8 +422,12 @@ func stageWords(stage string) string {
 }
 
 func smtpReceipt(code int, reply string) string {
+	// The id is the server's text: keep it to what a receipt may hold (it
+	// is stored and shown), falling back to the whole reply.
 	if m := queuedAsRe.FindStringSubmatch(reply); m != nil {
-		return m[1]
+		if id := oneLine(m[1]); id != "" {
+			return id
+		}
 	}
 	return oneLine(strconv.Itoa(code) + " " + reply)
 }

@@ -75,7 +75,7 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 	p := &webhookProvider{
 		limiter:   newLimiter(o.perSecond, o.concurrency),
 		name:      name,
-		url:       u.Redacted(),
+		url:       Redacted(u.String()), // the probe option may carry a password too
 		endpoint:  endpoint.String(),
 		probe:     strings.TrimRight(o.probe, "/"),
 		dedupe:    o.dedupe,

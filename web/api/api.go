@@ -133,7 +133,8 @@ func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) ec
 	return func(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "no-store")
 		header := c.Request().Header.Get("Authorization")
-		secret, ok := strings.CutPrefix(header, "Bearer ")
+		scheme, secret, ok := strings.Cut(header, " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer") // the scheme is case-insensitive (RFC 7235)
 		if !ok || strings.TrimSpace(secret) == "" {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="onceplan"`)
 			return writeError(c, http.StatusUnauthorized, "unauthenticated", "send an API token as \"Authorization: Bearer <token>\" (create one with `onceplan token create`)")

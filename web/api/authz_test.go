@@ -1,0 +1,136 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/web/api"
+)
+
+// routeAction says which approval action each API route takes ("" for a
+// read, which any signed-in caller may do; "public" for no token at all),
+// the campaign state the request finds, and a request that succeeds when
+// the caller may take the action. The expected allow/deny of every caller
+// is then approval.Authorize's (approval/actor.go's permission table), not
+// a second copy of it.
+var routeAction = map[string]struct {
+	action approval.Action
+	state  string // see world.campaignIn; "" for routes on no campaign
+	body   string // %[1]s is the plan hash, %[2]s the first target
+	status int    // when allowed
+}{
+	"GET /api/v1/openapi.yaml":             {"public", "", "", 200},
+	"GET /api/v1/campaigns":                {"", "", "", 200},
+	"POST /api/v1/campaigns":               {approval.ActionCreate, "", `{"name":"New","provider":"outbox","from":"a@example.com","subject":"S","text":"T"}`, 201},
+	"GET /api/v1/campaigns/{id}":           {"", "draft", "", 200},
+	"PATCH /api/v1/campaigns/{id}":         {approval.ActionEdit, "draft", `{"subject":"Changed {{.name}}"}`, 200},
+	"POST /api/v1/campaigns/{id}/targets":  {approval.ActionImport, "draft", `[{"address":"new@example.com","vars":{"name":"New"}}]`, 200},
+	"GET /api/v1/campaigns/{id}/targets":   {"", "running", "", 200},
+	"POST /api/v1/campaigns/{id}/submit":   {approval.ActionSubmit, "draft", "", 200},
+	"POST /api/v1/campaigns/{id}/approve":  {approval.ActionApprove, "pending", `{"plan_hash":"%[1]s"}`, 200},
+	"POST /api/v1/campaigns/{id}/reject":   {approval.ActionReject, "pending", `{"reason":"not yet"}`, 200},
+	"POST /api/v1/campaigns/{id}/start":    {approval.ActionStart, "approved", "", 200},
+	"POST /api/v1/campaigns/{id}/pause":    {approval.ActionPause, "running", `{"reason":"wait"}`, 200},
+	"POST /api/v1/campaigns/{id}/resume":   {approval.ActionResume, "paused", "", 200},
+	"POST /api/v1/campaigns/{id}/cancel":   {approval.ActionCancel, "running", `{"reason":"stop"}`, 200},
+	"GET /api/v1/campaigns/{id}/audit":     {"", "running", "", 200},
+	"POST /api/v1/effects/{key}/resolve":   {approval.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
+	"POST /api/v1/effects/{key}/supersede": {approval.ActionSupersede, "done", `{"target":"%[2]s","reason":"asked again"}`, 200},
+	"POST /api/v1/effects/{key}/revoke":    {approval.ActionRevoke, "done", `{"reason":"reversed"}`, 200},
+}
+
+// caller is one column of the matrix: a token of one role, an agent token
+// (whose owner holds proposer, approver and operator), or none.
+type caller struct {
+	name  string
+	actor approval.Actor
+}
+
+var callers = []caller{
+	{"admin", approval.Actor{Roles: []approval.Role{approval.RoleAdmin}}},
+	{"proposer", approval.Actor{Roles: []approval.Role{approval.RoleProposer}}},
+	{"approver", approval.Actor{Roles: []approval.Role{approval.RoleApprover}}},
+	{"operator", approval.Actor{Roles: []approval.Role{approval.RoleOperator}}},
+	{"viewer", approval.Actor{Roles: []approval.Role{approval.RoleViewer}}},
+	{"agent", approval.Actor{Roles: []approval.Role{approval.RoleProposer, approval.RoleApprover, approval.RoleOperator}, Agent: true}},
+	{"", approval.Actor{}}, // no token
+}
+
+// TestAuthorizationMatrix calls every API route as every role, an agent
+// token and no token, each on a campaign in the state where the request
+// would succeed. Allowed: the route's success status. Denied: 403
+// forbidden (401 without a token) and nothing changed. A route missing
+// from routeAction fails the test.
+func TestAuthorizationMatrix(t *testing.T) {
+	t.Parallel()
+	routes := api.Routes()
+	var tabled []string
+	for r := range routeAction {
+		tabled = append(tabled, r)
+	}
+	slices.Sort(routes)
+	slices.Sort(tabled)
+	require.Equal(t, routes, tabled, "every route has a row in routeAction, and only routes do")
+
+	w := newWorld(t)
+	var matrix strings.Builder
+	for _, route := range routes {
+		row := routeAction[route]
+		method, path, _ := strings.Cut(route, " ")
+		path = strings.TrimPrefix(path, api.Prefix)
+		fmt.Fprintf(&matrix, "%-42s", route)
+		for _, who := range callers {
+			var allowed bool
+			switch {
+			case row.action == "public":
+				allowed = true
+			case who.name == "":
+				allowed = false
+			case row.action == "":
+				allowed = true // reading needs a signed-in caller, no role
+			default:
+				allowed = approval.Authorize(who.actor, row.action) == nil
+			}
+			var c campaign
+			if row.state != "" {
+				c = w.campaignIn(t, row.state)
+			}
+			p := strings.NewReplacer("{id}", c.id, "{key}", c.key).Replace(path)
+			body := row.body
+			if strings.Contains(body, "%[") {
+				body = fmt.Sprintf(body, c.hash, c.target)
+			}
+			ctype := ""
+			if body != "" {
+				ctype = "application/json"
+			}
+			before := snapshot(t, w.server)
+			r := w.do(who.name, method, p, ctype, body)
+			label := fmt.Sprintf("%s as %q", route, who.name)
+			switch {
+			case allowed:
+				require.Equal(t, row.status, r.status, "%s is allowed: %s", label, r.raw)
+				matrix.WriteString(" allow ")
+			case who.name == "":
+				require.Equal(t, http.StatusUnauthorized, r.status, "%s: %s", label, r.raw)
+				require.Equal(t, "unauthenticated", r.errCode(), label)
+				matrix.WriteString(" 401   ")
+			default:
+				require.Equal(t, http.StatusForbidden, r.status, "%s is denied: %s", label, r.raw)
+				require.Equal(t, "forbidden", r.errCode(), label)
+				matrix.WriteString(" deny  ")
+			}
+			if !allowed {
+				require.Equal(t, before, snapshot(t, w.server), "%s changed something", label)
+			}
+		}
+		matrix.WriteString("\n")
+	}
+	t.Logf("route × admin proposer approver operator viewer agent none\n%s", matrix.String())
+}
