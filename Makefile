@@ -26,6 +26,11 @@ postgres: ## make sure PostgreSQL server binaries are installed (installs Debian
 test: postgres lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops
 	$(GO) run ./internal/tools/withpg -- $(GO) test $(GOTEST_FLAGS) ./...
 
+FAULTS_FLAGS ?= -count=1 -timeout 20m -v
+.PHONY: test-faults
+test-faults: postgres ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
+	ONCEPLAN_FAULTS=1 $(GO) run ./internal/tools/withpg -- $(GO) test $(FAULTS_FLAGS) ./internal/faulttest/
+
 .PHONY: test-race
 test-race: postgres ## the test suite under the race detector (slower)
 	$(GO) run ./internal/tools/withpg -- $(GO) test -race $(GOTEST_FLAGS) ./...

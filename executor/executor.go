@@ -235,6 +235,7 @@ func (e *Executor) campaignGate(ctx context.Context, j Job, queue string) (Resul
 
 // Perform executes one planned target, in DESIGN §4's order.
 func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
+	started := time.Now()
 	log := e.cfg.Logger.With("campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(j.Key), "job", j.JobID)
 
 	// Before the claim: everything that can wait. A crash here leaves no
@@ -252,9 +253,12 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	release, err := prov.Acquire(ctx)
+	release, ok, err := acquire(ctx, prov, started)
 	if err != nil {
 		return Result{}, err
+	}
+	if !ok {
+		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 	}
 	defer release()
 	e.crash.at(pointBeforeClaim)
@@ -286,12 +290,50 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	case ledger.ClaimStranded:
 		return Result{Action: Complete, Outcome: "stranded"}, nil
 	case ledger.ClaimInDoubt:
+		// Recovery takes a slot of its own to send again: holding this
+		// one meanwhile would wait on itself when the provider allows one
+		// call at a time, until the job's deadline, on every retry.
+		release()
 		return e.inDoubt(ctx, j, prov, cp, claim.Effect)
 	}
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
 	log.Debug("claimed", "effect", claim.Effect.ID, "epoch", claim.Effect.Epoch)
 	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend)
+}
+
+// busySnooze is how long a job that could not get the provider in time
+// waits before it tries again.
+const busySnooze = time.Second
+
+// acquire waits for the provider's rate limit and a concurrency slot, but
+// for at most half of the time the job had when it started (at started):
+// the other half is for the call and for recording its answer. Without
+// that bound, a job that waited long behind a slow or rate-limited
+// provider would claim with little time left, and its deadline would cut
+// off a call the provider was answering — an effect made unknown for
+// nothing (internal/faulttest, TestProviderSlow). When the wait runs out,
+// ok is false and the job should snooze: a busy provider is not a failed
+// attempt and must not use up the job's retries. Without a deadline (a
+// maintenance round) it waits as long as ctx allows.
+func acquire(ctx context.Context, prov provider.Provider, started time.Time) (release func(), ok bool, err error) {
+	wait := ctx
+	if deadline, has := ctx.Deadline(); has {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, started.Add(deadline.Sub(started)/2))
+		defer cancel()
+	}
+	release, err = prov.Acquire(wait)
+	switch {
+	case err == nil:
+		return release, true, nil
+	case ctx.Err() == nil:
+		// Our share of the wait ran out (or the rate limit would not
+		// have a token before it), not the job.
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
 }
 
 // request renders the message for a plan target.
@@ -459,9 +501,12 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		if err != nil {
 			return Result{}, err
 		}
-		release, err := prov.Acquire(ctx)
+		release, ok, err := acquire(ctx, prov, time.Now())
 		if err != nil {
 			return Result{}, err
+		}
+		if !ok {
+			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 		}
 		defer release()
 		log.Info("recovering by sending again with the same effect id")
