@@ -178,6 +178,10 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 	if _, err := svc.Start(ctx, approver, res.Campaign.ID); err != nil {
 		return execResult{}, err
 	}
+	var planID int64
+	if err := pool.QueryRow(ctx, `SELECT plan_id FROM campaign WHERE id = $1`, res.Campaign.ID).Scan(&planID); err != nil {
+		return execResult{}, err
+	}
 	start, cpu0 := time.Now(), sampleCPU()
 	if err := r.Start(ctx); err != nil {
 		return execResult{}, err
@@ -187,8 +191,8 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 	}
 	// Every call is settled before its job ends; wait for the last settles.
 	for {
-		var settled int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE state = 'done'`).Scan(&settled); err != nil {
+		settled, err := doneCount(ctx, pool, planID)
+		if err != nil {
 			return execResult{}, err
 		}
 		if settled >= n {
@@ -202,7 +206,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n int) (execResult, e
 	if err := r.Stop(stopCtx); err != nil {
 		return execResult{}, err
 	}
-	rows, err := pool.Query(ctx, `SELECT (extract(epoch FROM updated_at - created_at) * 1e6)::bigint FROM effect WHERE state = 'done'`)
+	rows, err := pool.Query(ctx, `SELECT (extract(epoch FROM updated_at - created_at) * 1e6)::bigint FROM effect WHERE plan_id = $1 AND state = 'done'`, planID)
 	if err != nil {
 		return execResult{}, err
 	}

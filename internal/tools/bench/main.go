@@ -49,7 +49,12 @@ func main() {
 func run() error {
 	targets := flag.Int("targets", 1_000_000, "targets in the freeze scenario")
 	effects := flag.Int("effects", 20_000, "effects in the exec scenario")
-	scenarios := flag.String("scenarios", "freeze,exec", "comma-separated scenarios to run: freeze, exec")
+	scenarios := flag.String("scenarios", "freeze,exec", "comma-separated scenarios to run: freeze, exec, smtp, recovery, scaleout, rss (the last four are not in the default run: together they take 10-30 minutes)")
+	smtpMessages := flag.Int("smtp-messages", 10_000, "messages in the smtp scenario")
+	recoveryTargets := flag.Int("recovery-targets", 20_000, "targets in the recovery scenario")
+	scaleoutTargets := flag.Int("scaleout-targets", 20_000, "targets in the scaleout scenario")
+	scaleoutProcs := flag.String("scaleout-procs", "1,2,4", "worker process counts in the scaleout scenario")
+	rssTargets := flag.Int("rss-targets", 200_000, "targets in the rss scenario")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
 	flag.IntVar(&execWorkers, "exec-workers", benchWorkers, "the executor's workers per queue in the exec scenario")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -84,6 +89,21 @@ func run() error {
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
+	var procs *procEnv // built on first use by a scenario that runs onceplan processes
+	defer func() {
+		if procs != nil {
+			procs.close()
+		}
+	}()
+	withProcs := func(f func(*procEnv) error) error {
+		if procs == nil {
+			var err error
+			if procs, err = newProcEnv(*dbURL); err != nil {
+				return err
+			}
+		}
+		return f(procs)
+	}
 	for _, sc := range strings.Split(*scenarios, ",") {
 		var err error
 		switch strings.TrimSpace(sc) {
@@ -91,8 +111,24 @@ func run() error {
 			err = benchFreeze(ctx, pool, *targets)
 		case "exec":
 			err = benchExec(ctx, pool, *effects)
+		case "smtp":
+			err = benchSMTP(ctx, pool, *smtpMessages)
+		case "recovery":
+			err = withProcs(func(e *procEnv) error { return benchRecovery(ctx, pool, e, *recoveryTargets) })
+		case "scaleout":
+			var counts []int
+			for _, f := range strings.Split(*scaleoutProcs, ",") {
+				k, perr := strconv.Atoi(strings.TrimSpace(f))
+				if perr != nil || k < 1 {
+					return fmt.Errorf("-scaleout-procs: %q is not a process count", f)
+				}
+				counts = append(counts, k)
+			}
+			err = withProcs(func(e *procEnv) error { return benchScaleout(ctx, pool, e, *scaleoutTargets, counts) })
+		case "rss":
+			err = withProcs(func(e *procEnv) error { return benchRSS(ctx, pool, e, *rssTargets) })
 		default:
-			err = fmt.Errorf("unknown scenario %q (freeze, exec)", sc)
+			err = fmt.Errorf("unknown scenario %q (freeze, exec, smtp, recovery, scaleout, rss)", sc)
 		}
 		if err != nil {
 			return err
