@@ -200,6 +200,7 @@ func TestAppRolePrivileges(t *testing.T) {
 		"effect": append_, "effect_response": append_, "effect_bump": append_, "bump_policy": append_,
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
+		"admin_event": append_,
 		"target_list": clearable, "target": clearable,
 		// Editable.
 		"app_user": edit, "campaign": edit, "draft": edit, "api_token": edit, "api_idempotency": append_,
@@ -295,14 +296,14 @@ func TestPrivilegesDownUp(t *testing.T) {
 
 	reverted, err := migrations.DownTo(ctx, owner, 7)
 	require.NoError(t, err)
-	require.Equal(t, []int{8}, reverted)
+	require.Equal(t, []int{9, 8}, reverted)
 	require.False(t, canInsert("effect"))
 	require.False(t, canInsert("river_job"))
 	requireRefused(t, app, `SELECT count(*) FROM effect`)
 
 	res, err := migrations.Up(ctx, owner)
 	require.NoError(t, err)
-	require.Equal(t, []int{8}, res.Applied)
+	require.Equal(t, []int{8, 9}, res.Applied)
 	require.True(t, canInsert("effect"))
 
 	_, err = owner.Exec(ctx, `REVOKE INSERT ON river_job FROM `+migrations.AppRole)

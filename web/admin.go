@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
@@ -41,6 +43,13 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 			}
 			p.Tokens = append(p.Tokens, tr)
 		}
+	}
+	events, err := auth.RecentEvents(ctx, s.cfg.Pool, 50)
+	if err != nil {
+		return p, err
+	}
+	for _, e := range events {
+		p.Events = append(p.Events, view.AdminEvent{At: e.CreatedAt, Actor: e.ActorEmail, Action: e.Action, Subject: e.Subject, Detail: e.Detail})
 	}
 	if s.cfg.Providers != nil {
 		queues, err := queueStates(ctx, s.cfg.Pool)
@@ -92,9 +101,17 @@ func (s *Server) handleUserCreate(c echo.Context) error {
 		return err
 	}
 	password := auth.GeneratePassword()
-	u, err := auth.CreateUser(c.Request().Context(), s.cfg.Pool, auth.NewUser{
-		Email: strings.TrimSpace(c.FormValue("email")), Name: strings.TrimSpace(c.FormValue("name")),
-		Roles: roles, Password: password,
+	var u auth.User
+	err = s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		var err error
+		u, err = auth.CreateUser(ctx, tx, auth.NewUser{
+			Email: strings.TrimSpace(c.FormValue("email")), Name: strings.TrimSpace(c.FormValue("name")),
+			Roles: roles, Password: password,
+		})
+		if err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventUserAdd, u.Email, map[string]any{"roles": roles})
 	})
 	if err != nil {
 		return err
@@ -125,7 +142,13 @@ func (s *Server) handleUserRoles(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := auth.SetRoles(c.Request().Context(), s.cfg.Pool, u.Email, roles); err != nil {
+	err = s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		if _, err := auth.SetRoles(ctx, tx, u.Email, roles); err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventUserRoles, u.Email, map[string]any{"from": u.Roles, "to": roles})
+	})
+	if err != nil {
 		return err
 	}
 	return redirect(c, "/admin", "roles-saved")
@@ -136,7 +159,13 @@ func (s *Server) handleUserDisable(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := auth.DisableUser(c.Request().Context(), s.cfg.Pool, u.Email); err != nil {
+	err = s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		if _, err := auth.DisableUser(ctx, tx, u.Email); err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventUserDisable, u.Email, nil)
+	})
+	if err != nil {
 		return err
 	}
 	return redirect(c, "/admin", "user-disabled")
@@ -147,7 +176,13 @@ func (s *Server) handleUserEnable(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := auth.EnableUser(c.Request().Context(), s.cfg.Pool, u.Email); err != nil {
+	err = s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		if _, err := auth.EnableUser(ctx, tx, u.Email); err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventUserEnable, u.Email, nil)
+	})
+	if err != nil {
 		return err
 	}
 	return redirect(c, "/admin", "user-enabled")
@@ -156,8 +191,19 @@ func (s *Server) handleUserEnable(c echo.Context) error {
 // handleTokenCreate makes an API token and shows its secret once, in this
 // response only (it is stored as a hash).
 func (s *Server) handleTokenCreate(c echo.Context) error {
-	secret, t, err := auth.CreateToken(c.Request().Context(), s.cfg.Pool,
-		strings.TrimSpace(c.FormValue("user")), c.FormValue("name"), c.FormValue("agent") != "")
+	var (
+		secret string
+		t      auth.Token
+	)
+	err := s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		var err error
+		secret, t, err = auth.CreateToken(ctx, tx, strings.TrimSpace(c.FormValue("user")), c.FormValue("name"), c.FormValue("agent") != "")
+		if err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventTokenCreate, t.UserEmail,
+			map[string]any{"token": t.Prefix, "name": t.Name, "agent": t.Agent})
+	})
 	if err != nil {
 		return err
 	}
@@ -174,8 +220,23 @@ func (s *Server) handleTokenRevoke(c echo.Context) error {
 	if err != nil {
 		return echo.NewHTTPError(http.StatusNotFound, "no such token")
 	}
-	if _, err := auth.RevokeToken(c.Request().Context(), s.cfg.Pool, id); err != nil {
+	err = s.adminTx(c, func(ctx context.Context, tx pgx.Tx, actor int64) error {
+		t, err := auth.RevokeToken(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		return auth.RecordEvent(ctx, tx, actor, auth.EventTokenRevoke, t.UserEmail, map[string]any{"token": t.Prefix, "name": t.Name})
+	})
+	if err != nil {
 		return err
 	}
 	return redirect(c, "/admin", "token-revoked")
+}
+
+// adminTx runs an administrative change and its audit record in one
+// transaction: the change is never made without its record.
+func (s *Server) adminTx(c echo.Context, fn func(ctx context.Context, tx pgx.Tx, actor int64) error) error {
+	ctx := c.Request().Context()
+	actor := mustActor(c)
+	return pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error { return fn(ctx, tx, actor.UserID) })
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -431,6 +432,27 @@ func TestAdminUsersAndTokens(t *testing.T) {
 	body := a.get("/admin").Body.String()
 	require.NotContains(t, body, secret)
 	require.Contains(t, body, secret[:8])
+
+	// Roles changed, the user disabled and enabled, the token revoked:
+	// every administrative change is in the audit trail, with who did it.
+	var uid, tokID int64
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT id FROM app_user WHERE email = 'new@example.com'`).Scan(&uid))
+	require.NoError(t, b.pool.QueryRow(context.Background(), `SELECT id FROM api_token WHERE name = 'ci'`).Scan(&tokID))
+	uidS, tokS := strconv.FormatInt(uid, 10), strconv.FormatInt(tokID, 10)
+	require.Equal(t, http.StatusSeeOther, a.post("/admin/users/"+uidS+"/roles", url.Values{"roles": {"viewer"}}).Code)
+	require.Equal(t, http.StatusSeeOther, a.post("/admin/users/"+uidS+"/disable", nil).Code)
+	require.Equal(t, http.StatusSeeOther, a.post("/admin/users/"+uidS+"/enable", nil).Code)
+	require.Equal(t, http.StatusSeeOther, a.post("/admin/tokens/"+tokS+"/revoke", nil).Code)
+	d = parse(t, a.get("/admin"))
+	var actions []string
+	tid(d, "admin-event").Each(func(_ int, sel *goquerySelection) { actions = append(actions, sel.AttrOr("data-action", "")) })
+	require.Equal(t, []string{"token_revoke", "user_enable", "user_disable", "user_roles", "token_create", "user_add"}, actions)
+	require.Contains(t, tid(d, "admin-events").Text(), "admin@example.com")
+	// The trail is write-once, whoever asks.
+	_, err := b.pool.Exec(context.Background(), `UPDATE admin_event SET subject = 'someone-else@example.com'`)
+	require.ErrorContains(t, err, "write-once")
+	_, err = b.pool.Exec(context.Background(), `DELETE FROM admin_event`)
+	require.ErrorContains(t, err, "write-once")
 }
 
 func TestSignInIsThrottled(t *testing.T) {

@@ -393,6 +393,17 @@ type AdminPage struct {
 	NewPassword string
 	NewUser     string
 	RiverUI     bool
+	// Events is the administration audit trail, newest first.
+	Events []AdminEvent
+}
+
+// AdminEvent is one administrative action.
+type AdminEvent struct {
+	At      time.Time
+	Actor   string
+	Action  string
+	Subject string
+	Detail  string
 }
 
 // LoginPage is the sign-in form.
