@@ -43,14 +43,14 @@ lint: templ-check ## gofmt and go vet must be clean, generated templ code curren
 
 .PHONY: generate
 generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod
-	$(GO) tool templ generate -path web/view
+	$(GO) tool templ generate
 
 .PHONY: templ-check
 templ-check: ## fail when `go tool templ generate` would change the checked-in views
-	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp -r web/view "$$tmp/view"; \
-	  $(GO) tool templ generate -path "$$tmp/view" >/dev/null 2>&1 || { echo "templ generate failed"; exit 1; }; \
-	  if ! diff -r web/view "$$tmp/view" >/dev/null; then \
-	    echo "web/view: generated templ code is not current: run make generate"; diff -r web/view "$$tmp/view" | head -40; exit 1; fi
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; mkdir -p "$$tmp/web"; cp -r web/view "$$tmp/web/view"; \
+	  $(GO) tool templ generate -path "$$tmp" >/dev/null 2>&1 || { echo "templ generate failed"; exit 1; }; \
+	  if ! diff -r web/view "$$tmp/web/view" >/dev/null; then \
+	    echo "web/view: generated templ code is not current: run make generate"; diff -r web/view "$$tmp/web/view" | head -40; exit 1; fi
 
 .PHONY: screenshots
 screenshots: postgres ## rerun the browser end-to-end test and save its screenshots to docs/screenshots/
