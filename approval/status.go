@@ -3,6 +3,8 @@ package approval
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -19,24 +21,12 @@ type Counts struct {
 	Revoked    int `json:"revoked"`
 }
 
-// latestAtEpoch is the lateral subquery giving a target's latest attempt
-// at its key's current epoch (NULL state: never attempted).
-const latestAtEpoch = `LEFT JOIN LATERAL (
-		SELECT f.state, f.epoch
-		FROM effect f
-		WHERE f.key = t.key AND f.epoch = (SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = t.key)
-		ORDER BY f.id DESC LIMIT 1) f ON true`
-
 // ValidStates are the states a target filter accepts.
 var ValidStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked"}
 
 // ListOf is the target list a campaign's status reads, and its size: the
 // frozen plan's once approved, the current draft's before.
 func ListOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error) {
-	return listOf(ctx, db, c)
-}
-
-func listOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error) {
 	if c.PlanID != 0 {
 		p, err := plan.GetPlan(ctx, db, c.PlanID)
 		return p.ListID, p.TargetCount, err
@@ -48,24 +38,55 @@ func listOf(ctx context.Context, db plan.DB, c plan.Campaign) (int64, int, error
 // CampaignCounts counts a campaign's targets by state. A draft's targets
 // are all not started.
 func CampaignCounts(ctx context.Context, db plan.DB, c plan.Campaign) (Counts, error) {
-	listID, n, err := listOf(ctx, db, c)
+	listID, n, err := ListOf(ctx, db, c)
 	if err != nil || listID == 0 {
 		return Counts{}, err
 	}
 	if c.PlanID == 0 {
 		return Counts{Planned: n, NotStarted: n}, nil
 	}
-	var k Counts
-	err = db.QueryRow(ctx, `
-		SELECT count(*),
-		       count(*) FILTER (WHERE f.state IS NULL),
-		       count(*) FILTER (WHERE f.state = 'pending'),
-		       count(*) FILTER (WHERE f.state = 'done'),
-		       count(*) FILTER (WHERE f.state = 'unknown'),
-		       count(*) FILTER (WHERE f.state = 'failed'),
-		       count(*) FILTER (WHERE f.state = 'stranded'),
-		       count(*) FILTER (WHERE f.state = 'revoked')
-		FROM target t `+latestAtEpoch+`
-		WHERE t.list_id = $1`, listID).Scan(&k.Planned, &k.NotStarted, &k.Pending, &k.Done, &k.Unknown, &k.Failed, &k.Stranded, &k.Revoked)
-	return k, err
+	return ListCounts(ctx, db, listID, n)
+}
+
+// ListCounts counts a list's planned targets by the state of their effect
+// at the key's current epoch: the blocking row when there is one (at most
+// one, by the ledger's unique index), else the latest failed or revoked
+// attempt, else not started. Keys, not plan ids, join the ledger, so a
+// target done under an earlier version of the campaign counts as done.
+func ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Counts, error) {
+	rows, err := db.Query(ctx, `
+		WITH cur AS (
+			SELECT DISTINCT ON (e.key) e.state
+			FROM target t
+			JOIN effect e ON e.key = t.key
+			LEFT JOIN (SELECT key, max(epoch) AS epoch FROM effect_bump GROUP BY key) b ON b.key = t.key
+			WHERE t.list_id = $1 AND e.epoch = coalesce(b.epoch, 0)
+			ORDER BY e.key, (e.state IN `+blockingStates+`) DESC, e.id DESC
+		)
+		SELECT state::text, count(*) FROM cur GROUP BY state`, listID)
+	if err != nil {
+		return Counts{}, err
+	}
+	c := Counts{Planned: planned}
+	var state string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+		switch state {
+		case "pending":
+			c.Pending = n
+		case "done":
+			c.Done = n
+		case "unknown":
+			c.Unknown = n
+		case "failed":
+			c.Failed = n
+		case "stranded":
+			c.Stranded = n
+		case "revoked":
+			c.Revoked = n
+		}
+		return nil
+	})
+	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked
+	return c, err
 }

@@ -18,50 +18,11 @@ import (
 	"github.com/onceplan/onceplan/web/view"
 )
 
-// blockingStates is the SQL list of states that hold a key.
-const blockingStates = `('pending', 'done', 'unknown', 'stranded')`
-
-// queryCounts counts a list's targets by the state of their effect at the
-// key's current epoch: the blocking row when there is one (at most one, by
-// the ledger's unique index), else the latest failed or revoked attempt,
-// else not started. Keys, not plan ids, join the ledger, so a target done
-// under an earlier version of the campaign counts as done.
+// queryCounts is approval.ListCounts in the view's shape.
 func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (view.Counts, error) {
-	rows, err := db.Query(ctx, `
-		WITH cur AS (
-			SELECT DISTINCT ON (e.key) e.state
-			FROM target t
-			JOIN effect e ON e.key = t.key
-			LEFT JOIN (SELECT key, max(epoch) AS epoch FROM effect_bump GROUP BY key) b ON b.key = t.key
-			WHERE t.list_id = $1 AND e.epoch = coalesce(b.epoch, 0)
-			ORDER BY e.key, (e.state IN `+blockingStates+`) DESC, e.id DESC
-		)
-		SELECT state::text, count(*) FROM cur GROUP BY state`, listID)
-	if err != nil {
-		return view.Counts{}, err
-	}
-	c := view.Counts{Planned: planned}
-	var state string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
-		switch state {
-		case "pending":
-			c.Pending = n
-		case "done":
-			c.Done = n
-		case "unknown":
-			c.Unknown = n
-		case "failed":
-			c.Failed = n
-		case "stranded":
-			c.Stranded = n
-		case "revoked":
-			c.Revoked = n
-		}
-		return nil
-	})
-	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked
-	return c, err
+	c, err := approval.ListCounts(ctx, db, listID, planned)
+	return view.Counts{Planned: c.Planned, NotStarted: c.NotStarted, Pending: c.Pending, Done: c.Done,
+		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked}, err
 }
 
 // targetRow is a view row plus the target's variables.
