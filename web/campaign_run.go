@@ -93,7 +93,9 @@ func (s *Server) handleCounts(c echo.Context) error {
 // afterAction redirects to the run page once an action changed the plan.
 func (s *Server) afterAction(c echo.Context, camp plan.Campaign, flash string) error {
 	if camp.PlanID != 0 {
-		s.counts.forget(camp.PlanID)
+		if p, err := plan.GetPlan(c.Request().Context(), s.cfg.Pool, camp.PlanID); err == nil {
+			s.counts.Forget(p.ListID)
+		}
 	}
 	return redirect(c, "/campaigns/"+camp.ID+"/run", flash)
 }

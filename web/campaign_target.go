@@ -108,7 +108,7 @@ func (s *Server) handleResolve(c echo.Context) error {
 	if _, err := s.cfg.Approval.ResolveEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, outcome, f.Reason); err != nil {
 		return err
 	}
-	s.counts.forget(pl.ID)
+	s.counts.Forget(pl.ListID)
 	return redirect(c, targetPath(camp, t), "resolved")
 }
 
@@ -128,7 +128,7 @@ func (s *Server) handleSupersede(c echo.Context) error {
 	if _, err := s.cfg.Approval.SupersedeEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, c.FormValue("confirm_target"), f.Reason); err != nil {
 		return err
 	}
-	s.counts.forget(pl.ID)
+	s.counts.Forget(pl.ListID)
 	return redirect(c, targetPath(camp, t), "superseded")
 }
 
@@ -145,6 +145,6 @@ func (s *Server) handleRevoke(c echo.Context) error {
 	if _, err := s.cfg.Approval.RevokeEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, f.Reason); err != nil {
 		return err
 	}
-	s.counts.forget(pl.ID)
+	s.counts.Forget(pl.ListID)
 	return redirect(c, targetPath(camp, t), "revoked")
 }

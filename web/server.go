@@ -51,6 +51,9 @@ type Config struct {
 	SecureCookies bool
 	// Now is the clock (tests set it).
 	Now func() time.Time
+	// Counts caches counts per list; share one with the API so that both
+	// see an action's effect at once. Nil: a cache of its own.
+	Counts *approval.CountsCache
 	// Mount adds routes of other packages (the JSON API) to the server.
 	// They get the request id and security headers, and a session only
 	// when a cookie is sent; their own authentication is theirs.
@@ -64,7 +67,7 @@ type Server struct {
 	http    *http.Server
 	ln      net.Listener
 	assets  *assets
-	counts  *countsCache
+	counts  *approval.CountsCache
 	riverUI http.Handler
 	stopUI  context.CancelFunc
 	// draining is set when shutdown begins: /readyz says so, so a load
@@ -80,13 +83,16 @@ func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Counts == nil {
+		cfg.Counts = approval.NewCountsCache()
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	// Sign-in throttling counts per client address: never believe an
 	// X-Forwarded-For that anyone can send.
 	e.IPExtractor = echo.ExtractIPDirect()
-	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: newCountsCache()}
+	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: cfg.Counts}
 	e.HTTPErrorHandler = s.handleError
 	if cfg.River != nil && cfg.Approval != nil {
 		if err := s.mountRiverUI(); err != nil {

@@ -21,8 +21,12 @@ import (
 // queryCounts is approval.ListCounts in the view's shape.
 func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (view.Counts, error) {
 	c, err := approval.ListCounts(ctx, db, listID, planned)
+	return viewCounts(c), err
+}
+
+func viewCounts(c approval.Counts) view.Counts {
 	return view.Counts{Planned: c.Planned, NotStarted: c.NotStarted, Pending: c.Pending, Done: c.Done,
-		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked}, err
+		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked}
 }
 
 // targetRow is a view row plus the target's variables.

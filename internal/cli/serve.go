@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/metrics"
 	"github.com/onceplan/onceplan/web"
@@ -65,11 +66,12 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	// in flight finish), then the database (deferred above).
 	defer stopWorkers(ws, logger)
 
+	counts := approval.NewCountsCache() // shared by the UI and the API
 	srv := web.NewServer(web.Config{
 		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
-		River: ws.Runner.Client(), Audit: app.AuditFunc(d.Pool), SecureCookies: *secure,
+		River: ws.Runner.Client(), Audit: app.AuditFunc(d.Pool), SecureCookies: *secure, Counts: counts,
 		Mount: func(e *echo.Echo) {
-			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger})
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts})
 			// Prometheus metrics, unauthenticated like /healthz: serve listens
 			// on loopback by default; expose it only to your scraper.
 			reg := metrics.Registry(d.Pool, logger)

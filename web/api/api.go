@@ -51,6 +51,8 @@ type Config struct {
 	// MaxJSONBytes bounds a JSON request body (default 32 MiB; a target
 	// list as JSON is bounded by the importer's own limit instead).
 	MaxJSONBytes int64
+	// Counts caches counts per list (share the UI's); nil: its own.
+	Counts *approval.CountsCache
 	// RatePerToken is the sustained requests per second one token may make
 	// (default 50, burst 100); beyond it the API answers 429.
 	RatePerToken rate.Limit
@@ -110,6 +112,9 @@ func Register(e *echo.Echo, cfg Config) *API {
 	}
 	if cfg.RatePerToken == 0 {
 		cfg.RatePerToken = 50
+	}
+	if cfg.Counts == nil {
+		cfg.Counts = approval.NewCountsCache()
 	}
 	a := &API{cfg: cfg}
 	g := e.Group(Prefix)

@@ -72,7 +72,13 @@ func viewImport(r *plan.ImportReport) *importView {
 
 func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 	ctx := c.Request().Context()
-	k, err := approval.CampaignCounts(ctx, a.cfg.Pool, res.Campaign)
+	if c.Request().Method != http.MethodGet {
+		// An action may have changed the counts: do not answer from the cache.
+		if listID, _, err := approval.ListOf(ctx, a.cfg.Pool, res.Campaign); err == nil {
+			a.cfg.Counts.Forget(listID)
+		}
+	}
+	k, err := a.cfg.Counts.CampaignCounts(ctx, a.cfg.Pool, res.Campaign)
 	if err != nil {
 		return campaignView{}, err
 	}
