@@ -36,7 +36,19 @@ const maxBatch = 500
 // flushers is how many flushes of one step may run at once. One statement
 // runs on one PostgreSQL backend, so a single flusher caps a step at one
 // core of the database; with several, a batch forms while others flush.
-var flushers = 2
+var flushers = 1
+
+type targetReq struct {
+	listID  int64
+	ordinal int
+	done    chan targetRes
+}
+
+type targetRes struct {
+	to   string
+	vars map[string]string
+	err  error
+}
 
 type claimReq struct {
 	p        ledger.ClaimParams
@@ -72,6 +84,7 @@ type settleRes struct {
 type batcher struct {
 	pool      *pgxpool.Pool
 	ledger    *ledger.Store
+	targets   chan *targetReq
 	claims    chan *claimReq
 	responses chan *respReq
 	settles   chan *settleReq
@@ -84,7 +97,7 @@ type batcher struct {
 func newBatcher(pool *pgxpool.Pool) *batcher {
 	b := &batcher{
 		pool: pool, ledger: ledger.NewStore(pool),
-		claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
+		targets: make(chan *targetReq, maxBatch), claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
 		stop: make(chan struct{}),
 	}
 	return b
@@ -96,7 +109,8 @@ func (b *batcher) start() {
 	b.startOnce.Do(func() {
 		b.started = true
 		for range flushers {
-			b.wg.Add(3)
+			b.wg.Add(4)
+			go loop(b, b.targets, b.flushTargets)
 			go loop(b, b.claims, b.flushClaims)
 			go loop(b, b.responses, b.flushResponses)
 			go loop(b, b.settles, b.flushSettles)
@@ -149,6 +163,64 @@ func loop[T any](b *batcher, ch chan T, flush func([]T)) {
 // bg is the context of a flush: a worker's cancelled context must not
 // cancel the write of other workers' rows.
 var bg = context.Background()
+
+// target reads a plan target's address and variables through the target
+// batch: the read every effect makes before it renders its message, one
+// statement for all the workers waiting, instead of one each.
+func (b *batcher) target(ctx context.Context, listID int64, ordinal int) (string, map[string]string, error) {
+	b.start()
+	r := &targetReq{listID: listID, ordinal: ordinal, done: make(chan targetRes, 1)}
+	select {
+	case b.targets <- r:
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
+	}
+	select {
+	case res := <-r.done:
+		return res.to, res.vars, res.err
+	case <-ctx.Done(): // a read: nothing to own if we leave early
+		return "", nil, ctx.Err()
+	}
+}
+
+func (b *batcher) flushTargets(reqs []*targetReq) {
+	byList := map[int64][]*targetReq{}
+	for _, r := range reqs {
+		byList[r.listID] = append(byList[r.listID], r)
+	}
+	for list, rs := range byList {
+		ordinals := make([]int32, len(rs))
+		for i, r := range rs {
+			ordinals[i] = int32(r.ordinal)
+		}
+		// One list per statement, "ordinal = ANY(…)": the primary key's
+		// index, whatever the statistics say about the table.
+		rows, err := b.pool.Query(bg, `SELECT ordinal, target, vars FROM target WHERE list_id = $1 AND ordinal = ANY($2::int[])`,
+			pgx.QueryExecModeExec, list, ordinals)
+		got := map[int]targetRes{}
+		if err == nil {
+			var (
+				ordinal int
+				res     targetRes
+			)
+			_, err = pgx.ForEachRow(rows, []any{&ordinal, &res.to, &res.vars}, func() error {
+				got[ordinal] = res
+				res = targetRes{}
+				return nil
+			})
+		}
+		for _, r := range rs {
+			switch res, ok := got[r.ordinal]; {
+			case err != nil:
+				r.done <- targetRes{err: err}
+			case !ok:
+				r.done <- targetRes{err: pgx.ErrNoRows}
+			default:
+				r.done <- res
+			}
+		}
+	}
+}
 
 // claim commits a pending row through the claim batch. won is false when
 // the batch did not insert it; the caller then takes the one-row path.

@@ -338,11 +338,7 @@ func acquire(ctx context.Context, prov provider.Provider, started time.Time) (re
 
 // request renders the message for a plan target.
 func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key ledger.Key, epoch int) (provider.Request, error) {
-	var (
-		to   string
-		vars map[string]string
-	)
-	err := e.cfg.Pool.QueryRow(ctx, `SELECT target, vars FROM target WHERE list_id = $1 AND ordinal = $2`, cp.plan.ListID, ordinal).Scan(&to, &vars)
+	to, vars, err := e.batch.target(ctx, cp.plan.ListID, ordinal)
 	if err != nil {
 		return provider.Request{}, fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, err)
 	}

@@ -15,6 +15,9 @@ import (
 // read off regardless of how busy the shared machine is.
 type cpuSample struct {
 	self, postgres time.Duration
+	// autovacuum is the part of postgres spent by autovacuum workers:
+	// debt a run may inherit from the phase before it (dead River rows).
+	autovacuum time.Duration
 }
 
 var clockTick = 100 // USER_HZ on Linux
@@ -24,31 +27,41 @@ func sampleCPU() cpuSample {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	s := cpuSample{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		comm, err := os.ReadFile(filepath.Join(d, "comm"))
+	for _, dir := range dirs {
+		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
 		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(comm)), "postgres") {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
 		if err != nil {
 			continue
 		}
 		// Fields after the ")" closing the command name: state is field 3,
-		// utime field 14, stime field 15 (1-based, per proc(5)).
+		// utime 14, stime 15, and the CPU of reaped children cutime 16,
+		// cstime 17 (1-based, per proc(5)). The children's part is how
+		// the postmaster accounts for processes that ended between two
+		// samples (autovacuum workers, closed connections' backends).
 		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
 		f := strings.Fields(rest)
-		if len(f) < 13 {
+		if len(f) < 15 {
 			continue
 		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		s.postgres += time.Duration(ut+st) * time.Second / time.Duration(clockTick)
+		var ticks int64
+		for _, i := range []int{11, 12, 13, 14} {
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+		d := time.Duration(ticks) * time.Second / time.Duration(clockTick)
+		s.postgres += d
+		if cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline")); strings.Contains(string(cmd), "autovacuum worker") {
+			s.autovacuum += d
+		}
 	}
 	return s
 }
 
 func (a cpuSample) sub(b cpuSample) cpuSample {
-	return cpuSample{self: a.self - b.self, postgres: a.postgres - b.postgres}
+	return cpuSample{self: a.self - b.self, postgres: a.postgres - b.postgres, autovacuum: a.autovacuum - b.autovacuum}
 }
 
 // per1000 is CPU per 1,000 items.

@@ -246,6 +246,8 @@ func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	fmt.Printf("  CPU per 1,000: bare River %s Go + %s PostgreSQL; executor %s Go + %s PostgreSQL\n",
 		per1000(bareCPU.self, n).Round(time.Millisecond), per1000(bareCPU.postgres, n).Round(time.Millisecond),
 		per1000(ours.cpu.self, n).Round(time.Millisecond), per1000(ours.cpu.postgres, n).Round(time.Millisecond))
+	fmt.Printf("  of the PostgreSQL CPU, autovacuum workers:  bare River %s, executor %s (per 1,000)\n",
+		per1000(bareCPU.autovacuum, n).Round(time.Millisecond), per1000(ours.cpu.autovacuum, n).Round(time.Millisecond))
 	fmt.Printf("  claim-to-settle latency p50 / p99:          %s / %s\n", ours.p50.Round(time.Microsecond), ours.p99.Round(time.Microsecond))
 	return nil
 }

@@ -1,0 +1,1 @@
+ALTER FUNCTION effect_update() RESET plan_cache_mode;
