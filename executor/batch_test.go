@@ -1,0 +1,69 @@
+package executor
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/pgtest"
+)
+
+// TestWritePlansUseIndexesOnly: the sessions the write batches run on keep
+// the plan each statement gets at its first flush for the connection's
+// whole life (newWritePool). Made on an empty ledger, as on a fresh
+// install, every plan must still be right once the ledger holds millions
+// of rows: no sequential scan, and no index read from end to end (every
+// index node has a condition).
+func TestWritePlansUseIndexesOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.AppPool(t) // a fresh, empty database
+	writes := newWritePool(pool)
+	t.Cleanup(writes.Close)
+	conn, err := writes.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+
+	for _, st := range []struct{ name, sql, args string }{
+		{"claim", claimBatchSQL, "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
+		{"response", responseBatchSQL, "('{}', '{}', '{}')"},
+		{"settle", settleBatchSQL, "('{}', '{}', '{}', '{}')"},
+	} {
+		_, err := conn.Exec(ctx, "PREPARE "+st.name+" AS "+st.sql)
+		require.NoError(t, err, st.name)
+		var out []byte
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+st.name+st.args).Scan(&out), st.name)
+		var plans []struct{ Plan planNode }
+		require.NoError(t, json.Unmarshal(out, &plans), st.name)
+		require.Len(t, plans, 1, st.name)
+		var nodes []string
+		plans[0].Plan.walk(func(n planNode) {
+			nodes = append(nodes, n.Type+" "+n.Relation+" "+n.Index)
+			switch n.Type {
+			case "Seq Scan":
+				t.Errorf("%s: the plan made on an empty ledger scans %s from start to end", st.name, n.Relation)
+			case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
+				if n.IndexCond == "" {
+					t.Errorf("%s: the plan made on an empty ledger reads all of index %s", st.name, n.Index)
+				}
+			}
+		})
+		t.Logf("%s: %v", st.name, nodes)
+	}
+}
+
+type planNode struct {
+	Type      string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}
