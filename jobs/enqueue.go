@@ -16,6 +16,10 @@ import (
 // names the interval). River will rescue such a job eventually; until it
 // does, it must not stop the target from being enqueued again, nor keep
 // its campaign from completing.
+//
+// It starts with the predicate of the index river_job_onceplan_live
+// (migration 0011), which only holds unfinished jobs: a query that looks
+// jobs up by plan must say it, or the planner cannot use the index.
 const liveJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')
 	AND (j.state <> 'running' OR EXISTS (
 	  SELECT 1 FROM worker_process w
@@ -55,11 +59,12 @@ func (e *Enqueuer) sql(cond string) string {
 		ORDER BY t.ordinal LIMIT @limit`
 }
 
-// firstSQL is sql for a plan that has no job at all yet (its first start):
-// no live-job test to make. Besides being cheaper, it matters for speed at
-// scale: within the start's one transaction, river_job's statistics do not
-// know about the batches already inserted, and the planner probed it with
-// a sequential scan per target — quadratic (100,000 targets took minutes).
+// firstSQL is sql for a plan that has no live job (its first start, or a
+// resume after its jobs finished): no live-job test to make. Besides being
+// cheaper, it matters for speed at scale: within the start's one
+// transaction, river_job's statistics do not know about the batches
+// already inserted, and the planner probed it with a sequential scan per
+// target — quadratic (100,000 targets took minutes).
 func (e *Enqueuer) firstSQL(cond string) string {
 	return `
 		SELECT t.ordinal, t.key FROM target t
@@ -67,11 +72,14 @@ func (e *Enqueuer) firstSQL(cond string) string {
 		ORDER BY t.ordinal LIMIT @limit`
 }
 
-// hasJobs reports whether any job of plan p exists (in tx's view).
-func hasJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
+// hasLiveJobs reports whether plan p has a job that is not finished (in
+// tx's view). Without one, no target can have a live job, and the
+// live-job test can be left out.
+func hasLiveJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
 	var any bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
-		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1)`, p.ID).Scan(&any)
+		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1
+		  AND j.state NOT IN ('completed', 'cancelled', 'discarded'))`, p.ID).Scan(&any)
 	return any, err
 }
 
@@ -82,7 +90,7 @@ func hasJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
 // second time. It returns how many jobs it inserted. The ledger decides
 // every effect regardless; this only keeps the queue free of no-op jobs.
 func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
-	existing, err := hasJobs(ctx, tx, p)
+	existing, err := hasLiveJobs(ctx, tx, p)
 	if err != nil {
 		return 0, err
 	}
