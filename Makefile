@@ -62,6 +62,11 @@ clean: ## remove build output (never the data dir)
 	rm -rf bin
 
 BENCH_TARGETS ?= 1000000
+BENCH_FLAGS ?=
 .PHONY: bench
-bench: postgres ## benchmarks against same-run baselines (BENCH_TARGETS=1000000); see docs/BENCHMARKS.md
-	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -targets $(BENCH_TARGETS)
+bench: postgres ## every issue-8 benchmark against same-run baselines (30-40 min), summary written into docs/BENCHMARKS.md; BENCH_FLAGS=-h lists sizes and scenarios
+	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -targets $(BENCH_TARGETS) -doc docs/BENCHMARKS.md $(BENCH_FLAGS)
+
+.PHONY: bench-quick
+bench-quick: postgres ## every benchmark at tiny sizes: checks the harness runs (CI); writes nothing
+	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -quick

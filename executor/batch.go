@@ -72,13 +72,10 @@ type respReq struct {
 
 type settleReq struct {
 	p    ledger.SettleParams
-	done chan settleRes
+	done chan error
 }
 
-type settleRes struct {
-	eff ledger.Effect
-	err error
-}
+
 
 // batcher runs the three group-commit loops of one process.
 type batcher struct {
@@ -372,15 +369,14 @@ const settleBatchSQL = `
 UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
 WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
-RETURNING ` + ledger.EffectCols
+RETURNING f.id`
 
 // settle commits a verdict through the settle batch.
-func (b *batcher) settle(p ledger.SettleParams) (ledger.Effect, error) {
+func (b *batcher) settle(p ledger.SettleParams) error {
 	b.start()
-	r := &settleReq{p: p, done: make(chan settleRes, 1)}
+	r := &settleReq{p: p, done: make(chan error, 1)}
 	b.settles <- r
-	res := <-r.done
-	return res.eff, res.err
+	return <-r.done
 }
 
 func (b *batcher) flushSettles(reqs []*settleReq) {
@@ -391,22 +387,22 @@ func (b *batcher) flushSettles(reqs []*settleReq) {
 		ids[i], states[i], receipts[i], reasons[i] = r.p.EffectID, string(r.p.State), r.p.Receipt, r.p.Reason
 	}
 	rows, err := b.writes.Query(bg, settleBatchSQL, ids, states, receipts, reasons)
-	got := map[int64]ledger.Effect{}
+	got := map[int64]bool{}
 	if err == nil {
-		var effs []ledger.Effect
-		effs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Effect, error) { return ledger.ScanEffect(r) })
-		for _, e := range effs {
-			got[e.ID] = e
+		var settled []int64
+		settled, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		for _, id := range settled {
+			got[id] = true
 		}
 	}
 	for _, r := range reqs {
-		if e, ok := got[r.p.EffectID]; ok && err == nil {
-			r.done <- settleRes{eff: e}
+		if got[r.p.EffectID] && err == nil {
+			r.done <- nil
 			continue
 		}
 		// The batch failed (one row broke a rule) or missed this row:
 		// settle it alone, for its own answer.
-		e, serr := b.ledger.Settle(bg, r.p)
-		r.done <- settleRes{eff: e, err: serr}
+		_, serr := b.ledger.Settle(bg, r.p)
+		r.done <- serr
 	}
 }

@@ -236,13 +236,15 @@ func (e *Executor) campaignGate(ctx context.Context, j Job, queue string) (Resul
 // Perform executes one planned target, in DESIGN §4's order.
 func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	started := time.Now()
-	log := e.cfg.Logger.With("campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(j.Key), "job", j.JobID)
 
 	// Before the claim: everything that can wait. A crash here leaves no
 	// ledger row; the job simply runs again.
 	cp, err := e.planFor(ctx, j.PlanID)
 	if err != nil {
 		return Result{}, err
+	}
+	if j.CampaignID == "" {
+		j.CampaignID = cp.plan.CampaignID
 	}
 	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
 	if !ok {
@@ -273,7 +275,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	} else if won {
 		e.crash.at(pointAfterClaim)
 		req.Epoch = eff.Epoch
-		log.Debug("claimed", "effect", eff.ID, "epoch", eff.Epoch)
+		e.logClaimed(ctx, j, eff)
 		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release)
 	}
 
@@ -299,8 +301,18 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	}
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
-	log.Debug("claimed", "effect", claim.Effect.ID, "epoch", claim.Effect.Epoch)
+	e.logClaimed(ctx, j, claim.Effect)
 	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release)
+}
+
+// logClaimed logs a claim at debug level. The check comes first: this is
+// the path of every effect, and building a logger with the job's
+// attributes costs more than the rest of the Go side of a claim.
+func (e *Executor) logClaimed(ctx context.Context, j Job, eff ledger.Effect) {
+	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
+		e.cfg.Logger.Debug("claimed", "campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(j.Key),
+			"job", j.JobID, "effect", eff.ID, "epoch", eff.Epoch)
+	}
 }
 
 // busySnooze is how long a job that could not get the provider in time
@@ -431,7 +443,7 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 	if p.Reason == "" && p.State != ledger.StateDone {
 		p.Reason = string(v.Outcome)
 	}
-	if _, err := e.batch.settle(p); err != nil {
+	if err := e.batch.settle(p); err != nil {
 		return Result{}, err
 	}
 	metrics.Settled.WithLabelValues(prov.Name(), string(p.State)).Inc()

@@ -4,12 +4,22 @@ import "github.com/riverqueue/river"
 
 // EffectArgs is one planned target's job: perform the plan's effect on the
 // target at Ordinal, exactly once.
+//
+// Only what finds the target is stored: the plan, the ordinal and the key
+// (Onceplan's index on River's jobs looks them up by plan and key). River
+// writes a job's arguments into a GIN index on every change of its state,
+// twice per effect, so each field stored costs two index entries per
+// effect; the campaign and the provider follow from the plan. Jobs
+// enqueued before this change carry campaign_id and provider too, which
+// is harmless.
 type EffectArgs struct {
-	CampaignID string `json:"campaign_id"`
+	CampaignID string `json:"campaign_id,omitempty"` // old jobs only; the executor takes it from the plan
 	PlanID     int64  `json:"plan_id"`
 	Ordinal    int    `json:"ordinal"`
 	Key        string `json:"key"`
-	Provider   string `json:"provider"`
+	// Provider routes the job to its queue when it is inserted; it is not
+	// stored.
+	Provider string `json:"-"`
 }
 
 // Kind is River's name for the job kind.

@@ -137,7 +137,7 @@ func (e *Enqueuer) collect(ctx context.Context, tx pgx.Tx, p plan.Plan, sql stri
 	)
 	_, err = pgx.ForEachRow(rows, []any{&ordinal, &key}, func() error {
 		params = append(params, river.InsertManyParams{Args: EffectArgs{
-			CampaignID: p.CampaignID, PlanID: p.ID, Ordinal: ordinal, Key: key, Provider: p.Provider,
+			PlanID: p.ID, Ordinal: ordinal, Key: key, Provider: p.Provider,
 		}})
 		return nil
 	})

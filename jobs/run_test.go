@@ -222,6 +222,26 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	exactlyOnce(t, hook, 50)
 }
 
+// TestJobsEnqueuedWithTheOldArgumentsRun: jobs enqueued before the
+// arguments were slimmed carry campaign_id and provider as well; a
+// campaign with such jobs in the queue runs to completion once per target.
+func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
+	id := w.running(t, "hook", 10) // enqueued, not worked yet
+	tag, err := w.pool.Exec(w.ctx, `
+		UPDATE river_job SET args = args || jsonb_build_object('campaign_id', $1::text, 'provider', 'hook')
+		WHERE kind = 'onceplan_effect' AND (args ->> 'plan_id')::bigint = $2`, id, mustPlanID(t, w, id))
+	require.NoError(t, err)
+	require.EqualValues(t, 10, tag.RowsAffected())
+	w.start(t)
+	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 10)
+	require.Equal(t, map[string]int{"done": 10}, w.states(t, id))
+}
+
 // withOpt adds a provider URL option.
 func withOpt(u, opt string) string {
 	if strings.Contains(u, "?") {

@@ -41,7 +41,7 @@ func (e *env) jobErrors(t *testing.T, campaign string) int {
 	var n int
 	require.NoError(t, e.pool.QueryRow(e.ctx, `
 		SELECT coalesce(sum(cardinality(errors)), 0) FROM river_job
-		WHERE kind = 'onceplan_effect' AND args ->> 'campaign_id' = $1`, campaign).Scan(&n))
+		WHERE kind = 'onceplan_effect' AND (args ->> 'plan_id')::bigint IN (SELECT id FROM plan WHERE campaign_id = $1)`, campaign).Scan(&n))
 	return n
 }
 
