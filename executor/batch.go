@@ -75,8 +75,6 @@ type settleReq struct {
 	done chan error
 }
 
-
-
 // batcher runs the three group-commit loops of one process.
 type batcher struct {
 	pool *pgxpool.Pool
