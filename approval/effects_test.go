@@ -46,7 +46,8 @@ func (b *bundle) started(t *testing.T, n, done int) (string, []string, []string)
 }
 
 func (b *bundle) jobsFor(t *testing.T, key string) int {
-	return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND args->>'key' = $1`, key)
+	return b.count(t, `SELECT count(*) FROM river_job j JOIN plan_target t ON t.plan_id = (j.args->>'plan_id')::bigint AND t.ordinal = (j.args->>'ordinal')::int
+		WHERE j.kind = 'onceplan_effect' AND t.key = $1`, key)
 }
 
 func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
@@ -55,7 +56,8 @@ func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
 	id, keys, targets := b.started(t, 3, 1)
 	key, target := keys[0], targets[0]
 	// The first target's job ran and finished.
-	_, err := b.pool.Exec(b.ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE args->>'key' = $1`, key)
+	_, err := b.pool.Exec(b.ctx, `UPDATE river_job j SET state = 'completed', finalized_at = now() FROM plan_target t
+		WHERE t.plan_id = (j.args->>'plan_id')::bigint AND t.ordinal = (j.args->>'ordinal')::int AND t.key = $1`, key)
 	require.NoError(t, err)
 	jobsBefore := b.jobsFor(t, key)
 

@@ -143,7 +143,7 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 	require.Equal(t, 25, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect'`))
 
 	// Each job names one target of the plan, once.
-	require.Equal(t, 25, b.count(t, `SELECT count(DISTINCT args->>'key') FROM river_job j JOIN plan_target t ON t.key = j.args->>'key' AND t.plan_id = (j.args->>'plan_id')::bigint`))
+	require.Equal(t, 25, b.count(t, `SELECT count(DISTINCT t.key) FROM river_job j JOIN plan_target t ON t.ordinal = (j.args->>'ordinal')::int AND t.plan_id = (j.args->>'plan_id')::bigint`))
 
 	events, err := plan.Events(b.ctx, b.pool, created.Campaign.ID)
 	require.NoError(t, err)
@@ -369,7 +369,8 @@ func TestVersionTwoDoesNotResend(t *testing.T) {
 	// The same keys: the 40 are done in the ledger; only the 60 get jobs.
 	require.Equal(t, 100, b.count(t, `SELECT count(*) FROM plan_target a JOIN plan_target b2 ON a.key = b2.key WHERE a.plan_id = $1 AND b2.plan_id = $2`, v1.Campaign.PlanID, v2.Campaign.PlanID))
 	require.Equal(t, 60, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND (args->>'plan_id')::bigint = $1`, v2.Campaign.PlanID))
-	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE args->>'key' = ANY($1) AND (args->>'plan_id')::bigint = $2`, keys, v2.Campaign.PlanID))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job j JOIN plan_target t ON t.plan_id = (j.args->>'plan_id')::bigint AND t.ordinal = (j.args->>'ordinal')::int
+		WHERE t.key = ANY($1) AND t.plan_id = $2`, keys, v2.Campaign.PlanID))
 	for _, k := range keys {
 		c, err := store.Claim(b.ctx, ledger.ClaimParams{Key: ledger.Key(k), Owner: "v2-worker"})
 		require.NoError(t, err)

@@ -45,9 +45,9 @@ type targetReq struct {
 }
 
 type targetRes struct {
-	to   string
-	vars map[string]string
-	err  error
+	to, key string
+	vars    map[string]string
+	err     error
 }
 
 type claimReq struct {
@@ -75,7 +75,8 @@ type settleReq struct {
 	done chan error
 }
 
-// batcher runs the three group-commit loops of one process.
+// batcher runs the group-commit loops of one process: the target read and
+// the three writes.
 type batcher struct {
 	pool *pgxpool.Pool
 	// writes runs the three write batches: see newWritePool.
@@ -199,19 +200,19 @@ var bg = context.Background()
 // target reads a plan target's address and variables through the target
 // batch: the read every effect makes before it renders its message, one
 // statement for all the workers waiting, instead of one each.
-func (b *batcher) target(ctx context.Context, listID int64, ordinal int) (string, map[string]string, error) {
+func (b *batcher) target(ctx context.Context, listID int64, ordinal int) (targetRes, error) {
 	b.start()
 	r := &targetReq{listID: listID, ordinal: ordinal, done: make(chan targetRes, 1)}
 	select {
 	case b.targets <- r:
 	case <-ctx.Done():
-		return "", nil, ctx.Err()
+		return targetRes{}, ctx.Err()
 	}
 	select {
 	case res := <-r.done:
-		return res.to, res.vars, res.err
+		return res, res.err
 	case <-ctx.Done(): // a read: nothing to own if we leave early
-		return "", nil, ctx.Err()
+		return targetRes{}, ctx.Err()
 	}
 }
 
@@ -227,7 +228,7 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 		}
 		// One list per statement, "ordinal = ANY(…)": the primary key's
 		// index, whatever the statistics say about the table.
-		rows, err := b.pool.Query(bg, `SELECT ordinal, target, vars FROM target WHERE list_id = $1 AND ordinal = ANY($2::int[])`,
+		rows, err := b.pool.Query(bg, `SELECT ordinal, target, key, vars FROM target WHERE list_id = $1 AND ordinal = ANY($2::int[])`,
 			pgx.QueryExecModeExec, list, ordinals)
 		got := map[int]targetRes{}
 		if err == nil {
@@ -235,7 +236,7 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 				ordinal int
 				res     targetRes
 			)
-			_, err = pgx.ForEachRow(rows, []any{&ordinal, &res.to, &res.vars}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&ordinal, &res.to, &res.key, &res.vars}, func() error {
 				got[ordinal] = res
 				res = targetRes{}
 				return nil

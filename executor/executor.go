@@ -22,12 +22,13 @@ import (
 	"github.com/onceplan/onceplan/provider"
 )
 
-// Job is one planned target to execute (River's job, without River).
+// Job is one planned target to execute (River's job, without River): the
+// plan and the target's ordinal in it. The target's key is read from the
+// frozen plan, never taken from the queue.
 type Job struct {
-	CampaignID string
+	CampaignID string // may be empty: it follows from the plan
 	PlanID     int64
 	Ordinal    int
-	Key        ledger.Key
 	JobID      int64
 	Attempt    int
 }
@@ -251,7 +252,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 		// Configuration, not the target: retry, so fixing --provider resumes it.
 		return Result{Action: Retry, Err: fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)}, nil
 	}
-	req, err := e.request(ctx, cp, j.Ordinal, j.Key, 0)
+	req, key, err := e.request(ctx, cp, j.Ordinal, "", 0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -268,7 +269,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 
 	// The common case: the campaign runs and the key is free. The claim
 	// batch checks the campaign gate in the same statement.
-	params := ledger.ClaimParams{Key: j.Key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal}
+	params := ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal}
 	queue := e.queueOf(prov.Name())
 	if eff, won, err := e.batch.claim(ctx, params, j.CampaignID, queue); err != nil {
 		return Result{}, err
@@ -310,7 +311,7 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 // attributes costs more than the rest of the Go side of a claim.
 func (e *Executor) logClaimed(ctx context.Context, j Job, eff ledger.Effect) {
 	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
-		e.cfg.Logger.Debug("claimed", "campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(j.Key),
+		e.cfg.Logger.Debug("claimed", "campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(eff.Key),
 			"job", j.JobID, "effect", eff.ID, "epoch", eff.Epoch)
 	}
 }
@@ -349,17 +350,22 @@ func acquire(ctx context.Context, prov provider.Provider, started time.Time) (re
 	}
 }
 
-// request renders the message for a plan target.
-func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key ledger.Key, epoch int) (provider.Request, error) {
-	to, vars, err := e.batch.target(ctx, cp.plan.ListID, ordinal)
+// request renders the message for a plan target. The effect's key is key,
+// or, when key is empty (a first attempt), the target's key in the frozen
+// plan, which request returns.
+func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key ledger.Key, epoch int) (provider.Request, ledger.Key, error) {
+	t, err := e.batch.target(ctx, cp.plan.ListID, ordinal)
 	if err != nil {
-		return provider.Request{}, fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+		return provider.Request{}, "", fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, err)
 	}
-	msg, err := cp.templates.Render(to, vars)
+	if key == "" {
+		key = ledger.Key(t.key)
+	}
+	msg, err := cp.templates.Render(t.to, t.vars)
 	if err != nil {
-		return provider.Request{}, fmt.Errorf("rendering target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+		return provider.Request{}, "", fmt.Errorf("rendering target %d of plan %d: %w", ordinal, cp.plan.ID, err)
 	}
-	return provider.Request{Key: string(key), Epoch: epoch, Target: to, Message: msg}, nil
+	return provider.Request{Key: string(key), Epoch: epoch, Target: t.to, Message: msg}, key, nil
 }
 
 // call performs the provider call for a committed pending row and records
@@ -520,7 +526,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 	}
 	switch {
 	case caps.Dedupe:
-		req, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
+		req, _, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
 		if err != nil {
 			return Result{}, err
 		}

@@ -5,18 +5,17 @@ import "github.com/riverqueue/river"
 // EffectArgs is one planned target's job: perform the plan's effect on the
 // target at Ordinal, exactly once.
 //
-// Only what finds the target is stored: the plan, the ordinal and the key
-// (Onceplan's index on River's jobs looks them up by plan and key). River
+// Only what finds the target is stored: the plan and the ordinal. River
 // writes a job's arguments into a GIN index on every change of its state,
-// twice per effect, so each field stored costs two index entries per
-// effect; the campaign and the provider follow from the plan. Jobs
-// enqueued before this change carry campaign_id and provider too, which
-// is harmless.
+// twice per effect, so every field stored costs index entries on every
+// effect; the campaign and the provider follow from the plan, and the
+// executor reads the target's key from the frozen plan rather than from
+// the queue, where anyone who may update River's jobs could change it.
+// Jobs enqueued before this change carry campaign_id, key and provider
+// too; they run the same (TestJobsEnqueuedWithTheOldArgumentsRun).
 type EffectArgs struct {
-	CampaignID string `json:"campaign_id,omitempty"` // old jobs only; the executor takes it from the plan
-	PlanID     int64  `json:"plan_id"`
-	Ordinal    int    `json:"ordinal"`
-	Key        string `json:"key"`
+	PlanID  int64 `json:"plan_id"`
+	Ordinal int   `json:"ordinal"`
 	// Provider routes the job to its queue when it is inserted; it is not
 	// stored.
 	Provider string `json:"-"`

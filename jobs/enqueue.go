@@ -50,11 +50,11 @@ func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
 
 func (e *Enqueuer) sql(cond string) string {
 	return `
-		SELECT t.ordinal, t.key FROM target t
+		SELECT t.ordinal FROM target t
 		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
 		  AND NOT EXISTS (
 		    SELECT 1 FROM river_job j
-		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND j.args ->> 'key' = t.key
+		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = t.ordinal
 		      AND ` + liveJob + `)
 		ORDER BY t.ordinal LIMIT @limit`
 }
@@ -67,7 +67,7 @@ func (e *Enqueuer) sql(cond string) string {
 // target — quadratic (100,000 targets took minutes).
 func (e *Enqueuer) firstSQL(cond string) string {
 	return `
-		SELECT t.ordinal, t.key FROM target t
+		SELECT t.ordinal FROM target t
 		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
 		ORDER BY t.ordinal LIMIT @limit`
 }
@@ -133,11 +133,10 @@ func (e *Enqueuer) collect(ctx context.Context, tx pgx.Tx, p plan.Plan, sql stri
 	var (
 		params  []river.InsertManyParams
 		ordinal int
-		key     string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&ordinal, &key}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&ordinal}, func() error {
 		params = append(params, river.InsertManyParams{Args: EffectArgs{
-			PlanID: p.ID, Ordinal: ordinal, Key: key, Provider: p.Provider,
+			PlanID: p.ID, Ordinal: ordinal, Provider: p.Provider,
 		}})
 		return nil
 	})

@@ -223,8 +223,10 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 }
 
 // TestJobsEnqueuedWithTheOldArgumentsRun: jobs enqueued before the
-// arguments were slimmed carry campaign_id and provider as well; a
-// campaign with such jobs in the queue runs to completion once per target.
+// arguments were slimmed carry campaign_id, key and provider as well; a
+// campaign with such jobs in the queue runs to completion once per target,
+// and the key the ledger records is the frozen target's, whatever the
+// job says.
 func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	t.Parallel()
 	hook := sink.NewWebhook(sink.WebhookOpts{})
@@ -232,7 +234,8 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
 	id := w.running(t, "hook", 10) // enqueued, not worked yet
 	tag, err := w.pool.Exec(w.ctx, `
-		UPDATE river_job SET args = args || jsonb_build_object('campaign_id', $1::text, 'provider', 'hook')
+		UPDATE river_job SET args = args || jsonb_build_object('campaign_id', $1::text, 'provider', 'hook',
+			'key', 'v1:' || repeat('0', 64))
 		WHERE kind = 'onceplan_effect' AND (args ->> 'plan_id')::bigint = $2`, id, mustPlanID(t, w, id))
 	require.NoError(t, err)
 	require.EqualValues(t, 10, tag.RowsAffected())
@@ -240,6 +243,9 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 10)
 	require.Equal(t, map[string]int{"done": 10}, w.states(t, id))
+	var strays int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM effect WHERE key = 'v1:' || repeat('0', 64)`).Scan(&strays))
+	require.Zero(t, strays, "ledger rows under the key the jobs carried")
 }
 
 // withOpt adds a provider URL option.

@@ -8,7 +8,6 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceplan/onceplan/executor"
-	"github.com/onceplan/onceplan/ledger"
 )
 
 // effectWorker runs one planned target through the executor. The job
@@ -25,12 +24,10 @@ func (w *effectWorker) Timeout(*river.Job[EffectArgs]) time.Duration { return w.
 
 func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) error {
 	res, err := w.exec.Perform(ctx, executor.Job{
-		CampaignID: job.Args.CampaignID,
-		PlanID:     job.Args.PlanID,
-		Ordinal:    job.Args.Ordinal,
-		Key:        ledger.Key(job.Args.Key),
-		JobID:      job.ID,
-		Attempt:    job.Attempt,
+		PlanID:  job.Args.PlanID,
+		Ordinal: job.Args.Ordinal,
+		JobID:   job.ID,
+		Attempt: job.Attempt,
 	})
 	if err != nil {
 		return err

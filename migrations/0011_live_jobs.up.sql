@@ -6,6 +6,9 @@
 -- through on every completion check), and River's completion of a job no
 -- longer adds an entry to it (issue 8: one index write less per effect).
 -- The queries repeat the predicate, so the planner can use the index.
+--
+-- Jobs are found by plan and ordinal: a job's arguments no longer carry
+-- the target's key (jobs.EffectArgs); jobs enqueued earlier carry both.
 DROP INDEX river_job_onceplan_target;
-CREATE INDEX river_job_onceplan_live ON river_job (((args ->> 'plan_id')::bigint), (args ->> 'key'))
+CREATE INDEX river_job_onceplan_live ON river_job (((args ->> 'plan_id')::bigint), ((args ->> 'ordinal')::int))
     WHERE kind = 'onceplan_effect' AND state NOT IN ('completed', 'cancelled', 'discarded');

@@ -335,7 +335,7 @@ func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.C
 		batch := make([]river.InsertManyParams, 0, 10_000)
 		for i := 1; i <= n; i++ {
 			batch = append(batch, river.InsertManyParams{Args: jobs.EffectArgs{
-				PlanID: -1, Ordinal: i, Key: fmt.Sprintf("v1:%064x", i), Provider: "baseline",
+				PlanID: -1, Ordinal: i, Provider: "baseline",
 			}})
 			if len(batch) == cap(batch) || i == n {
 				if _, err := client.InsertManyFastTx(ctx, tx, batch); err != nil {
