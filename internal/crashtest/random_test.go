@@ -73,13 +73,12 @@ func TestConcurrentWorkersDuplicateJobsAndResumes(t *testing.T) {
 			require.NoError(t, err)
 			client, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{})
 			require.NoError(t, err)
-			rows, err := e.pool.Query(e.ctx, `SELECT ordinal, key FROM target WHERE list_id = $1`, p.ListID)
+			rows, err := e.pool.Query(e.ctx, `SELECT ordinal FROM target WHERE list_id = $1`, p.ListID)
 			require.NoError(t, err)
 			var params []river.InsertManyParams
 			for rows.Next() {
-				var a jobs.EffectArgs
-				require.NoError(t, rows.Scan(&a.Ordinal, &a.Key))
-				a.CampaignID, a.PlanID, a.Provider = id, p.ID, p.Provider
+				a := jobs.EffectArgs{PlanID: p.ID, Provider: p.Provider}
+				require.NoError(t, rows.Scan(&a.Ordinal))
 				params = append(params, river.InsertManyParams{Args: a})
 			}
 			require.NoError(t, rows.Err())
