@@ -55,7 +55,12 @@ type Config struct {
 	// exhausts them stays failed and visible. Default 8.
 	MaxAttempts int
 	// Workers per provider queue. Default 16; the provider's own
-	// concurrency setting still bounds calls in flight.
+	// concurrency setting (4 by default) still bounds calls in flight, so
+	// more workers than that mostly wait for the provider. They are not
+	// free either: the ledger's group commits get bigger and cheaper per
+	// effect with more workers, at the price of latency (docs/BENCHMARKS.md:
+	// 16 → 0.13×, 100 → ≈ 0.25×, 1,000 → ≈ 0.4× bare River with a no-op
+	// provider), so raise it with a fast provider and a high concurrency.
 	WorkersPerQueue int
 	// PausedSnooze: how long a paused campaign's job waits before it
 	// looks again. Default 5s.
@@ -152,6 +157,10 @@ func NewRunner(cfg Config) (*Runner, error) {
 		rc.MaxAttempts = cfg.MaxAttempts
 		rc.RetryPolicy = &retryPolicy{}
 		rc.FetchCooldown = cfg.FetchCooldown
+		// A fallback only: River's producers are woken by LISTEN/NOTIFY
+		// when jobs are inserted or a queue changes, so polling every
+		// second costs one cheap query per queue and catches a missed
+		// notification within a second.
 		rc.FetchPollInterval = time.Second
 	}
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
