@@ -196,7 +196,9 @@ func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, e
 	// A state without an index of its own: scan ordinal windows.
 	after, _ := strconv.Atoi(q.After)
 	deadline := time.Now().Add(q.Budget)
+	var window time.Duration // how long the last window's query took
 	for after < q.Count {
+		started := time.Now()
 		need := q.Limit + 1 - len(page.Rows)
 		end := min(after+scanWindow, q.Count)
 		rows, err := db.Query(ctx, targetRowQuery("target t",
@@ -216,7 +218,12 @@ func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, e
 			return page, nil
 		}
 		after = end
-		if after < q.Count && time.Now().After(deadline) {
+		window = time.Since(started)
+		// Stop before a window that would likely end past the budget, not
+		// only once past it: the budget bounds the whole page (issue 8:
+		// p95 ≤ 50 ms with a 40 ms budget; checking only after each
+		// window overshot by up to a window, p95 56 ms at 1,000,000).
+		if after < q.Count && time.Now().Add(window).After(deadline) {
 			page.Next = strconv.Itoa(after)
 			page.ScannedTo = after
 			return page, nil

@@ -51,6 +51,48 @@ func TestRandomKills(t *testing.T) {
 	}
 }
 
+// TestRandomKillsSeveralWorkers: the crash suite with several workers (issue
+// 8, scale-out): three worker processes share a 2,000-target campaign, and
+// one of them, picked at random, is killed with SIGKILL and replaced,
+// eight times, while the others go on. The survivors recover the dead
+// workers' attempts while they themselves keep sending: still no target
+// gets two effects and none is forgotten.
+func TestRandomKillsSeveralWorkers(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the random-kill soak is not part of -short")
+	}
+	for _, kind := range []string{"maildir", "webhook-dedupe"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			w := newWorld(t, kind)
+			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=4", 1)
+			const n = 2000
+			id := e.campaign(t, "p", n)
+			targets := e.targets(t, id)
+
+			workers := make([]*worker, 3)
+			for i := range workers {
+				workers[i] = e.startWorker(t, []string{prov})
+			}
+			for kill := range 8 {
+				time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+				i := rand.IntN(len(workers))
+				workers[i].kill()
+				requireNoDuplicates(t, w, "after a kill")
+				workers[i] = e.startWorker(t, []string{prov})
+				t.Logf("kill %d (worker %d): %d targets reached so far", kill+1, i, len(w.effects()))
+			}
+			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
+				return e.campaignState(t, id) == plan.StateCompleted
+			}, workers...)
+			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
+			requireExactlyOnce(t, w, targets)
+		})
+	}
+}
+
 // TestConcurrentWorkersDuplicateJobsAndResumes: two worker processes on one
 // database, every target's job enqueued twice, and "resume" pressed from
 // several places at once — still one effect per target.
