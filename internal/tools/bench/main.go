@@ -155,7 +155,7 @@ func run() error {
 	}
 	printSummary()
 	if *doc != "" {
-		if err := writeDoc(ctx, pool, *doc, started); err != nil {
+		if err := writeDoc(*doc, started, time.Since(started), machine(ctx, pool)); err != nil {
 			return err
 		}
 		fmt.Printf("\nwrote the summary into %s\n", *doc)

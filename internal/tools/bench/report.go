@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -71,8 +72,10 @@ const (
 )
 
 // writeDoc replaces the part of the file at path between docBegin and
-// docEnd with the machine, the command and the summary.
-func writeDoc(ctx context.Context, pool *pgxpool.Pool, path string, started time.Time) error {
+// docEnd with the machine, the command and the summary. A target this run
+// did not measure keeps its row from the run that did, with that run's
+// date, so that running one scenario again does not lose the others.
+func writeDoc(path string, started time.Time, took time.Duration, machine [][2]string) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -81,21 +84,55 @@ func writeDoc(ctx context.Context, pool *pgxpool.Pool, path string, started time
 	if i < 0 || j < i {
 		return fmt.Errorf("%s: the lines %q and %q that mark the generated summary are missing", path, docBegin, docEnd)
 	}
+	when := started.UTC().Format("2006-01-02 15:04 MST")
+	rows := map[int][]string{}
+	for _, r := range previousRows(string(old[i:j])) {
+		rows[targetNumber(r[0])] = r
+	}
+	for _, r := range results {
+		rows[targetNumber(r.target)] = []string{r.target, strings.ReplaceAll(r.figure, "|", "/"), r.goal, r.met, when}
+	}
 	var b strings.Builder
 	b.WriteString(docBegin + "\n\n")
-	fmt.Fprintf(&b, "Last full run: %s, %s.\n\n", started.UTC().Format("2006-01-02 15:04 MST"), time.Since(started).Round(time.Second))
-	fmt.Fprintf(&b, "Command: `%s`\n\n", benchCommand())
-	b.WriteString("| machine | |\n|---|---|\n")
-	for _, kv := range machine(ctx, pool) {
+	fmt.Fprintf(&b, "Last run: %s, %s. Command: `%s`\n\n", when, took.Round(time.Second), benchCommand())
+	b.WriteString("| machine of the last run | |\n|---|---|\n")
+	for _, kv := range machine {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], kv[1])
 	}
-	b.WriteString("\n| issue 8 target | figure (baseline measured in the same run) | goal | met |\n|---|---|---|---|\n")
-	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.target, strings.ReplaceAll(r.figure, "|", "/"), r.goal, r.met)
+	b.WriteString("\n| issue 8 target | figure (baseline measured in the same run) | goal | met | run |\n|---|---|---|---|---|\n")
+	for _, n := range slices.Sorted(maps.Keys(rows)) {
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(rows[n], " | "))
 	}
 	b.WriteString("\n")
 	out := append(append(old[:i:i], b.String()...), old[j:]...)
 	return os.WriteFile(path, out, 0o644)
+}
+
+// previousRows reads the target rows of a summary written before, as
+// target, figure, goal, met and run date. A summary written before rows
+// had a date gets the date of its "Last full run" line.
+func previousRows(section string) [][]string {
+	var (
+		out  [][]string
+		date string
+	)
+	for _, line := range strings.Split(section, "\n") {
+		if rest, ok := strings.CutPrefix(line, "Last full run: "); ok {
+			date, _, _ = strings.Cut(rest, ",")
+		}
+		if !strings.HasPrefix(line, "| ") || !strings.HasSuffix(line, " |") {
+			continue
+		}
+		cells := strings.Split(strings.TrimSuffix(strings.TrimPrefix(line, "| "), " |"), " | ")
+		if len(cells) < 4 || targetNumber(cells[0]) == 0 {
+			continue // the machine table, a header
+		}
+		if len(cells) == 4 {
+			cells = append(cells, date)
+		}
+		out = append(out, cells[:5])
+	}
+	return out
 }
 
 // benchCommand is how this run was invoked, as make bench spells it.
