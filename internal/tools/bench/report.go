@@ -156,6 +156,10 @@ func machine(ctx context.Context, pool *pgxpool.Pool) [][2]string {
 	if k := strings.Index(pg, " on "); k > 0 {
 		pg = pg[:k]
 	}
+	var fsync, syncCommit string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit); err == nil {
+		pg += fmt.Sprintf(" (fsync %s, synchronous_commit %s)", fsync, syncCommit)
+	}
 	cpu := "?"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -185,7 +189,7 @@ func machine(ctx context.Context, pool *pgxpool.Pool) [][2]string {
 		{"CPUs (`nproc`)", fmt.Sprintf("%d × %s", runtime.NumCPU(), cpu)},
 		{"memory", mem},
 		{"load average", load},
-		{"PostgreSQL", pg + " (internal/pgcluster's settings; fsync and synchronous_commit off, as in tests)"},
+		{"PostgreSQL", pg},
 		{"Go", runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH},
 	}
 }
