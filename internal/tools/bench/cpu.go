@@ -1,18 +1,21 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// cpuSample is CPU time used so far by this process and by every
-// PostgreSQL process on the machine (the benchmark's cluster is the only
-// one running under `make bench`), so a phase's CPU cost per effect can be
-// read off regardless of how busy the shared machine is.
+// cpuSample is CPU time used so far by this process and by the benchmark's
+// PostgreSQL cluster, so a phase's CPU cost per effect can be read off
+// regardless of how busy the shared machine is.
 type cpuSample struct {
 	self, postgres time.Duration
 	// autovacuum is the part of postgres spent by autovacuum workers:
@@ -22,32 +25,67 @@ type cpuSample struct {
 
 var clockTick = 100 // USER_HZ on Linux
 
+// postmasterPID is the benchmark cluster's postmaster (findPostmaster):
+// only it and its children are counted, so that another PostgreSQL on the
+// machine starting or ending mid-phase does not skew the figures. Zero
+// counts every process named postgres.
+var postmasterPID int
+
+// findPostmaster sets postmasterPID to the parent of a backend of pool's,
+// when that backend runs on this machine.
+func findPostmaster(ctx context.Context, pool *pgxpool.Pool) {
+	var backend int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return
+	}
+	if f := statFields(backend); len(f) > 1 {
+		postmasterPID, _ = strconv.Atoi(f[1])
+	}
+}
+
+// statFields returns /proc/PID/stat's fields after the command name: the
+// state is [0], the parent's pid [1], utime [11], stime [12], cutime [13]
+// and cstime [14] (proc(5) numbers them 3, 4, 14, 15, 16, 17).
+func statFields(pid int) []string {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+}
+
 func sampleCPU() cpuSample {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	s := cpuSample{self: time.Duration(ru.Utime.Nano() + ru.Stime.Nano())}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, dir := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(dir))
+		if err != nil {
+			continue
+		}
 		comm, err := os.ReadFile(filepath.Join(dir, "comm"))
 		if err != nil || !strings.HasPrefix(strings.TrimSpace(string(comm)), "postgres") {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join(dir, "stat"))
-		if err != nil {
-			continue
-		}
-		// Fields after the ")" closing the command name: state is field 3,
-		// utime 14, stime 15, and the CPU of reaped children cutime 16,
-		// cstime 17 (1-based, per proc(5)). The children's part is how
-		// the postmaster accounts for processes that ended between two
-		// samples (autovacuum workers, closed connections' backends).
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		f := strings.Fields(rest)
+		f := statFields(pid)
 		if len(f) < 15 {
 			continue
 		}
+		fields := []int{11, 12}
+		switch {
+		case postmasterPID == 0:
+			fields = []int{11, 12, 13, 14}
+		case pid == postmasterPID:
+			// The CPU of reaped children (cutime, cstime): how the
+			// postmaster accounts for processes that ended between two
+			// samples (autovacuum workers, closed connections' backends).
+			fields = []int{11, 12, 13, 14}
+		case f[1] != strconv.Itoa(postmasterPID):
+			continue // another cluster's
+		}
 		var ticks int64
-		for _, i := range []int{11, 12, 13, 14} {
+		for _, i := range fields {
 			n, _ := strconv.ParseInt(f[i], 10, 64)
 			ticks += n
 		}

@@ -101,6 +101,7 @@ func run() error {
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
+	findPostmaster(ctx, pool)
 	if x := os.Getenv("BENCH_HACK_SQL"); x != "" {
 		if _, err := pool.Exec(ctx, x); err != nil {
 			return err
