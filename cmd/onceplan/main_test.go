@@ -191,6 +191,15 @@ func TestServeExplainsBadInputInOneSentence(t *testing.T) {
 		require.Equal(t, "onceplan: serve: flag provided but not defined: -nope (see `onceplan serve --help`)", lastLine(string(out)))
 	})
 
+	t.Run("WorkersPerQueue", func(t *testing.T) {
+		t.Parallel()
+		for _, cmd := range []string{"serve", "worker"} {
+			out, err := exec.Command(binary, cmd, "--data-dir", dataDir(t), "--workers-per-queue", "0").CombinedOutput()
+			require.Error(t, err)
+			require.Equal(t, "onceplan: --workers-per-queue 0: want a number from 1 to 10000", lastLine(string(out)), cmd)
+		}
+	})
+
 	t.Run("BadDatabaseURL", func(t *testing.T) {
 		t.Parallel()
 		out, err := exec.Command(binary, "serve", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2").CombinedOutput()

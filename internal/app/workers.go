@@ -61,6 +61,7 @@ type WorkerOptions struct {
 	MaintenanceInterval time.Duration
 	JobTimeout          time.Duration
 	RescueAfter         time.Duration
+	WorkersPerQueue     int
 	InsertOnly          bool
 }
 
@@ -77,7 +78,8 @@ func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.
 	r, err := jobs.NewRunner(jobs.Config{
 		Pool: d.Pool, Providers: reg, Logger: logger,
 		OwnerTimeout: opts.OwnerTimeout, MaintenanceInterval: opts.MaintenanceInterval,
-		JobTimeout: opts.JobTimeout, RescueAfter: opts.RescueAfter, InsertOnly: opts.InsertOnly,
+		JobTimeout: opts.JobTimeout, RescueAfter: opts.RescueAfter, WorkersPerQueue: opts.WorkersPerQueue,
+		InsertOnly: opts.InsertOnly,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the workers: %w", err)

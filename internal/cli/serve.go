@@ -32,6 +32,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
+	if err := wf.check(); err != nil {
+		return err
+	}
 	logger := newLogger(env.Stderr)
 
 	d, err := app.OpenDB(ctx, app.DBOptions{

@@ -19,6 +19,9 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
+	if err := wf.check(); err != nil {
+		return err
+	}
 	logger := newLogger(env.Stderr)
 	// 40 connections: pgxpool's default (4 on 2 cores) starves River's
 	// producers, the workers' batches and maintenance; the executor opens

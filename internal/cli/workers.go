@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -28,6 +29,15 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.opts.MaintenanceInterval, "maintenance-interval", 10*time.Second, "how often recovery, completion and scheduled starts run")
 	fs.DurationVar(&w.opts.JobTimeout, "job-timeout", 2*time.Minute, "the longest one effect (render, wait, call, record) may take")
 	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 3*time.Minute, "River rescues a job still running after this long (must exceed --job-timeout)")
+	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", 16, "effects one process works on at once per provider (1-10000); a provider's concurrency still bounds its calls")
+}
+
+// check refuses flag values that cannot work, before anything starts.
+func (w *workerFlags) check() error {
+	if n := w.opts.WorkersPerQueue; n < 1 || n > 10_000 {
+		return fmt.Errorf("--workers-per-queue %d: want a number from 1 to 10000", n)
+	}
+	return nil
 }
 
 // start builds the providers and the workers on d and starts them.
