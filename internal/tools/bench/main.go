@@ -57,7 +57,7 @@ func run() error {
 	scaleoutProcs := flag.String("scaleout-procs", "1,2,4", "worker process counts in the scaleout scenario")
 	rssTargets := flag.Int("rss-targets", 1_000_000, "targets in the rss scenario")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
-	flag.StringVar(&execWorkers, "exec-workers", "100,1000", "the executor's workers per queue in the exec scenario, one run per count (100 is bare River's)")
+	flag.StringVar(&execWorkers, "exec-workers", "100,1000", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
 	quick := flag.Bool("quick", false, "tiny sizes for every scenario: checks that the harness runs (make bench-quick, in CI); its figures mean nothing")
 	doc := flag.String("doc", "", "write the summary into this file between its marker lines (make bench passes docs/BENCHMARKS.md)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
