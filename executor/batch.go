@@ -13,7 +13,8 @@ import (
 
 // Group commit (DESIGN §4): the three writes of an effect — the claim, the
 // raw answer, the settle — each commit before the next step, but nothing
-// says each must be its own transaction. A batcher per step collects what
+// says each must be its own transaction. (The read of the target before
+// the claim is batched the same way.) A batcher per step collects what
 // the workers of this process ask for while it is busy, writes it with ONE
 // multi-row statement over unnest(…) arrays, commits, and only then answers
 // each worker. So every guarantee holds per effect (its pending row is
@@ -33,10 +34,13 @@ import (
 // maxBatch bounds one statement (and the arrays sent with it).
 const maxBatch = 500
 
-// flushers is how many flushes of one step may run at once. One statement
-// runs on one PostgreSQL backend, so a single flusher caps a step at one
-// core of the database; with several, a batch forms while others flush.
-var flushers = 1
+// flushers is how many flushes of one step may run at once. One flusher
+// per step: each batch then takes in everything that queued while the
+// previous one ran. Two per step (a batch forming while another flushes)
+// gave smaller batches and no more throughput on two cores
+// (docs/BENCHMARKS.md); a step is still not capped at one core of the
+// database, since the four steps flush at the same time.
+const flushers = 1
 
 type targetReq struct {
 	listID  int64
