@@ -58,6 +58,7 @@ func run() error {
 	rssTargets := flag.Int("rss-targets", 1_000_000, "targets in the rss scenario")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
 	flag.StringVar(&execWorkers, "exec-workers", "100,1000", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
+	flag.BoolVar(&explainPages, "explain", false, "print EXPLAIN (ANALYZE, BUFFERS) of every query of the per-target page shapes")
 	quick := flag.Bool("quick", false, "tiny sizes for every scenario: checks that the harness runs (make bench-quick, in CI); its figures mean nothing")
 	doc := flag.String("doc", "", "write the summary into this file between its marker lines (make bench passes docs/BENCHMARKS.md)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -383,6 +384,12 @@ func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.C
 		{"state=unknown", with(func(q *approval.TargetQuery) { q.State = "unknown" }), false},
 		{"address prefix", with(func(q *approval.TargetQuery) { q.Prefix = "person09999" }), false},
 	} {
+		if explainPages {
+			fmt.Printf("  EXPLAIN of %q:\n", f.name)
+			if _, err := approval.QueryTargets(ctx, explainDB{pool}, f.q); err != nil {
+				return err
+			}
+		}
 		var d []time.Duration
 		for range 20 {
 			t := time.Now()
