@@ -155,8 +155,19 @@ func newWritePool(pool *pgxpool.Pool) *pgxpool.Pool {
 	cfg := pool.Config().Copy()
 	cfg.MaxConns = int32(3 * flushers)
 	cfg.MinConns = 0
-	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
-	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	// SET once connected rather than startup parameters: a connection
+	// pooler in front of PostgreSQL (PgBouncer) refuses or drops startup
+	// parameters it does not know, but passes a session's SET on.
+	after := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, conn); err != nil {
+				return err
+			}
+		}
+		_, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan; SET enable_seqscan = off`)
+		return err
+	}
 	writes, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return pool // the settings only save work; the main pool is correct too
