@@ -2,8 +2,11 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,7 +87,10 @@ type settleReq struct {
 type batcher struct {
 	pool *pgxpool.Pool
 	// writes runs the three write batches: see newWritePool.
-	writes    *pgxpool.Pool
+	writes *pgxpool.Pool
+	logger *slog.Logger
+	// lastWarn is when failed reported a failed batch last (unix ns).
+	lastWarn  atomic.Int64
 	ledger    *ledger.Store
 	targets   chan *targetReq
 	claims    chan *claimReq
@@ -96,9 +102,9 @@ type batcher struct {
 	started   bool
 }
 
-func newBatcher(pool *pgxpool.Pool) *batcher {
+func newBatcher(pool *pgxpool.Pool, logger *slog.Logger) *batcher {
 	b := &batcher{
-		pool: pool, ledger: ledger.NewStore(pool),
+		pool: pool, ledger: ledger.NewStore(pool), logger: logger,
 		targets: make(chan *targetReq, maxBatch), claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
 		stop: make(chan struct{}),
 	}
@@ -208,6 +214,18 @@ func loop[T any](b *batcher, ch chan T, flush func([]T)) {
 	}
 }
 
+// failed says, at most every ten seconds, that a whole batch failed and
+// its requests took the one-row path: correct, but slower, and a sign of
+// something to look at (the database, a rule a row broke) when it lasts.
+func (b *batcher) failed(step string, n int, err error) {
+	now := time.Now().UnixNano()
+	last := b.lastWarn.Load()
+	if now-last < int64(10*time.Second) || !b.lastWarn.CompareAndSwap(last, now) {
+		return
+	}
+	b.logger.Warn("a group commit failed; its effects are written one at a time", "step", step, "effects", n, "err", err)
+}
+
 // bg is the context of a flush: a worker's cancelled context must not
 // cancel the write of other workers' rows.
 var bg = context.Background()
@@ -256,6 +274,9 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 				res = targetRes{}
 				return nil
 			})
+		}
+		if err != nil {
+			b.failed("target read", len(rs), err)
 		}
 		for _, r := range rs {
 			switch res, ok := got[r.ordinal]; {
@@ -307,6 +328,9 @@ func (b *batcher) flushClaims(reqs []*claimReq) {
 		for _, e := range effs {
 			won[string(e.Key)] = e
 		}
+	}
+	if err != nil {
+		b.failed("claim", n, err)
 	}
 	for _, r := range reqs {
 		if e, ok := won[string(r.p.Key)]; ok && err == nil && e.Owner == r.p.Owner && e.JobID == r.p.JobID {
@@ -370,6 +394,7 @@ func (b *batcher) flushResponses(reqs []*respReq) {
 		}
 		return
 	}
+	b.failed("raw answer", n, err)
 	for _, r := range reqs {
 		_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
 		r.done <- err
@@ -408,6 +433,9 @@ func (b *batcher) flushSettles(reqs []*settleReq) {
 		for _, id := range settled {
 			got[id] = true
 		}
+	}
+	if err != nil {
+		b.failed("settle", n, err)
 	}
 	for _, r := range reqs {
 		if got[r.p.EffectID] && err == nil {

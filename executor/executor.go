@@ -128,7 +128,7 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{
 		cfg:    cfg,
 		ledger: ledger.NewStore(cfg.Pool),
-		batch:  newBatcher(cfg.Pool),
+		batch:  newBatcher(cfg.Pool, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		plans:  map[int64]*cachedPlan{},
 	}
