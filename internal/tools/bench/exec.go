@@ -23,7 +23,6 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
 )
 
@@ -149,14 +148,6 @@ type execResult struct {
 // runner and executor and returns effects per second and claim-to-settle
 // latency percentiles (from the ledger's own timestamps).
 func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (execResult, error) {
-	proposer, err := user(ctx, pool, "exec-proposer@example.com", approval.RoleProposer)
-	if err != nil {
-		return execResult{}, err
-	}
-	approver, err := user(ctx, pool, "exec-approver@example.com", approval.RoleApprover, approval.RoleOperator)
-	if err != nil {
-		return execResult{}, err
-	}
 	prov := &noopProvider{}
 	reg, err := provider.NewRegistry(prov)
 	if err != nil {
@@ -171,28 +162,9 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (exec
 		return execResult{}, err
 	}
 	svc := approval.NewService(pool, r.Enqueuer())
-	svc.MaxTargets = n
 	r.SetApproval(svc)
-	res, err := svc.Create(ctx, proposer, approval.CreateParams{
-		Name: "exec bench", Provider: "noop",
-		Payload: plan.Payload{From: "bench@example.com", Subject: "Hello {{.first_name}}", Text: "Hi {{.first_name}} from {{.city}}"},
-		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: &csvGen{n: n}},
-	})
+	_, planID, err := startCampaign(ctx, pool, svc, "exec bench", "noop", n)
 	if err != nil {
-		return execResult{}, err
-	}
-	sub, err := svc.Submit(ctx, proposer, res.Campaign.ID)
-	if err != nil {
-		return execResult{}, err
-	}
-	if _, err := svc.Approve(ctx, approver, res.Campaign.ID, sub.PlanHash); err != nil {
-		return execResult{}, err
-	}
-	if _, err := svc.Start(ctx, approver, res.Campaign.ID); err != nil {
-		return execResult{}, err
-	}
-	var planID int64
-	if err := pool.QueryRow(ctx, `SELECT plan_id FROM campaign WHERE id = $1`, res.Campaign.ID).Scan(&planID); err != nil {
 		return execResult{}, err
 	}
 	start, cpu0 := time.Now(), sampleCPU()

@@ -189,18 +189,7 @@ func (g *csvGen) Read(p []byte) (int, error) {
 // peakRSS is this process's high-water mark of resident memory (VmHWM),
 // in MB.
 func peakRSS() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb float64
-			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
-			return kb * 1024 / 1e6
-		}
-	}
-	return 0
+	return float64(statusKB("self", "VmHWM")) * 1024 / 1e6
 }
 
 // thousands formats n with thousands separators.

@@ -324,13 +324,15 @@ func benchScaleout(ctx context.Context, pool *pgxpool.Pool, e *procEnv, n int, c
 	return nil
 }
 
-func vmRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// statusKB reads a field counted in kB (VmRSS, VmHWM) from
+// /proc/PID/status; pid is a number or "self". Zero when unreadable.
+func statusKB(pid, field string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb
 		}
@@ -361,7 +363,7 @@ func benchRSS(ctx context.Context, pool *pgxpool.Pool, e *procEnv, n int) error 
 		if time.Since(t0) > 60*time.Minute {
 			return fmt.Errorf("%d of %d files after an hour", countFiles(maildir), n)
 		}
-		last = vmRSS(srv.cmd.Process.Pid)
+		last = statusKB(strconv.Itoa(srv.cmd.Process.Pid), "VmRSS")
 		peak = max(peak, last)
 		samples++
 		time.Sleep(500 * time.Millisecond)
