@@ -8,29 +8,32 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
+
+// unfinishedJob is the SQL condition for "job j is not finished": the
+// predicate of the index river_job_onceplan_live (migration 0011), which
+// only holds unfinished jobs. A query that looks jobs up by plan must say
+// it, as written there, or the planner cannot use the index.
+const unfinishedJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')`
 
 // liveJob is the SQL condition for "job j still stands for its target": not
 // finished, and not a "running" job whose process is dead ($owner_timeout
 // names the interval). River will rescue such a job eventually; until it
 // does, it must not stop the target from being enqueued again, nor keep
 // its campaign from completing.
-//
-// It starts with the predicate of the index river_job_onceplan_live
-// (migration 0011), which only holds unfinished jobs: a query that looks
-// jobs up by plan must say it, or the planner cannot use the index.
-const liveJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')
+const liveJob = unfinishedJob + `
 	AND (j.state <> 'running' OR EXISTS (
 	  SELECT 1 FROM worker_process w
 	  WHERE w.owner = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.seen_at > now() - @owner_timeout::interval))`
 
 // notBlocked is the SQL condition for "target t has no blocking ledger row
 // at its key's current epoch".
-const notBlocked = `NOT EXISTS (
+var notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f
 	WHERE f.key = t.key AND f.state IN ('pending', 'done', 'unknown', 'stranded')
-	  AND f.epoch = (SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = t.key))`
+	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)`
 
 // Enqueuer inserts a plan's jobs.
 type Enqueuer struct {
@@ -78,8 +81,7 @@ func (e *Enqueuer) firstSQL(cond string) string {
 func hasLiveJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
 	var any bool
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
-		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1
-		  AND j.state NOT IN ('completed', 'cancelled', 'discarded'))`, p.ID).Scan(&any)
+		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1 AND `+unfinishedJob+`)`, p.ID).Scan(&any)
 	return any, err
 }
 

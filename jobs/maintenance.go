@@ -143,7 +143,7 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 //   - a "running" job of a dead process whose target has no blocking row:
 //     maintenance requeues such targets, and until it has, the campaign is
 //     not finished.
-const completeCheckSQL = `
+var completeCheckSQL = `
 SELECT EXISTS (SELECT 1 FROM river_job j
                WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + liveJob + `)
     OR EXISTS (SELECT 1 FROM effect e JOIN plan p ON p.id = @plan

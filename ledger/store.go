@@ -208,7 +208,7 @@ func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, `
 		SELECT `+effectCols+` FROM effect
 		WHERE key = $1
-		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		  AND epoch = `+currentEpoch+`
 		  AND state IN ('pending', 'done', 'unknown', 'stranded')`, string(key)))
 	return e, translate(err)
 }
@@ -229,10 +229,22 @@ func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
 	return out, translate(err)
 }
 
+// currentEpoch is the SQL expression for the current epoch of the key in
+// $1 (CurrentEpochOf).
+var currentEpoch = CurrentEpochOf("$1")
+
+// CurrentEpochOf is the SQL expression for the current epoch of the key
+// that keyExpr names (a parameter or a column): 0, or the latest recorded
+// bump (rule 5). Queries elsewhere that need a key's current epoch use it,
+// so the rule is written once.
+func CurrentEpochOf(keyExpr string) string {
+	return "(SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = " + keyExpr + ")"
+}
+
 // CurrentEpoch returns key's epoch: 0, or the number of recorded bumps.
 func (s *Store) CurrentEpoch(ctx context.Context, key Key) (int, error) {
 	var epoch int
-	err := s.db.QueryRow(ctx, `SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1`, string(key)).Scan(&epoch)
+	err := s.db.QueryRow(ctx, `SELECT `+currentEpoch, string(key)).Scan(&epoch)
 	return epoch, translate(err)
 }
 
@@ -346,7 +358,7 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, `
 		UPDATE effect SET state = $2, resolved_by = $3, resolution = $4
 		WHERE key = $1 AND state = 'unknown'
-		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		  AND epoch = `+currentEpoch+`
 		RETURNING `+effectCols, string(p.Key), string(to), p.Actor, p.Reason))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, s.notIn(ctx, p.Key, StateUnknown)
@@ -370,7 +382,7 @@ func (s *Store) Revoke(ctx context.Context, p RevokeParams) (Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, `
 		UPDATE effect SET state = 'revoked', revoked_by = $2, revoke_reason = $3
 		WHERE key = $1 AND state IN ('done', 'stranded')
-		  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1)
+		  AND epoch = `+currentEpoch+`
 		RETURNING `+effectCols, string(p.Key), p.Actor, p.Reason))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, s.notIn(ctx, p.Key, StateDone)
@@ -424,7 +436,7 @@ func (s *Store) Bump(ctx context.Context, p BumpParams) (int, error) {
 		var inDoubt bool
 		if err := tx.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM effect WHERE key = $1 AND state IN ('pending', 'unknown')
-			  AND epoch = (SELECT coalesce(max(epoch), 0) FROM effect_bump WHERE key = $1))`,
+			  AND epoch = `+currentEpoch+`)`,
 			string(p.Key)).Scan(&inDoubt); err != nil {
 			return err
 		}
