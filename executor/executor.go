@@ -26,11 +26,10 @@ import (
 // plan and the target's ordinal in it. The target's key is read from the
 // frozen plan, never taken from the queue.
 type Job struct {
-	CampaignID string // may be empty: it follows from the plan
-	PlanID     int64
-	Ordinal    int
-	JobID      int64
-	Attempt    int
+	PlanID  int64
+	Ordinal int
+	JobID   int64
+	Attempt int
 }
 
 // Action tells the queue what to do with the job after Perform.
@@ -204,14 +203,14 @@ func (e *Executor) planFor(ctx context.Context, id int64) (*cachedPlan, error) {
 // stops fetching from a paused queue, but jobs fetched before the pause
 // (up to the queue's workers, in every process) would otherwise go on
 // calling a provider that just answered "over quota".
-func (e *Executor) campaignGate(ctx context.Context, j Job, queue string) (Result, bool, error) {
+func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) (Result, bool, error) {
 	var state string
 	var current int64
 	var queuePaused bool
 	err := e.cfg.Pool.QueryRow(ctx, `
 		SELECT state, coalesce(plan_id, 0),
 		       $2 <> '' AND EXISTS (SELECT 1 FROM river_queue q WHERE q.name = $2 AND q.paused_at IS NOT NULL)
-		FROM campaign WHERE id = $1`, j.CampaignID, queue).Scan(&state, &current, &queuePaused)
+		FROM campaign WHERE id = $1`, p.CampaignID, queue).Scan(&state, &current, &queuePaused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
 	}
@@ -219,7 +218,7 @@ func (e *Executor) campaignGate(ctx context.Context, j Job, queue string) (Resul
 		return Result{}, false, err
 	}
 	switch {
-	case current != j.PlanID:
+	case current != p.ID:
 		// A newer version was approved: its own jobs carry on.
 		return Result{Action: Complete, Outcome: "superseded"}, false, nil
 	case plan.State(state) == plan.StateRunning && queuePaused:
@@ -243,9 +242,6 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	cp, err := e.planFor(ctx, j.PlanID)
 	if err != nil {
 		return Result{}, err
-	}
-	if j.CampaignID == "" {
-		j.CampaignID = cp.plan.CampaignID
 	}
 	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
 	if !ok {
@@ -271,17 +267,17 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	// batch checks the campaign gate in the same statement.
 	params := ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal}
 	queue := e.queueOf(prov.Name())
-	if eff, won, err := e.batch.claim(ctx, params, j.CampaignID, queue); err != nil {
+	if eff, won, err := e.batch.claim(ctx, params, cp.plan.CampaignID, queue); err != nil {
 		return Result{}, err
 	} else if won {
 		e.crash.at(pointAfterClaim)
 		req.Epoch = eff.Epoch
-		e.logClaimed(ctx, j, eff)
+		e.logClaimed(ctx, cp.plan, j, eff)
 		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release)
 	}
 
 	// The batch did not claim: say why, one row at a time.
-	if res, ok, err := e.campaignGate(ctx, j, queue); err != nil || !ok {
+	if res, ok, err := e.campaignGate(ctx, cp.plan, queue); err != nil || !ok {
 		return res, err
 	}
 	claim, err := e.ledger.Claim(ctx, params)
@@ -302,16 +298,16 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	}
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
-	e.logClaimed(ctx, j, claim.Effect)
+	e.logClaimed(ctx, cp.plan, j, claim.Effect)
 	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release)
 }
 
 // logClaimed logs a claim at debug level. The check comes first: this is
 // the path of every effect, and building a logger with the job's
 // attributes costs more than the rest of the Go side of a claim.
-func (e *Executor) logClaimed(ctx context.Context, j Job, eff ledger.Effect) {
+func (e *Executor) logClaimed(ctx context.Context, p plan.Plan, j Job, eff ledger.Effect) {
 	if e.cfg.Logger.Enabled(ctx, slog.LevelDebug) {
-		e.cfg.Logger.Debug("claimed", "campaign", j.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(eff.Key),
+		e.cfg.Logger.Debug("claimed", "campaign", p.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(eff.Key),
 			"job", j.JobID, "effect", eff.ID, "epoch", eff.Epoch)
 	}
 }
