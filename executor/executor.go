@@ -29,7 +29,6 @@ type Job struct {
 	PlanID  int64
 	Ordinal int
 	JobID   int64
-	Attempt int
 }
 
 // Action tells the queue what to do with the job after Perform.

@@ -27,7 +27,6 @@ func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) err
 		PlanID:  job.Args.PlanID,
 		Ordinal: job.Args.Ordinal,
 		JobID:   job.ID,
-		Attempt: job.Attempt,
 	})
 	if err != nil {
 		return err
