@@ -248,14 +248,6 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	require.Zero(t, strays, "ledger rows under the key the jobs carried")
 }
 
-// withOpt adds a provider URL option.
-func withOpt(u, opt string) string {
-	if strings.Contains(u, "?") {
-		return u + "&" + opt
-	}
-	return u + "?" + opt
-}
-
 func mustPlanID(t *testing.T, w *world, campaign string) int64 {
 	t.Helper()
 	c, err := plan.GetCampaign(w.ctx, w.pool, campaign)
@@ -271,7 +263,7 @@ func TestQuotaPausesOnlyThatProvidersQueue(t *testing.T) {
 	t.Cleanup(other.Close)
 	// The limited provider answers its first call "429, come back in 2s".
 	limited.FailNext(1, 429, map[string]string{"Retry-After": "2"}, `{"error":"slow down"}`)
-	w := newWorld(t, jobs.Config{}, "limited="+withOpt(limited.URL(), "concurrency=1"), "other="+other.URL())
+	w := newWorld(t, jobs.Config{}, "limited="+sink.WithOption(limited.URL(), "concurrency=1"), "other="+other.URL())
 	w.start(t)
 	a := w.running(t, "limited", 20)
 	b := w.running(t, "other", 20)
@@ -373,7 +365,7 @@ func TestStrandedBlocksTheTargetAndKeepsTheAnswer(t *testing.T) {
 	hook := sink.NewWebhook(sink.WebhookOpts{})
 	t.Cleanup(hook.Close)
 	hook.Stranded(1)
-	w := newWorld(t, jobs.Config{}, "hook="+withOpt(hook.URL(), "concurrency=1"))
+	w := newWorld(t, jobs.Config{}, "hook="+sink.WithOption(hook.URL(), "concurrency=1"))
 	w.start(t)
 	id := w.running(t, "hook", 5)
 
@@ -408,7 +400,7 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(smtp.Close)
 	smtp.DropAfterData(1) // the first message is delivered, but the client never hears so
-	w := newWorld(t, jobs.Config{JobTimeout: 5 * time.Second, RescueAfter: 20 * time.Second}, "mail="+withOpt(smtp.URL(), "concurrency=1"))
+	w := newWorld(t, jobs.Config{JobTimeout: 5 * time.Second, RescueAfter: 20 * time.Second}, "mail="+sink.WithOption(smtp.URL(), "concurrency=1"))
 	w.start(t)
 	id := w.running(t, "mail", 4)
 

@@ -43,14 +43,6 @@ func newWebhook(t *testing.T, rawURL string) provider.Provider {
 	return p
 }
 
-// withOpt adds a query option to a provider URL.
-func withOpt(u, opt string) string {
-	if strings.Contains(u, "?") {
-		return u + "&" + opt
-	}
-	return u + "?" + opt
-}
-
 // closedAddr is a loopback host:port where nothing listens.
 func closedAddr(t *testing.T) string {
 	t.Helper()
@@ -335,7 +327,7 @@ func TestWebhookAppliedThenFailedIsUnknown(t *testing.T) {
 func TestWebhookTimeoutAfterTheRequestLeftIsUnknown(t *testing.T) {
 	t.Parallel()
 	s := newWebhookSink(t, sink.WebhookOpts{})
-	p := newWebhook(t, withOpt(s.URL(), "timeout=300ms"))
+	p := newWebhook(t, sink.WithOption(s.URL(), "timeout=300ms"))
 	s.ApplyThenHang(1, time.Minute)
 	start := time.Now()
 	raw, v := send(t, p, testRequest("webhook-timeout"))
@@ -700,7 +692,7 @@ func TestWebhookConcurrency(t *testing.T) {
 func TestWebhookRate(t *testing.T) {
 	t.Parallel()
 	s := newWebhookSink(t, sink.WebhookOpts{})
-	p := newWebhook(t, withOpt(s.URL(), "rate=20/s"))
+	p := newWebhook(t, sink.WithOption(s.URL(), "rate=20/s"))
 	start := time.Now()
 	for i := range 4 {
 		send(t, p, testRequest("webhook-rate-"+strconv.Itoa(i)))
@@ -717,7 +709,7 @@ func TestWebhookRate(t *testing.T) {
 func TestWebhookParallelSendsMakeOneEffectEach(t *testing.T) {
 	t.Parallel()
 	s := newWebhookSink(t, sink.WebhookOpts{})
-	p := newWebhook(t, withOpt(s.URL(), "concurrency=8"))
+	p := newWebhook(t, sink.WithOption(s.URL(), "concurrency=8"))
 	const n = 40
 	var wg sync.WaitGroup
 	for i := range n {

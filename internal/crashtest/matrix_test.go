@@ -35,9 +35,9 @@ func newWorld(t *testing.T, kind string) *world {
 	case "webhook-dedupe", "webhook-probe":
 		wh := sink.NewWebhook(sink.WebhookOpts{Dedupe: kind == "webhook-dedupe", Probe: kind == "webhook-probe"})
 		t.Cleanup(wh.Close)
-		u := withOpt(wh.URL(), opts)
+		u := sink.WithOption(wh.URL(), opts)
 		if kind == "webhook-probe" {
-			u = withOpt(u, "settle=1s")
+			u = sink.WithOption(u, "settle=1s")
 		}
 		return &world{kind: kind, provider: "p=" + u, effects: func() map[string]int {
 			out := map[string]int{}
@@ -50,7 +50,7 @@ func newWorld(t *testing.T, kind string) *world {
 		s, err := sink.NewSMTP()
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
-		return &world{kind: kind, provider: "p=" + withOpt(s.URL(), opts), effects: func() map[string]int {
+		return &world{kind: kind, provider: "p=" + sink.WithOption(s.URL(), opts), effects: func() map[string]int {
 			out := map[string]int{}
 			for _, m := range s.Messages() {
 				for _, rcpt := range m.Rcpts {
@@ -62,14 +62,6 @@ func newWorld(t *testing.T, kind string) *world {
 	}
 	t.Fatalf("unknown world %q", kind)
 	return nil
-}
-
-// withOpt adds a query option to a provider URL.
-func withOpt(u, opt string) string {
-	if strings.Contains(u, "?") {
-		return u + "&" + opt
-	}
-	return u + "?" + opt
 }
 
 // maildirCount counts delivered messages per recipient by reading every

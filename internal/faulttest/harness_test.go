@@ -232,27 +232,16 @@ type world struct {
 	effects func() map[string]int
 }
 
-// withOpt adds a query option to a provider URL.
-func withOpt(u, opt string) string {
-	if opt == "" {
-		return u
-	}
-	if strings.Contains(u, "?") {
-		return u + "&" + opt
-	}
-	return u + "?" + opt
-}
-
 // maildirWorld delivers into dir.
 func maildirWorld(t *testing.T, name, dir, opts string) *world {
-	return &world{name: name, provider: name + "=" + withOpt("maildir://"+dir, opts),
+	return &world{name: name, provider: name + "=" + sink.WithOption("maildir://"+dir, opts),
 		effects: func() map[string]int { return maildirCount(t, dir) }}
 }
 
 // webhookWorld posts to providerURL (the sink itself or a fault-injecting
 // front of it) and counts the effects hook applied.
 func webhookWorld(name string, hook *sink.Webhook, providerURL, opts string) *world {
-	return &world{name: name, provider: name + "=" + withOpt(providerURL, opts), effects: func() map[string]int {
+	return &world{name: name, provider: name + "=" + sink.WithOption(providerURL, opts), effects: func() map[string]int {
 		out := map[string]int{}
 		for _, e := range hook.Effects() {
 			out[e.Target]++
@@ -263,7 +252,7 @@ func webhookWorld(name string, hook *sink.Webhook, providerURL, opts string) *wo
 
 // smtpWorld sends to an SMTP sink.
 func smtpWorld(name string, s *sink.SMTP, providerURL, opts string) *world {
-	return &world{name: name, provider: name + "=" + withOpt(providerURL, opts), effects: func() map[string]int {
+	return &world{name: name, provider: name + "=" + sink.WithOption(providerURL, opts), effects: func() map[string]int {
 		out := map[string]int{}
 		for _, m := range s.Messages() {
 			for _, rcpt := range m.Rcpts {
