@@ -7,6 +7,7 @@ package ledger_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -201,6 +202,44 @@ func TestRuleRawResponseWrittenOnce(t *testing.T) {
 	var body []byte
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT body FROM effect_response WHERE id = $1`, rid).Scan(&body))
 	require.Equal(t, "250 ok", string(body))
+}
+
+// Keys are 'v1:' and 64 lower-case hex digits wherever the database keeps
+// one (the ledger, the bumps, the frozen targets), whoever writes them:
+// every near miss is refused, and the well-formed key is taken.
+func TestRuleKeysAreWellFormed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	hex64 := strings.Repeat("0123456789abcdef", 4)
+	bad := map[string]string{
+		"63 digits":            "v1:" + hex64[:63],
+		"65 digits":            "v1:" + hex64 + "0",
+		"upper-case digit":     "v1:" + hex64[:63] + "A",
+		"not a hex digit":      "v1:" + hex64[:63] + "g",
+		"two-byte character":   "v1:" + hex64[:62] + "é",
+		"other version":        "v2:" + hex64,
+		"upper-case prefix":    "V1:" + hex64,
+		"trailing newline":     "v1:" + hex64[:63] + "\n",
+		"leading space":        " v1:" + hex64[:63],
+		"no prefix, 67 digits": hex64 + "012",
+		"empty":                "",
+	}
+	for name, key := range bad {
+		_, err := b.pool.Exec(b.ctx, `INSERT INTO effect (key, owner) VALUES ($1, 'sql')`, key)
+		requireSQLState(t, err, "23514", "effect, %s", name)
+		_, err = b.pool.Exec(b.ctx, `INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason) VALUES ($1, 1, 'human', 'u', 'r')`, key)
+		requireSQLState(t, err, "23514", "effect_bump, %s", name)
+		_, err = b.pool.Exec(b.ctx, `INSERT INTO target (list_id, ordinal, target, key, line) VALUES (-1, 1, 'ann@example.com', $1, 2)`, key)
+		requireSQLState(t, err, "23514", "target, %s", name)
+	}
+
+	for table, sql := range map[string]string{
+		"effect":      `INSERT INTO effect (key, owner) VALUES ($1, 'sql')`,
+		"effect_bump": `INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason) VALUES ($1, 1, 'human', 'u', 'r')`,
+	} {
+		_, err := b.pool.Exec(b.ctx, sql, string(newKey(t)))
+		require.NoError(t, err, table)
+	}
 }
 
 // Rule 5: an epoch above 0 only behind a recorded bump.
