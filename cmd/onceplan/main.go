@@ -21,6 +21,6 @@ func main() {
 			os.Exit(code)
 		}
 		fmt.Fprintf(os.Stderr, "onceplan: %s\n", cli.Message(err))
-		os.Exit(1)
+		os.Exit(cli.Status(err))
 	}
 }

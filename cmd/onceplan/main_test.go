@@ -209,6 +209,22 @@ func TestServeExplainsBadInputInOneSentence(t *testing.T) {
 	})
 }
 
+// TestAuditExitStatus: a script running `onceplan audit` tells "does not
+// hold" (1) from "could not tell" (2) by the exit status alone.
+func TestAuditExitStatus(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"audit", "Spring", "--bogus"},
+		{"audit", "Spring", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"},
+	} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", args, out)
+		require.Equal(t, 2, ee.ExitCode(), "%v: %s", args, out)
+		require.True(t, strings.HasPrefix(lastLine(string(out)), "onceplan: audit: "), "%v: %s", args, out)
+	}
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]

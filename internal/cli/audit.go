@@ -32,7 +32,18 @@ type auditOutput struct {
 	Reconciliation *audit.Report `json:"reconciliation,omitempty"`
 }
 
+// runAudit exits 0 when exactly-once holds, 1 when it does not, and 2 when
+// it could not tell (bad flags, an unreadable log, no database), so that a
+// script can tell a finding from a failure.
 func runAudit(ctx context.Context, env Env, args []string) error {
+	err := auditCommand(ctx, env, args)
+	if _, ok := ExitCode(err); err == nil || ok {
+		return err
+	}
+	return statusError{err: err, code: 2}
+}
+
+func auditCommand(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	var db dbFlags
 	db.register(fs, env)
@@ -151,7 +162,7 @@ func auditArgs(fs *flag.FlagSet, env Env, args []string) (string, error) {
 					"Prints whether every approved target of the campaign's current plan got exactly one\n"+
 					"effect, from the ledger and from any evidence given (--maildir, --provider-log,\n"+
 					"--probe). CAMPAIGN is the campaign's id, or its name when no other campaign has it.\n"+
-					"Exits 0 only when exactly-once holds, 1 when it does not or on an error.\n\nFlags:\n")
+					"Exits 0 when exactly-once holds, 1 when it does not, 2 when it could not tell (an error).\n\nFlags:\n")
 				fs.PrintDefaults()
 				return "", exitError{0}
 			}

@@ -166,6 +166,7 @@ func TestAuditProviderLog(t *testing.T) {
 	requireOneLine(t, r.err)
 	_, isExit := ExitCode(r.err)
 	require.False(t, isExit)
+	require.Equal(t, 2, Status(r.err), "an audit that could not tell exits 2, not 1 (does not hold)")
 	require.Equal(t, `audit: provider log `+path+` line 3: the timestamp "soon" is not RFC 3339 (2006-01-02T15:04:05Z), "2006-01-02 15:04:05" or Unix seconds`, r.err.Error())
 	require.Empty(t, r.stdout)
 }
@@ -223,6 +224,7 @@ func TestAuditRefusesBadInput(t *testing.T) {
 		requireOneLine(t, r.err)
 		_, isExit := ExitCode(r.err)
 		require.False(t, isExit, tc.args)
+		require.Equal(t, 2, Status(r.err), "an audit that could not tell exits 2, not 1 (does not hold): %v", tc.args)
 		require.Contains(t, r.err.Error(), tc.msg, tc.args)
 		require.Empty(t, r.stdout, tc.args)
 	}

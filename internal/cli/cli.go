@@ -58,6 +58,26 @@ func ExitCode(err error) (int, bool) {
 	return 0, false
 }
 
+// statusError is a failure to report with its message and a specific
+// exit status (audit: 2 for "could not tell", 1 being "does not hold").
+type statusError struct {
+	err  error
+	code int
+}
+
+func (e statusError) Error() string { return e.err.Error() }
+func (e statusError) Unwrap() error { return e.err }
+
+// Status is the exit status for err, a failure whose message is printed:
+// the status the command asked for, else 1.
+func Status(err error) int {
+	var e statusError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return 1
+}
+
 // Run runs the command named by args[0].
 func Run(ctx context.Context, args []string, env Env) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
