@@ -17,8 +17,10 @@ const DefaultAdminEmail = "admin@onceplan.local"
 // returned so that the caller can show it once; it is not stored in clear
 // anywhere. When an enabled admin exists it does nothing and returns
 // created false. Concurrent callers (two servers starting at once) take
-// turns, so at most one creates.
-func EnsureAdmin(ctx context.Context, db DB, email, password string) (created bool, generatedPassword string, err error) {
+// turns, so at most one creates. The creation is recorded in the
+// administration trail as done by who (the account and host of the
+// process that started: nobody is signed in yet).
+func EnsureAdmin(ctx context.Context, db DB, who, email, password string) (created bool, generatedPassword string, err error) {
 	if email == "" {
 		email = DefaultAdminEmail
 	}
@@ -40,11 +42,12 @@ func EnsureAdmin(ctx context.Context, db DB, email, password string) (created bo
 		if err != nil || exists {
 			return err
 		}
-		if _, err := CreateUser(ctx, tx, n); err != nil {
+		u, err := CreateUser(ctx, tx, n)
+		if err != nil {
 			return err
 		}
 		created = true
-		return nil
+		return RecordCLIEvent(ctx, tx, who, EventUserAdd, u.Email, map[string]any{"roles": u.Roles, "first_admin": true})
 	})
 	if err != nil || !created {
 		return false, "", err

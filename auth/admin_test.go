@@ -14,7 +14,7 @@ import (
 func TestEnsureAdmin(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "", "")
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Len(t, generated, auth.GeneratedPasswordLength)
@@ -26,22 +26,32 @@ func TestEnsureAdmin(t *testing.T) {
 	require.NoError(t, err, "the generated password signs in")
 	requireNotStored(t, b, "app_user", generated)
 
-	created, generated, err = auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	created, generated, err = auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "", "")
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Empty(t, generated)
 	users, err := auth.ListUsers(b.ctx, b.pool)
 	require.NoError(t, err)
 	require.Len(t, users, 1)
+
+	// The administration trail has the creation, once, by the process
+	// that made it.
+	events, err := auth.RecentEvents(b.ctx, b.pool, 10)
+	require.NoError(t, err)
+	require.Len(t, events, 1)
+	require.Equal(t, auth.EventUserAdd, events[0].Action)
+	require.Equal(t, auth.DefaultAdminEmail, events[0].Subject)
+	require.Equal(t, "command line (ops@host)", events[0].Who())
+	require.JSONEq(t, `{"roles": ["admin"], "first_admin": true}`, events[0].Detail)
 }
 
 func TestEnsureAdminGiven(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, _, err := auth.EnsureAdmin(b.ctx, b.pool, "root@example.com", "short")
+	_, _, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "root@example.com", "short")
 	require.ErrorIs(t, err, plan.ErrInvalid)
 
-	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "Root@Example.com", goodPassword)
+	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "Root@Example.com", goodPassword)
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Empty(t, generated, "a given password is not echoed back")
@@ -53,7 +63,7 @@ func TestEnsureAdminSkipsWhenAnAdminExists(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.user(t, userOpts{Roles: []approval.Role{approval.RoleAdmin, approval.RoleViewer}})
-	created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+	created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "", "")
 	require.NoError(t, err)
 	require.False(t, created)
 }
@@ -69,7 +79,7 @@ func TestEnsureAdminConcurrent(t *testing.T) {
 	)
 	for range 4 {
 		wg.Go(func() {
-			created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "", "")
+			created, _, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "", "")
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

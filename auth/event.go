@@ -13,25 +13,49 @@ const (
 	EventUserRoles   = "user_roles"
 	EventUserDisable = "user_disable"
 	EventUserEnable  = "user_enable"
-	EventTokenCreate = "token_create"
-	EventTokenRevoke = "token_revoke"
+	// EventUserPassword: a password set on the command line.
+	EventUserPassword = "user_password"
+	EventTokenCreate  = "token_create"
+	EventTokenRevoke  = "token_revoke"
 )
 
-// Event is one entry of the administration audit trail.
+// Event is one entry of the administration audit trail. Either a signed-in
+// user acted (ActorID, ActorEmail) or the command line did (ActorCLI).
 type Event struct {
 	ID         int64
 	ActorID    int64
 	ActorEmail string
+	ActorCLI   string
 	Action     string
 	Subject    string
 	Detail     string // JSON
 	CreatedAt  time.Time
 }
 
-// RecordEvent appends an administrative action to the audit trail (write-
-// once: the database refuses UPDATE and DELETE). Call it in the transaction
-// of the action it records.
+// Who says who acted, for people: the user's email, or "command line
+// (account@host)".
+func (e Event) Who() string {
+	if e.ActorCLI != "" {
+		return "command line (" + e.ActorCLI + ")"
+	}
+	return e.ActorEmail
+}
+
+// RecordEvent appends an administrative action of the signed-in user
+// actorID to the audit trail (write-once: the database refuses UPDATE and
+// DELETE). Call it in the transaction of the action it records.
 func RecordEvent(ctx context.Context, db DB, actorID int64, action, subject string, detail any) error {
+	return recordEvent(ctx, db, actorID, "", action, subject, detail)
+}
+
+// RecordCLIEvent appends an administrative action taken on the command
+// line, where nobody is signed in: who names the operating-system account
+// and host that ran it. Call it in the transaction of the action.
+func RecordCLIEvent(ctx context.Context, db DB, who, action, subject string, detail any) error {
+	return recordEvent(ctx, db, 0, who, action, subject, detail)
+}
+
+func recordEvent(ctx context.Context, db DB, actorID int64, cli, action, subject string, detail any) error {
 	b := []byte("{}")
 	if detail != nil {
 		var err error
@@ -39,8 +63,8 @@ func RecordEvent(ctx context.Context, db DB, actorID int64, action, subject stri
 			return err
 		}
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO admin_event (actor_id, action, subject, detail) VALUES ($1, $2, $3, $4)`,
-		actorID, action, subject, b); err != nil {
+	if _, err := db.Exec(ctx, `INSERT INTO admin_event (actor_id, actor_cli, action, subject, detail) VALUES (nullif($1, 0), nullif($2, ''), $3, $4, $5)`,
+		actorID, cli, action, subject, b); err != nil {
 		return fmt.Errorf("recording %s of %s: %w", action, subject, err)
 	}
 	return nil
@@ -49,8 +73,8 @@ func RecordEvent(ctx context.Context, db DB, actorID int64, action, subject stri
 // RecentEvents lists the latest administrative actions, newest first.
 func RecentEvents(ctx context.Context, db DB, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, `
-		SELECT e.id, e.actor_id, u.email, e.action, e.subject, e.detail::text, e.created_at
-		FROM admin_event e JOIN app_user u ON u.id = e.actor_id
+		SELECT e.id, coalesce(e.actor_id, 0), coalesce(u.email, ''), coalesce(e.actor_cli, ''), e.action, e.subject, e.detail::text, e.created_at
+		FROM admin_event e LEFT JOIN app_user u ON u.id = e.actor_id
 		ORDER BY e.id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
@@ -59,7 +83,7 @@ func RecentEvents(ctx context.Context, db DB, limit int) ([]Event, error) {
 	var out []Event
 	for rows.Next() {
 		var e Event
-		if err := rows.Scan(&e.ID, &e.ActorID, &e.ActorEmail, &e.Action, &e.Subject, &e.Detail, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&e.ID, &e.ActorID, &e.ActorEmail, &e.ActorCLI, &e.Action, &e.Subject, &e.Detail, &e.CreatedAt); err != nil {
 			return nil, err
 		}
 		out = append(out, e)

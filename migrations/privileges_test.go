@@ -296,14 +296,14 @@ func TestPrivilegesDownUp(t *testing.T) {
 
 	reverted, err := migrations.DownTo(ctx, owner, 7)
 	require.NoError(t, err)
-	require.Equal(t, []int{12, 11, 10, 9, 8}, reverted)
+	require.Equal(t, []int{13, 12, 11, 10, 9, 8}, reverted)
 	require.False(t, canInsert("effect"))
 	require.False(t, canInsert("river_job"))
 	requireRefused(t, app, `SELECT count(*) FROM effect`)
 
 	res, err := migrations.Up(ctx, owner)
 	require.NoError(t, err)
-	require.Equal(t, []int{8, 9, 10, 11, 12}, res.Applied)
+	require.Equal(t, []int{8, 9, 10, 11, 12, 13}, res.Applied)
 	require.True(t, canInsert("effect"))
 
 	_, err = owner.Exec(ctx, `REVOKE INSERT ON river_job FROM `+migrations.AppRole)

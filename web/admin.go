@@ -49,7 +49,7 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 		return p, err
 	}
 	for _, e := range events {
-		p.Events = append(p.Events, view.AdminEvent{At: e.CreatedAt, Actor: e.ActorEmail, Action: e.Action, Subject: e.Subject, Detail: e.Detail})
+		p.Events = append(p.Events, view.AdminEvent{At: e.CreatedAt, Actor: e.Who(), Action: e.Action, Subject: e.Subject, Detail: e.Detail})
 	}
 	if s.cfg.Providers != nil {
 		queues, err := queueStates(ctx, s.cfg.Pool)

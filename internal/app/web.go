@@ -40,12 +40,13 @@ type AdminBootstrap struct {
 // EnsureAdmin makes sure someone can sign in and manage users: when no
 // enabled admin exists it creates one, with email and password when given
 // (ONCEPLAN_ADMIN_EMAIL, ONCEPLAN_ADMIN_PASSWORD), else the default email
-// and a generated password.
-func EnsureAdmin(ctx context.Context, pool *pgxpool.Pool, email, password string) (AdminBootstrap, error) {
+// and a generated password. who names the process's account and host for
+// the administration trail.
+func EnsureAdmin(ctx context.Context, pool *pgxpool.Pool, who, email, password string) (AdminBootstrap, error) {
 	if email == "" {
 		email = auth.DefaultAdminEmail
 	}
-	created, generated, err := auth.EnsureAdmin(ctx, pool, email, password)
+	created, generated, err := auth.EnsureAdmin(ctx, pool, who, email, password)
 	if err != nil {
 		return AdminBootstrap{}, fmt.Errorf("creating the first admin: %w", err)
 	}

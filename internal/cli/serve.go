@@ -59,7 +59,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}()
 
 	// Someone must be able to sign in: the first start creates an admin.
-	boot, err := app.EnsureAdmin(ctx, d.Pool, env.Getenv("ONCEPLAN_ADMIN_EMAIL"), env.Getenv("ONCEPLAN_ADMIN_PASSWORD"))
+	boot, err := app.EnsureAdmin(ctx, d.Pool, cliActor(), env.Getenv("ONCEPLAN_ADMIN_EMAIL"), env.Getenv("ONCEPLAN_ADMIN_PASSWORD"))
 	if err != nil {
 		return err
 	}

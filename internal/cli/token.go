@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"text/tabwriter"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/onceplan/onceplan/auth"
 )
 
@@ -35,7 +37,18 @@ func runTokenCreate(ctx context.Context, env Env, args []string) error {
 		return errors.New("token create: --name is required (say what will use the token)")
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		secret, t, err := auth.CreateToken(ctx, pool, *user, *name, *agent)
+		var (
+			secret string
+			t      auth.Token
+		)
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			var err error
+			if secret, t, err = auth.CreateToken(ctx, tx, *user, *name, *agent); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, auth.EventTokenCreate, t.UserEmail,
+				map[string]any{"token": t.Prefix, "name": t.Name, "agent": t.Agent})
+		})
 		if err != nil {
 			return fmt.Errorf("token create: %w", err)
 		}
@@ -101,15 +114,19 @@ func runTokenRevoke(ctx context.Context, env Env, args []string) error {
 		return errors.New("token revoke: give either --prefix or --id")
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		var (
-			t   auth.Token
-			err error
-		)
-		if *id != 0 {
-			t, err = auth.RevokeToken(ctx, pool, *id)
-		} else {
-			t, err = auth.RevokeTokenByPrefix(ctx, pool, *prefix)
-		}
+		var t auth.Token
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			var err error
+			if *id != 0 {
+				t, err = auth.RevokeToken(ctx, tx, *id)
+			} else {
+				t, err = auth.RevokeTokenByPrefix(ctx, tx, *prefix)
+			}
+			if err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, auth.EventTokenRevoke, t.UserEmail, map[string]any{"token": t.Prefix, "name": t.Name})
+		})
 		if err != nil {
 			return fmt.Errorf("token revoke: %w", err)
 		}

@@ -8,9 +8,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
@@ -99,6 +104,27 @@ func withDB(ctx context.Context, env Env, db dbFlags, f func(pool auth.DB) error
 	return errors.Join(err, d.Close(closeCtx))
 }
 
+// administer runs an administrative action and its entry in the
+// administration trail in one transaction: nobody is signed in on the
+// command line, so the entry names the operating-system account and host
+// that ran the command.
+func administer(ctx context.Context, pool auth.DB, action func(tx pgx.Tx, who string) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return action(tx, cliActor()) })
+}
+
+// cliActor is "account@host" for the process running this command.
+func cliActor() string {
+	name := "uid " + strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "an unnamed host"
+	}
+	return name + "@" + host
+}
+
 // readPassword reads the first line of stdin, without its line ending.
 func readPassword(env Env) (string, error) {
 	if env.Stdin == nil {
@@ -161,7 +187,14 @@ func runUserAdd(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("user add: %w", err)
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		u, err := auth.CreateUser(ctx, pool, n)
+		var u auth.User
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			var err error
+			if u, err = auth.CreateUser(ctx, tx, n); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, auth.EventUserAdd, u.Email, map[string]any{"roles": u.Roles})
+		})
 		if err != nil {
 			return fmt.Errorf("user add: %w", err)
 		}
@@ -217,7 +250,17 @@ func runUserSetRoles(ctx context.Context, env Env, args []string) error {
 		return errors.New("user set-roles: give at least one --role (admin, proposer, approver, operator, viewer)")
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		u, err := auth.SetRoles(ctx, pool, *email, roles)
+		var u auth.User
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			before, err := auth.GetUserByEmail(ctx, tx, *email)
+			if err != nil {
+				return err
+			}
+			if u, err = auth.SetRoles(ctx, tx, *email, roles); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, auth.EventUserRoles, u.Email, map[string]any{"from": before.Roles, "to": u.Roles})
+		})
 		if err != nil {
 			return fmt.Errorf("user set-roles: %w", err)
 		}
@@ -253,10 +296,21 @@ func runUserSetPassword(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("user set-password: %w", err)
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		if err := auth.SetPassword(ctx, pool, *email, password); err != nil {
+		var u auth.User
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			var err error
+			if u, err = auth.GetUserByEmail(ctx, tx, *email); err != nil {
+				return err
+			}
+			if err := auth.SetPassword(ctx, tx, u.Email, password); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, auth.EventUserPassword, u.Email, nil)
+		})
+		if err != nil {
 			return fmt.Errorf("user set-password: %w", err)
 		}
-		fmt.Fprintf(env.Stdout, "set a new password for %s and ended their sessions\n", strings.TrimSpace(*email))
+		fmt.Fprintf(env.Stdout, "set a new password for %s and ended their sessions\n", u.Email)
 		if generated != "" {
 			fmt.Fprintf(env.Stdout, "password: %s\n", generated)
 			fmt.Fprintln(env.Stderr, "the password is shown only now: pass it on safely")
@@ -266,14 +320,14 @@ func runUserSetPassword(ctx context.Context, env Env, args []string) error {
 }
 
 func runUserDisable(ctx context.Context, env Env, args []string) error {
-	return runUserToggle(ctx, env, args, "disable", auth.DisableUser)
+	return runUserToggle(ctx, env, args, "disable", auth.EventUserDisable, auth.DisableUser)
 }
 
 func runUserEnable(ctx context.Context, env Env, args []string) error {
-	return runUserToggle(ctx, env, args, "enable", auth.EnableUser)
+	return runUserToggle(ctx, env, args, "enable", auth.EventUserEnable, auth.EnableUser)
 }
 
-func runUserToggle(ctx context.Context, env Env, args []string, verb string,
+func runUserToggle(ctx context.Context, env Env, args []string, verb, event string,
 	f func(context.Context, auth.DB, string) (auth.User, error),
 ) error {
 	fs := flag.NewFlagSet("user "+verb, flag.ContinueOnError)
@@ -287,7 +341,14 @@ func runUserToggle(ctx context.Context, env Env, args []string, verb string,
 		return fmt.Errorf("user %s: --email is required", verb)
 	}
 	return withDB(ctx, env, db, func(pool auth.DB) error {
-		u, err := f(ctx, pool, *email)
+		var u auth.User
+		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
+			var err error
+			if u, err = f(ctx, tx, *email); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, who, event, u.Email, nil)
+		})
 		if err != nil {
 			return fmt.Errorf("user %s: %w", verb, err)
 		}

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -223,4 +225,66 @@ func TestUserAndTokenHelp(t *testing.T) {
 	code, _ := ExitCode(err)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "set-roles")
+}
+
+// TestCommandLineAdministrationIsAudited: what an administrator does with
+// `onceplan user …` and `onceplan token …` lands in the same write-once
+// trail as the web's actions, naming the account and host that ran it,
+// in the transaction of the action: a refused action leaves no entry.
+func TestCommandLineAdministrationIsAudited(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	ok := func(group func(context.Context, Env, []string) error, stdin string, args ...string) result {
+		t.Helper()
+		r := b.run(t, group, stdin, args...)
+		require.NoError(t, r.err, "%v: %s", args, r.stderr)
+		return r
+	}
+	ok(runUser, "", "add", "--email", "dee@example.com", "--role", "viewer")
+	ok(runUser, "", "set-roles", "--email", "dee@example.com", "--role", "approver")
+	ok(runUser, "correct horse battery staple\n", "set-password", "--email", "Dee@Example.com", "--password-stdin")
+	ok(runUser, "", "disable", "--email", "dee@example.com")
+	ok(runUser, "", "enable", "--email", "dee@example.com")
+	ok(runToken, "", "create", "--user", "dee@example.com", "--name", "ci")
+	var tokID int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM api_token WHERE name = 'ci'`).Scan(&tokID))
+	ok(runToken, "", "revoke", "--id", strconv.FormatInt(tokID, 10))
+	// Refused: no entry.
+	require.Error(t, b.run(t, runUser, "", "set-roles", "--email", "nobody@example.com", "--role", "viewer").err)
+	require.Error(t, b.run(t, runUser, "", "add", "--email", "dee@example.com", "--role", "viewer").err)
+
+	events, err := auth.RecentEvents(b.ctx, b.pool, 20)
+	require.NoError(t, err)
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, e.Action)
+		require.Equal(t, "dee@example.com", e.Subject, e.Action)
+		require.Zero(t, e.ActorID, e.Action)
+		require.Equal(t, cliActor(), e.ActorCLI, e.Action)
+		require.Regexp(t, `^command line \(.+@.+\)$`, e.Who(), e.Action)
+	}
+	require.Equal(t, []string{"token_revoke", "token_create", "user_enable", "user_disable", "user_password", "user_roles", "user_add"}, actions)
+	require.JSONEq(t, `{"from": ["viewer"], "to": ["approver"]}`, events[5].Detail)
+	require.JSONEq(t, `{"token": "`+prefixOf(t, b, tokID)+`", "name": "ci", "agent": false}`, events[1].Detail)
+
+	// Exactly one of a signed-in user and the command line acted; the
+	// database refuses anything else.
+	for _, sql := range []string{
+		`INSERT INTO admin_event (action, subject) VALUES ('user_add', 'x@example.com')`,
+		`INSERT INTO admin_event (actor_cli, action, subject) VALUES ('  ', 'user_add', 'x@example.com')`,
+		`INSERT INTO admin_event (actor_id, actor_cli, action, subject) SELECT id, 'root@h', 'user_add', 'x@example.com' FROM app_user LIMIT 1`,
+		`INSERT INTO admin_event (actor_cli, action, subject) VALUES ('root@h', 'user_delete', 'x@example.com')`,
+	} {
+		_, err := b.pool.Exec(b.ctx, sql)
+		var pgErr *pgconn.PgError
+		require.ErrorAs(t, err, &pgErr, sql)
+		require.Equal(t, "23514", pgErr.Code, sql)
+	}
+}
+
+func prefixOf(t *testing.T, b *cliBundle, tokID int64) string {
+	t.Helper()
+	var p string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT prefix FROM api_token WHERE id = $1`, tokID).Scan(&p))
+	return p
 }
