@@ -18,8 +18,10 @@ import (
 // regardless of how busy the shared machine is.
 type cpuSample struct {
 	self, postgres time.Duration
-	// autovacuum is the part of postgres spent by autovacuum workers:
-	// debt a run may inherit from the phase before it (dead River rows).
+	// autovacuum is the part of postgres spent by autovacuum workers
+	// that are still running when the sample is taken (a worker that ends
+	// between two samples is counted in postgres through the postmaster's
+	// reaped children, not here, so a difference can even be negative).
 	autovacuum time.Duration
 }
 
@@ -105,4 +107,26 @@ func (a cpuSample) sub(b cpuSample) cpuSample {
 // per1000 is CPU per 1,000 items.
 func per1000(d time.Duration, n int) time.Duration {
 	return d * 1000 / time.Duration(n)
+}
+
+// quiesce lets the database settle before a measured run: it vacuums and
+// analyses what the phases before left behind (a million frozen targets,
+// a million River jobs, the dead rows of the last run) and waits, up to
+// two minutes, until no autovacuum worker is busy. Otherwise autovacuum
+// may choose the middle of the next run to do that work, taking CPU from
+// one side of a comparison only.
+func quiesce(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
+		return fmt.Errorf("vacuum before a measured run: %w", err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		var busy int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'`).Scan(&busy); err != nil {
+			return err
+		}
+		if busy == 0 {
+			return nil
+		}
+	}
+	return nil
 }

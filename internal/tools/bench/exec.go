@@ -90,6 +90,9 @@ func bareRiver(ctx context.Context, pool *pgxpool.Pool, n, workers int) (float64
 			return 0, cpuSample{}, err
 		}
 	}
+	if err := quiesce(ctx, pool); err != nil {
+		return 0, cpuSample{}, err
+	}
 	start, cpu0 := time.Now(), sampleCPU()
 	if err := client.Start(ctx); err != nil {
 		return 0, cpuSample{}, err
@@ -167,6 +170,9 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (exec
 	if err != nil {
 		return execResult{}, err
 	}
+	if err := quiesce(ctx, pool); err != nil {
+		return execResult{}, err
+	}
 	start, cpu0 := time.Now(), sampleCPU()
 	if err := r.Start(ctx); err != nil {
 		return execResult{}, err
@@ -238,9 +244,9 @@ func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
 			per1000(bareCPU.self, n).Round(time.Millisecond), per1000(bareCPU.postgres, n).Round(time.Millisecond))
 		fmt.Printf("                executor, no-op provider %.0f effects/s = %.2fx; claim-to-settle p50 / p99 %s / %s\n",
 			ours.perSec, ratio, ours.p50.Round(100*time.Microsecond), ours.p99.Round(100*time.Microsecond))
-		fmt.Printf("                executor CPU per 1,000: %s Go + %s PostgreSQL (autovacuum workers seen: %s)\n",
+		fmt.Printf("                executor CPU per 1,000: %s Go + %s PostgreSQL (of which autovacuum workers still running at the end: %s)\n",
 			per1000(ours.cpu.self, n).Round(time.Millisecond), per1000(ours.cpu.postgres, n).Round(time.Millisecond),
-			per1000(ours.cpu.autovacuum, n).Round(time.Millisecond))
+			per1000(max(ours.cpu.autovacuum, 0), n).Round(time.Millisecond))
 		figures = append(figures, fmt.Sprintf("%d workers: bare River %.0f jobs/s (CPU per 1,000 %s Go + %s PostgreSQL), executor %.0f effects/s = **%.2f×** (%s Go + %s PostgreSQL), p50/p99 %s/%s",
 			w, bare, per1000(bareCPU.self, n).Round(time.Millisecond), per1000(bareCPU.postgres, n).Round(time.Millisecond),
 			ours.perSec, ratio, per1000(ours.cpu.self, n).Round(time.Millisecond), per1000(ours.cpu.postgres, n).Round(time.Millisecond),

@@ -37,7 +37,7 @@ const smtpWorkers = 100
 // addr with smtpConns clients, each dialled once and reused, and returns
 // messages per second and the CPU the run took. Each message is built in the sending loop, as the
 // provider builds one per Send.
-func goMailDirect(ctx context.Context, addr string, n int) (float64, cpuSample, error) {
+func goMailDirect(ctx context.Context, pool *pgxpool.Pool, addr string, n int) (float64, cpuSample, error) {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0, cpuSample{}, err
@@ -49,6 +49,9 @@ func goMailDirect(ctx context.Context, addr string, n int) (float64, cpuSample, 
 	}
 	close(next)
 	errs := make(chan error, smtpConns)
+	if err := quiesce(ctx, pool); err != nil {
+		return 0, cpuSample{}, err
+	}
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), sampleCPU()
 	for range smtpConns {
@@ -125,6 +128,9 @@ func onceplanSMTP(ctx context.Context, pool *pgxpool.Pool, s *sink.SMTP, n int) 
 	if err != nil {
 		return 0, cpuSample{}, err
 	}
+	if err := quiesce(ctx, pool); err != nil {
+		return 0, cpuSample{}, err
+	}
 	start, cpu0 := time.Now(), sampleCPU()
 	if err := r.Start(ctx); err != nil {
 		return 0, cpuSample{}, err
@@ -163,7 +169,7 @@ func benchSMTP(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	}
 	defer viaOnceplan.Close()
 
-	base, baseCPU, err := goMailDirect(ctx, direct.Addr(), n)
+	base, baseCPU, err := goMailDirect(ctx, pool, direct.Addr(), n)
 	if err != nil {
 		return fmt.Errorf("go-mail direct: %w", err)
 	}
