@@ -8,8 +8,10 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -41,7 +43,7 @@ func Registry(pool *pgxpool.Pool, logger *slog.Logger) *prometheus.Registry {
 }
 
 var (
-	effectsDesc = prometheus.NewDesc("onceplan_effects", "Ledger attempts by provider and state, across every process.",
+	effectsDesc = prometheus.NewDesc("onceplan_effects", "Ledger attempts by provider and state, across every process (recounted at most every 30 s).",
 		[]string{"provider", "state"}, nil)
 	inDoubtDesc = prometheus.NewDesc("onceplan_effects_in_doubt", "Attempts pending or unknown: pending ones settle by themselves, unknown ones wait for a person.",
 		[]string{"state"}, nil)
@@ -55,11 +57,30 @@ var (
 		nil, nil)
 )
 
-// dbCollector reads the shared gauges at scrape time, each with an
-// index-backed query, under a short deadline.
+// dbCollector reads the shared gauges at scrape time, under a short
+// deadline. The in-doubt, oldest-pending and queue gauges come from
+// index-backed queries and are read at every scrape; the count of every
+// attempt by provider and state reads the whole ledger (≈ 0.2 s at
+// 1,000,000 attempts), so it is recounted at most every effectsMaxAge,
+// however many scrapers ask, and read last, so that a ledger too large to
+// count within the deadline costs that gauge only.
 type dbCollector struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+
+	mu      sync.Mutex // held while recounting: one recount at a time
+	counts  []effectCount
+	triedAt time.Time // of the last recount, whether it worked or not
+	lastErr error     // of that recount
+}
+
+// effectsMaxAge is how old the served count of attempts by provider and
+// state may be.
+const effectsMaxAge = 30 * time.Second
+
+type effectCount struct {
+	provider, state string
+	n               float64
 }
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -80,26 +101,6 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
-	rows, err := c.pool.Query(ctx, `
-		SELECT coalesce(p.provider, ''), e.state::text, count(*)
-		FROM effect e LEFT JOIN plan p ON p.id = e.plan_id
-		GROUP BY 1, 2`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var provider, state string
-		var n float64
-		if err := rows.Scan(&provider, &state, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, n, provider, state)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-
 	var pending, unknown float64
 	var oldest *float64
 	if err := c.pool.QueryRow(ctx, `
@@ -117,7 +118,7 @@ func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) 
 	}
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age)
 
-	rows, err = c.pool.Query(ctx, `
+	rows, err := c.pool.Query(ctx, `
 		SELECT queue, state::text, count(*) FROM river_job
 		WHERE state IN ('available', 'scheduled', 'running', 'retryable')
 		GROUP BY 1, 2`)
@@ -153,7 +154,49 @@ func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) 
 		}
 		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, queue)
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
+	counts, err := c.effectCounts(ctx)
+	for _, e := range counts { // the last count, even when recounting failed
+		ch <- prometheus.MustNewConstMetric(effectsDesc, prometheus.GaugeValue, e.n, e.provider, e.state)
+	}
+	return err
+}
+
+// effectCounts returns the count of attempts by provider and state,
+// recounted when the last try is effectsMaxAge old. A recount that fails
+// (say, a ledger too large to count within the scrape's deadline) is not
+// tried again sooner either; until one works, the previous count is
+// returned with the error.
+func (c *dbCollector) effectCounts(ctx context.Context) ([]effectCount, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.triedAt.IsZero() && time.Since(c.triedAt) < effectsMaxAge {
+		return c.counts, c.lastErr
+	}
+	c.triedAt = time.Now()
+	counts, err := c.recount(ctx)
+	if c.lastErr = err; err == nil {
+		c.counts = counts
+	}
+	return c.counts, err
+}
+
+func (c *dbCollector) recount(ctx context.Context) ([]effectCount, error) {
+	rows, err := c.pool.Query(ctx, `
+		SELECT coalesce(p.provider, ''), e.state::text, count(*)
+		FROM effect e LEFT JOIN plan p ON p.id = e.plan_id
+		GROUP BY 1, 2`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (effectCount, error) {
+		var e effectCount
+		err := r.Scan(&e.provider, &e.state, &e.n)
+		return e, err
+	})
 }
 
 // Init makes the per-provider series exist at zero, so dashboards and
