@@ -258,7 +258,6 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if !ok {
 		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 	}
-	release = sync.OnceFunc(release)
 	defer release()
 	e.crash.at(pointBeforeClaim)
 
@@ -324,7 +323,9 @@ const busySnooze = time.Second
 // nothing (internal/faulttest, TestProviderSlow). When the wait runs out,
 // ok is false and the job should snooze: a busy provider is not a failed
 // attempt and must not use up the job's retries. Without a deadline (a
-// maintenance round) it waits as long as ctx allows.
+// maintenance round) it waits as long as ctx allows. release may be
+// called more than once (call releases the slot early, the caller's defer
+// again); only the first call releases.
 func acquire(ctx context.Context, prov provider.Provider, started time.Time) (release func(), ok bool, err error) {
 	wait := ctx
 	if deadline, has := ctx.Deadline(); has {
@@ -335,7 +336,7 @@ func acquire(ctx context.Context, prov provider.Provider, started time.Time) (re
 	release, err = prov.Acquire(wait)
 	switch {
 	case err == nil:
-		return release, true, nil
+		return sync.OnceFunc(release), true, nil
 	case ctx.Err() == nil:
 		// Our share of the wait ran out (or the rate limit would not
 		// have a token before it), not the job.
@@ -532,7 +533,6 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		if !ok {
 			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 		}
-		release = sync.OnceFunc(release)
 		defer release()
 		log.Info("recovering by sending again with the same effect id")
 		if eff.State == ledger.StatePending {

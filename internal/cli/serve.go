@@ -38,13 +38,10 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	logger := newLogger(env.Stderr)
 
 	d, err := app.OpenDB(ctx, app.DBOptions{
-		URL:     db.databaseURL,
-		DataDir: db.dataDir,
-		Migrate: db.databaseURL == "",
-		// pgxpool's default (4 on 2 cores) starves River's producers, the
-		// executor's batches and the UI together; the executor opens a
-		// few more of its own for its write batches.
-		MaxConns: 40,
+		URL:      db.databaseURL,
+		DataDir:  db.dataDir,
+		Migrate:  db.databaseURL == "",
+		MaxConns: workerPoolConns,
 		Logger:   logger,
 	})
 	if err != nil {

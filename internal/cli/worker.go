@@ -23,10 +23,7 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	logger := newLogger(env.Stderr)
-	// 40 connections: pgxpool's default (4 on 2 cores) starves River's
-	// producers, the workers' batches and maintenance; the executor opens
-	// a few more of its own for its write batches (executor.newWritePool).
-	d, err := app.OpenDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Migrate: db.databaseURL == "", MaxConns: 40, Logger: logger})
+	d, err := app.OpenDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Migrate: db.databaseURL == "", MaxConns: workerPoolConns, Logger: logger})
 	if err != nil {
 		return err
 	}

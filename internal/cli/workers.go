@@ -32,6 +32,13 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", 16, "effects one process works on at once per provider (1-10000); a provider's concurrency still bounds its calls")
 }
 
+// workerPoolConns is the database pool of a process that runs workers
+// (serve, worker): pgxpool's default (4 on 2 cores) starves River's
+// producers, the executor's batches, maintenance and, in serve, the UI.
+// The executor opens a few more of its own for its write batches
+// (executor.newWritePool).
+const workerPoolConns = 40
+
 // check refuses flag values that cannot work, before anything starts.
 func (w *workerFlags) check() error {
 	if n := w.opts.WorkersPerQueue; n < 1 || n > 10_000 {
