@@ -2,7 +2,6 @@ package audit_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -258,30 +257,13 @@ func TestMetricSkipsOtherListsWhenThereAreNone(t *testing.T) {
 			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL, pgx.NamedArgs{"plan": c.PlanID}).Scan(&out)
 		})
 		require.NoError(t, err, settings)
-		var plans []struct{ Plan explainNode }
-		require.NoError(t, json.Unmarshal(out, &plans), settings)
 		seen := 0
-		plans[0].Plan.walk(func(n explainNode) {
+		pgtest.ParsePlan(t, out).Walk(func(n pgtest.PlanNode) {
 			if n.Alias == "o" || n.Alias == "oe" || n.Alias == "ot" {
 				seen++
 				require.Zero(t, n.Loops, "%q: %s %s (%s) ran, with no version of another list", settings, n.Type, n.Relation, n.Alias)
 			}
 		})
 		require.NotZero(t, seen, "%q: the plan has no node of the other-list branch: are the aliases still o, oe, ot?", settings)
-	}
-}
-
-type explainNode struct {
-	Type     string        `json:"Node Type"`
-	Relation string        `json:"Relation Name"`
-	Alias    string        `json:"Alias"`
-	Loops    int           `json:"Actual Loops"`
-	Plans    []explainNode `json:"Plans"`
-}
-
-func (n explainNode) walk(f func(explainNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		c.walk(f)
 	}
 }

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,11 +33,8 @@ func TestWritePlansUseIndexesOnly(t *testing.T) {
 		require.NoError(t, err, st.name)
 		var out []byte
 		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+st.name+st.args).Scan(&out), st.name)
-		var plans []struct{ Plan planNode }
-		require.NoError(t, json.Unmarshal(out, &plans), st.name)
-		require.Len(t, plans, 1, st.name)
 		var nodes []string
-		plans[0].Plan.walk(func(n planNode) {
+		pgtest.ParsePlan(t, out).Walk(func(n pgtest.PlanNode) {
 			nodes = append(nodes, n.Type+" "+n.Relation+" "+n.Index)
 			switch n.Type {
 			case "Seq Scan":
@@ -50,20 +46,5 @@ func TestWritePlansUseIndexesOnly(t *testing.T) {
 			}
 		})
 		t.Logf("%s: %v", st.name, nodes)
-	}
-}
-
-type planNode struct {
-	Type      string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	Index     string     `json:"Index Name"`
-	IndexCond string     `json:"Index Cond"`
-	Plans     []planNode `json:"Plans"`
-}
-
-func (n planNode) walk(f func(planNode)) {
-	f(n)
-	for _, c := range n.Plans {
-		c.walk(f)
 	}
 }
