@@ -15,11 +15,12 @@ import (
 	"github.com/onceplan/onceplan/plan"
 )
 
-// TestRandomKills: a 2,000-target campaign, the worker killed with SIGKILL
-// five times at random moments and restarted: no target gets two effects
-// and none is forgotten.
-func TestRandomKills(t *testing.T) {
-	t.Parallel()
+// randomKills runs a 2,000-target campaign on a maildir and on a
+// deduplicating webhook with the providers' concurrency set to
+// concurrency: kill starts and SIGKILLs worker processes as it likes and
+// returns the ones left running, which must then complete the campaign
+// with exactly one effect per target.
+func randomKills(t *testing.T, concurrency string, kill func(t *testing.T, e *env, w *world, prov string) []*worker) {
 	if testing.Short() {
 		t.Skip("the random-kill soak is not part of -short")
 	}
@@ -28,27 +29,37 @@ func TestRandomKills(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			w := newWorld(t, kind)
-			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=8", 1)
+			prov := strings.Replace(w.provider, "concurrency=1", "concurrency="+concurrency, 1)
 			const n = 2000
 			id := e.campaign(t, "p", n)
 			targets := e.targets(t, id)
 
-			for kill := range 5 {
-				wk := e.startWorker(t, []string{prov})
-				// Let it get going, then kill it mid-stride.
-				time.Sleep(time.Duration(400+rand.IntN(1200)) * time.Millisecond)
-				wk.kill()
-				requireNoDuplicates(t, w, "after kill")
-				t.Logf("kill %d: %d targets reached so far", kill+1, len(w.effects()))
-			}
-			final := e.startWorker(t, []string{prov})
+			running := kill(t, e, w, prov)
 			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
 				return e.campaignState(t, id) == plan.StateCompleted
-			}, final)
+			}, running...)
 			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
 			requireExactlyOnce(t, w, targets)
 		})
 	}
+}
+
+// TestRandomKills: a 2,000-target campaign, the worker killed with SIGKILL
+// five times at random moments and restarted: no target gets two effects
+// and none is forgotten.
+func TestRandomKills(t *testing.T) {
+	t.Parallel()
+	randomKills(t, "8", func(t *testing.T, e *env, w *world, prov string) []*worker {
+		for kill := range 5 {
+			wk := e.startWorker(t, []string{prov})
+			// Let it get going, then kill it mid-stride.
+			time.Sleep(time.Duration(400+rand.IntN(1200)) * time.Millisecond)
+			wk.kill()
+			requireNoDuplicates(t, w, "after kill")
+			t.Logf("kill %d: %d targets reached so far", kill+1, len(w.effects()))
+		}
+		return []*worker{e.startWorker(t, []string{prov})}
+	})
 }
 
 // TestRandomKillsSeveralWorkers: the crash suite with several workers (issue
@@ -59,38 +70,21 @@ func TestRandomKills(t *testing.T) {
 // gets two effects and none is forgotten.
 func TestRandomKillsSeveralWorkers(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("the random-kill soak is not part of -short")
-	}
-	for _, kind := range []string{"maildir", "webhook-dedupe"} {
-		t.Run(kind, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			w := newWorld(t, kind)
-			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=4", 1)
-			const n = 2000
-			id := e.campaign(t, "p", n)
-			targets := e.targets(t, id)
-
-			workers := make([]*worker, 3)
-			for i := range workers {
-				workers[i] = e.startWorker(t, []string{prov})
-			}
-			for kill := range 8 {
-				time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
-				i := rand.IntN(len(workers))
-				workers[i].kill()
-				requireNoDuplicates(t, w, "after a kill")
-				workers[i] = e.startWorker(t, []string{prov})
-				t.Logf("kill %d (worker %d): %d targets reached so far", kill+1, i, len(w.effects()))
-			}
-			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
-				return e.campaignState(t, id) == plan.StateCompleted
-			}, workers...)
-			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
-			requireExactlyOnce(t, w, targets)
-		})
-	}
+	randomKills(t, "4", func(t *testing.T, e *env, w *world, prov string) []*worker {
+		workers := make([]*worker, 3)
+		for i := range workers {
+			workers[i] = e.startWorker(t, []string{prov})
+		}
+		for kill := range 8 {
+			time.Sleep(time.Duration(300+rand.IntN(700)) * time.Millisecond)
+			i := rand.IntN(len(workers))
+			workers[i].kill()
+			requireNoDuplicates(t, w, "after a kill")
+			workers[i] = e.startWorker(t, []string{prov})
+			t.Logf("kill %d (worker %d): %d targets reached so far", kill+1, i, len(w.effects()))
+		}
+		return workers
+	})
 }
 
 // TestConcurrentWorkersDuplicateJobsAndResumes: two worker processes on one
