@@ -85,7 +85,19 @@ type Result struct {
 }
 
 func (s *Service) tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+	return frozenRuleErr(pgx.BeginFunc(ctx, s.pool, fn))
+}
+
+// frozenRuleErr words PostgreSQL's refusal of something that is not what
+// was submitted or approved (SQLSTATE OP007, migration 0014) as a conflict.
+// The service checks each rule before it writes, so this is the database's
+// backstop speaking: a concurrent change, or a bug.
+func frozenRuleErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "OP007" {
+		return fmt.Errorf("%w: %s", ErrConflict, pgErr.Message)
+	}
+	return err
 }
 
 func (s *Service) result(ctx context.Context, db plan.DB, c plan.Campaign) (Result, error) {
@@ -311,6 +323,9 @@ func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error
 			return err
 		}
 		res.Campaign.State = plan.StatePendingApproval
+		if _, err := plan.Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID); err != nil {
+			return err
+		}
 		return s.event(ctx, tx, &a, c, ActionSubmit, res.PlanHash, "", nil)
 	})
 	return res, err
@@ -341,7 +356,12 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 		if shownHash != res.PlanHash {
 			return fmt.Errorf("%w: the draft changed since it was shown to you (you approved %.12s…, it is now %.12s…); review it again", ErrConflict, shownHash, res.PlanHash)
 		}
-		if a.UserID == res.Draft.ProposedBy || a.UserID == res.Draft.LastEditedBy {
+		// Authorship as submitted decides, as it does for PostgreSQL.
+		sub, err := plan.LatestSubmission(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		if sub.IsAuthor(a.UserID) {
 			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, $2, $3, $4)`,

@@ -12,11 +12,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
 // blockingStates is the SQL list of states that hold a key.
-const blockingStates = `('pending', 'done', 'unknown', 'stranded')`
+const blockingStates = ledger.BlockingStates
 
 // TargetRow is one planned target with its ledger state.
 type TargetRow struct {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/plan"
 )
@@ -74,18 +76,81 @@ type Metric struct {
 	// Evidence lists the sources reconciled (maildir, provider_log,
 	// probe); empty means the ledger alone was counted.
 	Evidence []string `json:"evidence"`
-	// Holds: missing, in doubt and duplicates are all 0 (and so are
-	// unconfirmed and unrecorded, when evidence was gathered).
+	// Outside: of the missing targets, those whose key is held at its
+	// current epoch by an attempt made outside any plan. Such an attempt
+	// never counts as the target's effect, and while it holds the key the
+	// target cannot get one.
+	Outside int `json:"outside"`
+	// PlanIntact: the plan's frozen rows, read in the snapshot the counts
+	// come from, hash to the approved hash, carry their addresses' keys,
+	// and were approved by the quorum (Integrity says what was found).
+	PlanIntact bool      `json:"plan_intact"`
+	Integrity  Integrity `json:"integrity"`
+	// Holds: the plan is intact and missing, in doubt and duplicates are
+	// all 0 (and so are unconfirmed and unrecorded, when evidence was
+	// gathered).
 	Holds bool `json:"holds"`
+	// Reasons says, one sentence each, why it does not hold and what to
+	// do; empty when it holds.
+	Reasons []string `json:"reasons"`
 }
 
-// finish derives InDoubt and Holds from the counts.
+// finish derives InDoubt, PlanIntact, Holds and the reasons from the counts.
 func (m *Metric) finish() {
 	if m.Evidence == nil {
 		m.Evidence = []string{}
 	}
 	m.InDoubt = m.Pending + m.Unknown
-	m.Holds = m.Missing == 0 && m.InDoubt == 0 && m.Duplicates == 0 && m.Unconfirmed == 0 && m.Unrecorded == 0
+	m.Outside = min(m.Outside, m.Missing)
+	m.PlanIntact = m.Integrity.Intact()
+	m.Holds = m.PlanIntact && m.Missing == 0 && m.InDoubt == 0 && m.Duplicates == 0 && m.Unconfirmed == 0 && m.Unrecorded == 0
+	m.Reasons = m.Explain()
+}
+
+// Explain says, one sentence each, why the counts do not hold and what to
+// do (Reasons).
+func (m Metric) Explain() []string {
+	out := m.Integrity.reasons(m.Approved)
+	if m.Missing > 0 {
+		r := fmt.Sprintf("%s no effect of their own at their current epoch: not started yet (a running campaign starts them; resume a paused or completed one)",
+			plural(m.Missing, "target has", "targets have"))
+		if m.Outside > 0 {
+			r += fmt.Sprintf(", or, for %d of them, held by a ledger row made outside any plan, which never counts as their effect: "+
+				"find them in the target list under \"outside the plan\" and revoke or resolve that row", m.Outside)
+		}
+		out = append(out, r+".")
+	}
+	if m.Unknown > 0 {
+		out = append(out, fmt.Sprintf("%s (the call may or may not have landed): check the provider, then resolve each as delivered or not delivered.",
+			plural(m.Unknown, "target is unknown", "targets are unknown")))
+	}
+	if m.Pending > 0 {
+		out = append(out, fmt.Sprintf("%s pending: a call is in flight, or its worker died and recovery settles it after the owner timeout.",
+			plural(m.Pending, "target is", "targets are")))
+	}
+	if m.Duplicates > 0 {
+		out = append(out, fmt.Sprintf("%s more than one effect in the provider's evidence: see the reconciliation's duplicates.",
+			plural(m.Duplicates, "target has", "targets have")))
+	}
+	if m.Unconfirmed > 0 {
+		out = append(out, fmt.Sprintf("%s done in the ledger with nothing in the evidence: check the provider for them.",
+			plural(m.Unconfirmed, "target is", "targets are")))
+	}
+	if m.Unrecorded > 0 {
+		out = append(out, fmt.Sprintf("%s delivered according to the evidence but not done in the ledger: resolve the unknown ones as delivered.",
+			plural(m.Unrecorded, "target is", "targets are")))
+	}
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Headline is the campaign's one-line result, e.g. "998/1000 exactly once".
@@ -93,6 +158,9 @@ func (m Metric) Headline() string {
 	verdict := "holds"
 	if !m.Holds {
 		var why []string
+		if !m.PlanIntact {
+			why = append(why, "plan not intact")
+		}
 		for _, c := range []struct {
 			n    int
 			what string
@@ -109,29 +177,103 @@ func (m Metric) Headline() string {
 	return fmt.Sprintf("%d/%d exactly once; %s", m.ExactlyOnce, m.Approved, verdict)
 }
 
-// ForPlan computes the metric of a frozen plan from the ledger alone, in
-// one statement (one snapshot of the ledger). The statement runs in a
-// transaction of its own (a savepoint when db is a transaction, whose JIT
-// setting it then leaves off) with PostgreSQL's JIT compilation off.
+// ForPlan computes the metric of a frozen plan from the ledger alone. It
+// reads the plan's target rows (to check them against the approved hash,
+// see [Integrity]) and counts its targets in one snapshot: a transaction
+// of its own under REPEATABLE READ, or a savepoint when db is a
+// transaction, with PostgreSQL's JIT compilation off.
 func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 	m := Metric{PlanID: planID}
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+	var raw int
+	count := func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, noJIT); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID}).Scan(
-			&m.CampaignID, &m.PlanVersion, &m.Approved,
-			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Revoked)
-	})
+		var listID int64
+		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID}).Scan(
+			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
+			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Revoked); err != nil {
+			return err
+		}
+		raw = m.Approved - m.ExactlyOnce - m.Pending - m.Unknown - m.Stranded - m.Failed - m.Revoked
+		if raw <= 0 {
+			return nil
+		}
+		return tx.QueryRow(ctx, outsideSQL, pgx.NamedArgs{"list": listID, "count": m.Approved}).Scan(&m.Outside)
+	}
+	check := func(tx pgx.Tx) (err error) {
+		m.Integrity, err = readIntegrity(ctx, tx, planID)
+		return err
+	}
+	err := inSnapshot(ctx, db, count, check)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("%w: there is no plan %d", ErrNotFound, planID)
 	}
 	if err != nil {
 		return m, fmt.Errorf("auditing plan %d: %w", planID, err)
 	}
-	m.Missing = m.Approved - m.ExactlyOnce - m.Pending - m.Unknown - m.Stranded - m.Failed - m.Revoked
+	// Never negative: the counts come from attempts at approved ordinals,
+	// at most one per target, so more counted than approved means rows
+	// PostgreSQL now refuses were written earlier (the plan is not intact).
+	m.Missing = max(raw, 0)
 	m.finish()
+	if raw < 0 {
+		m.PlanIntact, m.Holds = false, false
+		m.Reasons = append([]string{fmt.Sprintf("The plan is not intact: the ledger counts %d more effects for its targets than it has targets; "+
+			"some attempt names a target with another target's key.", -raw)}, m.Reasons...)
+	}
 	return m, nil
+}
+
+// inSnapshot runs each fn in one snapshot of the database. Given a pool,
+// they run at once, each on a connection of its own, the others importing
+// the first one's snapshot (REPEATABLE READ, read only): reading a
+// million frozen rows and counting a million targets then take as long as
+// the longer of the two, not their sum. Given a transaction (or a pool
+// too small for that), they run one after the other in it (a savepoint).
+func inSnapshot(ctx context.Context, db DB, fns ...func(pgx.Tx) error) error {
+	pool, ok := db.(*pgxpool.Pool)
+	if !ok || len(fns) < 2 || pool.Config().MaxConns < int32(len(fns))+1 {
+		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			for _, fn := range fns {
+				if err := fn(tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	txs := make([]pgx.Tx, len(fns))
+	defer func() {
+		for _, tx := range txs {
+			if tx != nil {
+				tx.Rollback(context.WithoutCancel(ctx))
+			}
+		}
+	}()
+	var snapshot string
+	for i := range fns {
+		tx, err := pool.BeginTx(ctx, auditTx)
+		if err != nil {
+			return err
+		}
+		txs[i] = tx
+		if i == 0 {
+			err = tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&snapshot)
+		} else {
+			_, err = tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+snapshot+`'`)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn(txs[i]) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // ForCampaign computes the metric of a campaign's current plan: the latest

@@ -74,10 +74,20 @@ func TestMetricEveryState(t *testing.T) {
 
 	m, err := audit.ForPlan(b.ctx, b.f.Pool, c.PlanID)
 	require.NoError(t, err)
+	p, err := plan.GetPlan(b.ctx, b.f.Pool, c.PlanID)
+	require.NoError(t, err)
 	require.Equal(t, audit.Metric{
 		CampaignID: c.ID, PlanID: c.PlanID, PlanVersion: 1,
 		Approved: 14, ExactlyOnce: 5, Missing: 2, InDoubt: 3, Pending: 2, Unknown: 1,
 		Failed: 2, Stranded: 1, Revoked: 1, Evidence: []string{}, Holds: false,
+		// The frozen rows, read again, are the approved ones.
+		PlanIntact: true,
+		Integrity:  audit.Integrity{Rows: 14, PlanHash: p.Hash, ApprovedHash: p.Hash, Approvals: 1, RequiredApprovals: 1},
+		Reasons: []string{
+			"2 targets have no effect of their own at their current epoch: not started yet (a running campaign starts them; resume a paused or completed one).",
+			"1 target is unknown (the call may or may not have landed): check the provider, then resolve each as delivered or not delivered.",
+			"2 targets are pending: a call is in flight, or its worker died and recovery settles it after the owner timeout.",
+		},
 	}, m)
 	require.Equal(t, "5/14 exactly once; does not hold: 2 missing, 3 in doubt", m.Headline())
 

@@ -2,6 +2,8 @@ package audit
 
 // The package's SQL, in one place. Every query reads; none writes.
 
+import "github.com/onceplan/onceplan/ledger"
+
 // metricSQL counts a plan's targets by the newest attempt at their key's
 // current epoch, in one statement (@plan is the plan's id). Missing is
 // what is left: approved minus the targets that have an attempt.
@@ -26,8 +28,14 @@ package audit
 //     0.6 s at 1,000,000 targets once another campaign had a million
 //     attempts), or hash the whole list first.
 //
-// Every attempt at a plan target carries its plan (the executor's claim is
-// the only writer and sets it); an attempt without one would not be seen.
+// Every attempt at a plan target carries its plan and the target's
+// ordinal (the executor's claim is the only writer and sets them), and
+// PostgreSQL refuses one whose key is not that target's (migration 0014).
+// An attempt without a plan is outside the plan: it never counts as a
+// target's effect, even on a planned key (outsideSQL counts the targets it
+// holds). Since no row can be added to a frozen list (0014), every
+// ordinal an attempt names is an approved target's; ForPlan says when an
+// older ledger counts more than that.
 //
 // The current epoch is 0 unless the key was bumped (effect_bump is small:
 // each bump is a human act or a registered policy's). A blocking attempt
@@ -66,7 +74,7 @@ counted AS (
   FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
   WHERE a.epoch = coalesce(bu.epoch, 0)
 )
-SELECT p.campaign_id, p.version, p.target_count,
+SELECT p.campaign_id, p.version, p.target_count, p.list_id,
        c.done, c.pending, c.unknown, c.stranded, c.failed, c.revoked
 FROM p CROSS JOIN counted c`
 
@@ -118,3 +126,45 @@ const planCampaign = `SELECT campaign_id FROM plan WHERE id = $1`
 const ledgerIdentities = `
 SELECT e.key, e.epoch, coalesce(e.receipt, ''), coalesce(p.campaign_id::text, '')
 FROM effect e LEFT JOIN plan p ON p.id = e.plan_id`
+
+// frozenPlanSQL reads what a plan's integrity is checked against: its
+// payload and approved hash, its campaign's quorum, and the distinct
+// approvals of exactly that hash by people who are not authors of the
+// submission it answered (the latest submission of its version and hash;
+// for a plan frozen before submissions were recorded, its proposer and
+// the draft's last editor), as PostgreSQL's freeze rule counts them
+// (migration 0014).
+const frozenPlanSQL = `
+WITH p AS (SELECT * FROM plan WHERE id = $1),
+s AS (
+  SELECT s.proposed_by, s.last_edited_by FROM submission s, p
+  WHERE s.campaign_id = p.campaign_id AND s.version = p.version AND s.plan_hash = p.plan_hash
+  ORDER BY s.id DESC LIMIT 1
+),
+author AS (
+  SELECT proposed_by AS id FROM s UNION ALL SELECT last_edited_by FROM s
+  UNION ALL SELECT p.proposed_by FROM p WHERE NOT EXISTS (SELECT 1 FROM s)
+  UNION ALL SELECT d.last_edited_by FROM draft d, p
+    WHERE d.campaign_id = p.campaign_id AND d.version = p.version AND NOT EXISTS (SELECT 1 FROM s)
+)
+SELECT p.campaign_id, p.provider, p.tool, p.from_addr, p.subject, p.text_body, p.html_body,
+       p.list_id, p.target_count, p.plan_hash, c.required_approvals,
+       (SELECT count(DISTINCT a.approver_id)::int FROM approval a
+        WHERE a.campaign_id = p.campaign_id AND a.version = p.version AND a.plan_hash = p.plan_hash
+          AND a.approver_id NOT IN (SELECT id FROM author))
+FROM p JOIN campaign c ON c.id = p.campaign_id`
+
+// listRowsSQL reads a list's rows in ordinal order, as the digest takes
+// them: the variables as PostgreSQL prints them, re-encoded canonically
+// by plan.AppendCanonicalVars.
+const listRowsSQL = `SELECT ordinal, target, key, vars::text FROM target WHERE list_id = $1 ORDER BY ordinal`
+
+// outsideSQL counts the plan's approved targets whose key, at its current
+// epoch, is held by an attempt made outside any plan (effect_outside_plan
+// holds only those, so this reads few rows): such a target cannot get an
+// effect of its own, and the held attempt never counts as one.
+var outsideSQL = `
+SELECT count(DISTINCT t.ordinal)::int
+FROM effect e JOIN target t ON t.list_id = @list AND t.key = e.key
+WHERE e.plan_id IS NULL AND e.state IN ` + ledger.BlockingStates + ` AND t.ordinal <= @count
+  AND e.epoch = ` + ledger.CurrentEpochOf("e.key")

@@ -175,7 +175,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
 			       (SELECT count(*) + 1 FROM effect e WHERE e.key = $1 AND e.epoch = cur.epoch),
 			       $2, $3, $4, $5
 			FROM cur
-			ON CONFLICT (key, epoch) WHERE state IN ('pending', 'done', 'unknown', 'stranded') DO NOTHING
+			ON CONFLICT (key, epoch) WHERE state IN `+BlockingStates+` DO NOTHING
 			RETURNING `+effectCols, string(p.Key), p.Owner, job, planID, ordinal)
 		e, err := scanEffect(row)
 		if err == nil {
@@ -209,7 +209,7 @@ func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
 		SELECT `+effectCols+` FROM effect
 		WHERE key = $1
 		  AND epoch = `+currentEpoch+`
-		  AND state IN ('pending', 'done', 'unknown', 'stranded')`, string(key)))
+		  AND state IN `+BlockingStates, string(key)))
 	return e, translate(err)
 }
 
@@ -228,6 +228,11 @@ func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
 	return out, translate(err)
 }
+
+// BlockingStates is the SQL list of the states that hold a key at its
+// epoch (DESIGN §3: pending, done, unknown, stranded), as the ledger's
+// unique index names them.
+const BlockingStates = `('pending', 'done', 'unknown', 'stranded')`
 
 // currentEpoch is the SQL expression for the current epoch of the key in
 // $1 (CurrentEpochOf).

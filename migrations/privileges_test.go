@@ -84,6 +84,18 @@ func TestAppRoleRefused(t *testing.T) {
 		`UPDATE plan SET subject = 'changed after approval'`,
 		`UPDATE target SET vars = '{"name": "changed"}'`,
 		`UPDATE target_list SET digest = repeat('0', 64)`,
+		`DELETE FROM target`,
+		`INSERT INTO target (list_id, list_xact, ordinal, target, key, line)
+		 SELECT id, created_xact, 2, 'mallory@example.com', key, 3 FROM target_list, target`,
+		`INSERT INTO target_list (created_xact, campaign_id, target_count, digest, created_by)
+		 SELECT '1', campaign_id, 1, digest, created_by FROM target_list`,
+		`UPDATE submission SET proposed_by = proposed_by`,
+		`DELETE FROM submission`,
+		`UPDATE draft SET proposed_by = proposed_by`,
+		`UPDATE campaign SET required_approvals = 1`,
+		`UPDATE campaign SET provider = 'other'`,
+		`UPDATE campaign SET created_by = created_by`,
+		`INSERT INTO bump_policy (name, description, registered_by) VALUES ('sneaky', 'the server registers its own', 'server')`,
 		`UPDATE approval SET plan_hash = repeat('0', 64)`,
 		`UPDATE run SET job_count = 0`,
 		`UPDATE campaign_event SET reason = 'rewritten'`,
@@ -111,16 +123,22 @@ func seed(t *testing.T, admin *pgxpool.Pool) {
 	key := newKey(t)
 	err := pgx.BeginFunc(t.Context(), admin, func(tx pgx.Tx) error {
 		for _, sql := range []string{
-			`INSERT INTO app_user (email, roles) VALUES ('seed@example.com', '{proposer}')`,
-			`INSERT INTO campaign (name, provider, created_by) SELECT 'seed', 'outbox', id FROM app_user`,
+			`INSERT INTO app_user (email, roles) VALUES ('seed@example.com', '{proposer}'), ('approver@example.com', '{approver}')`,
+			`INSERT INTO campaign (name, provider, created_by) SELECT 'seed', 'outbox', id FROM app_user WHERE email = 'seed@example.com'`,
 			`INSERT INTO target_list (campaign_id, target_count, digest, created_by)
 			 SELECT c.id, 1, repeat('a', 64), c.created_by FROM campaign c`,
 			`INSERT INTO target (list_id, ordinal, target, key, line) SELECT id, 1, 'ann@example.com', @key, 2 FROM target_list`,
 			`INSERT INTO draft (campaign_id, version, list_id, proposed_by, last_edited_by)
 			 SELECT campaign_id, 1, id, created_by, created_by FROM target_list`,
+			// Submitted and approved by someone else, as a plan must be.
+			`UPDATE campaign SET state = 'pending_approval'`,
+			`INSERT INTO submission (campaign_id, version, plan_hash) SELECT id, 1, repeat('b', 64) FROM campaign`,
+			`INSERT INTO approval (campaign_id, version, plan_hash, approver_id)
+			 SELECT c.id, 1, repeat('b', 64), u.id FROM campaign c, app_user u WHERE u.email = 'approver@example.com'`,
 			`INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
 			                   list_id, target_count, plan_hash, proposed_by)
 			 SELECT campaign_id, 1, 'outbox', 'email.send', 'a@example.com', 's', 't', '', id, 1, repeat('b', 64), created_by FROM target_list`,
+			`UPDATE campaign SET plan_id = (SELECT id FROM plan), state = 'approved'`,
 			`INSERT INTO campaign_event (campaign_id, action, reason) SELECT id, 'create', 'seed' FROM campaign`,
 			`INSERT INTO effect (key, owner, plan_id, ordinal) SELECT @key, 'seed', id, 1 FROM plan`,
 			`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect`,
@@ -151,9 +169,12 @@ func newKey(t *testing.T) ledger.Key {
 func TestAppRoleLedgerWork(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	store := ledger.NewStore(pgtest.AppPool(t))
+	urls := pgtest.Database(t)
+	store := ledger.NewStore(pgtest.NewPool(t, urls.App))
 
-	require.NoError(t, store.RegisterPolicy(ctx, "monthly", "a new invoice every month", "test"))
+	// Policies are registered by the owner (onceplan policy add), and used
+	// by the application.
+	require.NoError(t, ledger.NewStore(pgtest.NewPool(t, urls.Owner)).RegisterPolicy(ctx, "monthly", "a new invoice every month", "test"))
 	done, unknown := newKey(t), newKey(t)
 
 	c, err := store.Claim(ctx, ledger.ClaimParams{Key: done, Owner: "w1"})
@@ -197,13 +218,16 @@ func TestAppRolePrivileges(t *testing.T) {
 	)
 	want := map[string]string{
 		// The ledger (UPDATE of effect: the outcome columns only, below).
-		"effect": append_, "effect_response": append_, "effect_bump": append_, "bump_policy": append_,
+		// Bump policies are the owner's to register (onceplan policy add).
+		"effect": append_, "effect_response": append_, "effect_bump": append_, "bump_policy": read,
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
-		"admin_event": append_,
-		"target_list": clearable, "target": clearable,
-		// Editable.
-		"app_user": edit, "campaign": edit, "draft": edit, "api_token": edit, "api_idempotency": append_,
+		"admin_event": append_, "submission": append_,
+		// A list is inserted (some columns only, below) and deleted whole;
+		// its targets are inserted (some columns only) and never deleted.
+		"target_list": "DELETE, SELECT", "target": read,
+		// Editable (campaign and draft: some columns only, below).
+		"app_user": edit, "campaign": append_, "draft": append_, "api_token": edit, "api_idempotency": append_,
 		"session": queue, "worker_process": queue, "login_attempt": clearable,
 		"onceplan_migration": read,
 		// River's queue.
@@ -227,13 +251,25 @@ func TestAppRolePrivileges(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, want, got, "the application role's privileges per table")
 
+	// Column by column where the table's privilege is not whole.
+	columns := func(table, privilege string) []string {
+		var cols []string
+		require.NoError(t, admin.QueryRow(ctx, `
+			SELECT coalesce(array_agg(attname::text ORDER BY attname), '{}') FROM pg_attribute
+			WHERE attrelid = $2::regclass AND attnum > 0 AND NOT attisdropped
+			  AND has_column_privilege($1, $2::regclass, attnum, $3)`, migrations.AppRole, table, privilege).Scan(&cols))
+		return cols
+	}
 	// Of an attempt, only the outcome may be written.
-	var cols []string
-	require.NoError(t, admin.QueryRow(ctx, `
-		SELECT coalesce(array_agg(attname::text ORDER BY attname), '{}') FROM pg_attribute
-		WHERE attrelid = 'effect'::regclass AND attnum > 0 AND NOT attisdropped
-		  AND has_column_privilege($1, 'effect'::regclass, attnum, 'UPDATE')`, migrations.AppRole).Scan(&cols))
-	require.Equal(t, []string{"reason", "receipt", "resolution", "resolved_by", "revoke_reason", "revoked_by", "state"}, cols)
+	require.Equal(t, []string{"reason", "receipt", "resolution", "resolved_by", "revoke_reason", "revoked_by", "state"}, columns("effect", "UPDATE"))
+	// Of a campaign, its state, version and plan; of a draft, its content,
+	// list and last editor — never who proposed it.
+	require.Equal(t, []string{"plan_id", "state", "version"}, columns("campaign", "UPDATE"))
+	require.Equal(t, []string{"from_addr", "html_body", "last_edited_by", "list_id", "subject", "text_body", "updated_at"}, columns("draft", "UPDATE"))
+	// A list's rows and its own row take their transaction's id: the
+	// application cannot name another's (migration 0014).
+	require.Equal(t, []string{"key", "line", "list_id", "ordinal", "target", "vars"}, columns("target", "INSERT"))
+	require.Equal(t, []string{"campaign_id", "created_by", "digest", "id", "target_count"}, columns("target_list", "INSERT"))
 
 	// Sequences: USAGE (nextval) only; setval needs UPDATE.
 	rows, err = admin.Query(ctx, `
@@ -296,14 +332,14 @@ func TestPrivilegesDownUp(t *testing.T) {
 
 	reverted, err := migrations.DownTo(ctx, owner, 7)
 	require.NoError(t, err)
-	require.Equal(t, []int{13, 12, 11, 10, 9, 8}, reverted)
+	require.Equal(t, []int{14, 13, 12, 11, 10, 9, 8}, reverted)
 	require.False(t, canInsert("effect"))
 	require.False(t, canInsert("river_job"))
 	requireRefused(t, app, `SELECT count(*) FROM effect`)
 
 	res, err := migrations.Up(ctx, owner)
 	require.NoError(t, err)
-	require.Equal(t, []int{8, 9, 10, 11, 12, 13}, res.Applied)
+	require.Equal(t, []int{8, 9, 10, 11, 12, 13, 14}, res.Applied)
 	require.True(t, canInsert("effect"))
 
 	_, err = owner.Exec(ctx, `REVOKE INSERT ON river_job FROM `+migrations.AppRole)

@@ -12,6 +12,7 @@ package audittest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/plan"
 )
 
 // DB is what seeding needs: a pool or a connection.
@@ -35,6 +37,7 @@ type DB interface {
 type Seeded struct {
 	CampaignID string
 	PlanID     int64
+	PlanHash   string
 	Want       audit.Metric
 }
 
@@ -61,31 +64,63 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	var user int64
+	var user, approver int64
 	if err := tx.QueryRow(ctx, `INSERT INTO app_user (email, roles) VALUES ('audittest@example.com', '{proposer}')
 		ON CONFLICT (email) DO UPDATE SET name = app_user.name RETURNING id`).Scan(&user); err != nil {
 		return s, fmt.Errorf("audittest: user: %w", err)
+	}
+	if err := tx.QueryRow(ctx, `INSERT INTO app_user (email, roles) VALUES ('audittest-approver@example.com', '{approver}')
+		ON CONFLICT (email) DO UPDATE SET name = app_user.name RETURNING id`).Scan(&approver); err != nil {
+		return s, fmt.Errorf("audittest: approver: %w", err)
 	}
 	if err := tx.QueryRow(ctx, `INSERT INTO campaign (name, provider, created_by) VALUES ($1, 'outbox', $2) RETURNING id`,
 		fmt.Sprintf("audit seed %d", time.Now().UnixNano()), user).Scan(&s.CampaignID); err != nil {
 		return s, fmt.Errorf("audittest: campaign: %w", err)
 	}
+	// The list as the import writes it: its rows, keyed as the import keys
+	// them, then its own row with their digest, in one transaction
+	// (migration 0014). No target has variables.
 	var list int64
-	if err := tx.QueryRow(ctx, `INSERT INTO target_list (campaign_id, target_count, digest, created_by)
-		VALUES ($1, $2, repeat('0', 64), $3) RETURNING id`, s.CampaignID, n, user).Scan(&list); err != nil {
-		return s, fmt.Errorf("audittest: list: %w", err)
+	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('target_list', 'id'))`).Scan(&list); err != nil {
+		return s, fmt.Errorf("audittest: list id: %w", err)
 	}
+	d := plan.NewListDigest()
+	var keyErr error
+	_, err = tx.CopyFrom(ctx, pgx.Identifier{"target"}, []string{"list_id", "ordinal", "target", "key", "line"},
+		pgx.CopyFromFunc(func() ([]any, error) {
+			i := d.Count() + 1
+			if i > n {
+				return nil, nil
+			}
+			target, key, err := plan.TargetKey(s.CampaignID, "email.send", fmt.Sprintf("person%d@example.com", i))
+			if err != nil {
+				keyErr = err
+				return nil, err
+			}
+			d.Add(string(key), plan.CanonicalVars(nil))
+			return []any{list, i, target.Value, string(key), i + 1}, nil
+		}))
+	if err != nil {
+		return s, fmt.Errorf("audittest: targets: %w", errors.Join(err, keyErr))
+	}
+	digest := d.Sum()
+	payload := plan.Payload{From: "bench@example.com", Subject: "Hello", Text: "Hi"}
+	s.PlanHash = plan.PlanHash(plan.PlanHashInput{Payload: payload, Provider: "outbox", Tool: "email.send", TargetCount: n, ListDigest: digest})
 	steps := []struct {
 		what string
 		sql  string
 		args []any
 	}{
-		{"targets", `INSERT INTO target (list_id, ordinal, target, key, line)
-			SELECT $1, i, 'person' || i || '@example.com',
-			       'v1:' || encode(sha256(convert_to($2 || ':' || i, 'UTF8')), 'hex'), i + 1
-			FROM generate_series(1, $3) i`, []any{list, s.CampaignID, n}},
+		{"list", `INSERT INTO target_list (id, campaign_id, target_count, digest, created_by) VALUES ($1, $2, $3, $4, $5)`,
+			[]any{list, s.CampaignID, n, digest, user}},
 		{"draft", `INSERT INTO draft (campaign_id, version, from_addr, subject, text_body, list_id, proposed_by, last_edited_by)
-			VALUES ($1, 1, 'bench@example.com', 'Hello', 'Hi', $2, $3, $3)`, []any{s.CampaignID, list, user}},
+			VALUES ($1, 1, $2, $3, $4, $5, $6, $6)`, []any{s.CampaignID, payload.From, payload.Subject, payload.Text, list, user}},
+		// Submitted, and approved by someone else, as a plan must be.
+		{"submit", `UPDATE campaign SET state = 'pending_approval' WHERE id = $1`, []any{s.CampaignID}},
+		{"submission", `INSERT INTO submission (campaign_id, version, plan_hash, submitted_by) VALUES ($1, 1, $2, $3)`,
+			[]any{s.CampaignID, s.PlanHash, user}},
+		{"approval", `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, 1, $2, $3)`,
+			[]any{s.CampaignID, s.PlanHash, approver}},
 	}
 	for _, st := range steps {
 		if _, err := tx.Exec(ctx, st.sql, st.args...); err != nil {
@@ -94,8 +129,8 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 	}
 	if err := tx.QueryRow(ctx, `INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
 		                  list_id, target_count, plan_hash, proposed_by)
-		VALUES ($1, 1, 'outbox', 'email.send', 'bench@example.com', 'Hello', 'Hi', '', $2, $3, repeat('a', 64), $4)
-		RETURNING id`, s.CampaignID, list, n, user).Scan(&s.PlanID); err != nil {
+		VALUES ($1, 1, 'outbox', 'email.send', $2, $3, $4, '', $5, $6, $7, $8)
+		RETURNING id`, s.CampaignID, payload.From, payload.Subject, payload.Text, list, n, s.PlanHash, user).Scan(&s.PlanID); err != nil {
 		return s, fmt.Errorf("audittest: plan: %w", err)
 	}
 	// The ledger, shape by shape (see the doc comment).
@@ -103,8 +138,8 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 		what string
 		sql  string
 	}{
-		{"campaign state", `UPDATE campaign SET plan_id = @plan, state = 'pending_approval' WHERE id = (SELECT campaign_id FROM plan WHERE id = @plan)`},
-		{"campaign approved", `UPDATE campaign SET state = 'approved' WHERE plan_id = @plan`},
+		{"campaign approved", `UPDATE campaign SET plan_id = @plan, state = 'approved' WHERE id = (SELECT campaign_id FROM plan WHERE id = @plan)`},
+		{"run", `INSERT INTO run (campaign_id, plan_id, job_count) SELECT campaign_id, id, 0 FROM plan WHERE id = @plan`},
 		{"campaign running", `UPDATE campaign SET state = 'running' WHERE plan_id = @plan`},
 		{"first attempts", `INSERT INTO effect (key, epoch, attempt, owner, plan_id, ordinal)
 			SELECT key, 0, 1, 'audittest', @plan, ordinal FROM target WHERE list_id = @list AND ordinal % 1000 <> 7`},
@@ -176,6 +211,10 @@ func want(s Seeded, n int) audit.Metric {
 		}
 	}
 	m.InDoubt = m.Pending + m.Unknown
+	// An intact plan: every row as approved, approved by one approver.
+	m.Integrity = audit.Integrity{Rows: n, PlanHash: s.PlanHash, ApprovedHash: s.PlanHash, Approvals: 1, RequiredApprovals: 1}
+	m.PlanIntact = true
+	m.Reasons = m.Explain()
 	return m
 }
 
