@@ -19,10 +19,13 @@ type Counts struct {
 	Failed     int `json:"failed"`
 	Stranded   int `json:"stranded"`
 	Revoked    int `json:"revoked"`
+	// Outside: held by an attempt that is not the campaign's own
+	// (StateOutside).
+	Outside int `json:"outside"`
 }
 
 // ValidStates are the states a target filter accepts.
-var ValidStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked"}
+var ValidStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked", StateOutside}
 
 // ListOf is the target list a campaign's status reads, and its size: the
 // frozen plan's once approved, the current draft's before.
@@ -52,18 +55,23 @@ func CampaignCounts(ctx context.Context, db plan.DB, c plan.Campaign) (Counts, e
 // at the key's current epoch: the blocking row when there is one (at most
 // one, by the ledger's unique index), else the latest failed or revoked
 // attempt, else not started. Keys, not plan ids, join the ledger, so a
-// target done under an earlier version of the campaign counts as done.
+// target done under an earlier version of the campaign counts as done; an
+// attempt that is not the campaign's own counts only when it holds the
+// key, and then as outside.
 func ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Counts, error) {
 	rows, err := db.Query(ctx, `
-		WITH cur AS (
-			SELECT DISTINCT ON (e.key) e.state
+		WITH own AS MATERIALIZED (
+			SELECT p.id FROM plan p WHERE p.campaign_id = (SELECT campaign_id FROM target_list WHERE id = $1)
+		), cur AS (
+			SELECT DISTINCT ON (e.key) CASE WHEN e.plan_id IN (SELECT id FROM own) THEN e.state::text ELSE '`+StateOutside+`' END AS state
 			FROM target t
 			JOIN effect e ON e.key = t.key
 			LEFT JOIN (SELECT key, max(epoch) AS epoch FROM effect_bump GROUP BY key) b ON b.key = t.key
 			WHERE t.list_id = $1 AND e.epoch = coalesce(b.epoch, 0)
+			  AND (e.state IN `+blockingStates+` OR e.plan_id IN (SELECT id FROM own))
 			ORDER BY e.key, (e.state IN `+blockingStates+`) DESC, e.id DESC
 		)
-		SELECT state::text, count(*) FROM cur GROUP BY state`, listID)
+		SELECT state, count(*) FROM cur GROUP BY state`, listID)
 	if err != nil {
 		return Counts{}, err
 	}
@@ -84,9 +92,11 @@ func ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Cou
 			c.Stranded = n
 		case "revoked":
 			c.Revoked = n
+		case StateOutside:
+			c.Outside = n
 		}
 		return nil
 	})
-	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked
+	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked - c.Outside
 	return c, err
 }

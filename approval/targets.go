@@ -19,6 +19,18 @@ import (
 // blockingStates is the SQL list of states that hold a key.
 const blockingStates = ledger.BlockingStates
 
+// StateOutside is the state of a target whose key is held, at its current
+// epoch, by an attempt that is not the campaign's own: made outside any
+// plan, or for another campaign's (DESIGN §3 rule 7; migration 0014). Such
+// an attempt never counts as the target's effect (the audit counts the
+// target missing), and while it holds the key the target cannot get one.
+const StateOutside = "outside"
+
+// ownAttempt is the SQL condition that attempt x (at target t's key) is
+// the campaign's own: made by a plan of the campaign whose list t is in.
+// Keys do not depend on the text, so any version's plan counts.
+const ownAttempt = `x.plan_id IN (SELECT op.id FROM plan op WHERE op.campaign_id = (SELECT ol.campaign_id FROM target_list ol WHERE ol.id = t.list_id))`
+
 // TargetRow is one planned target with its ledger state.
 type TargetRow struct {
 	Ordinal   int        `json:"ordinal"`
@@ -42,8 +54,10 @@ const targetRowSQL = `
 	FROM %s
 	CROSS JOIN LATERAL (SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = t.key) cur
 	LEFT JOIN LATERAL (
-		SELECT x.state::text AS state, x.receipt, x.updated_at, count(*) OVER () AS attempts
+		SELECT CASE WHEN ` + ownAttempt + ` THEN x.state::text ELSE '` + StateOutside + `' END AS state,
+		       x.receipt, x.updated_at, count(*) OVER () AS attempts
 		FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch
+		  AND (x.state IN ` + blockingStates + ` OR ` + ownAttempt + `)
 		ORDER BY (x.state IN ` + blockingStates + `) DESC, x.id DESC
 		LIMIT 1
 	) e ON true
@@ -161,7 +175,7 @@ func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, e
 		}
 		return page, nil
 	case q.State == "pending" || q.State == "unknown" ||
-		(q.State != "" && q.State != "not_started" && q.StateCount >= 0 && q.StateCount*20 < q.Count):
+		(q.State != "" && q.State != "not_started" && q.State != StateOutside && q.StateCount >= 0 && q.StateCount*20 < q.Count):
 		after, _ := strconv.Atoi(q.After)
 		rows, err := db.Query(ctx, targetRowQuery(`(
 				SELECT DISTINCT t0.* FROM effect d JOIN target t0 ON t0.list_id = $1 AND t0.key = d.key

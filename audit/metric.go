@@ -112,8 +112,8 @@ func (m *Metric) finish() {
 func (m Metric) Explain() []string {
 	out := m.Integrity.reasons(m.Approved)
 	if m.Missing > 0 {
-		r := fmt.Sprintf("%s no effect of their own at their current epoch: not started yet (a running campaign starts them; resume a paused or completed one)",
-			plural(m.Missing, "target has", "targets have"))
+		r := fmt.Sprintf("%s: not started yet (a running campaign starts them; resume a paused or completed one)",
+			plural(m.Missing, "target has no effect of its own at its current epoch", "targets have no effect of their own at their current epoch"))
 		if m.Outside > 0 {
 			r += fmt.Sprintf(", or, for %d of them, held by a ledger row made outside any plan, which never counts as their effect: "+
 				"find them in the target list under \"outside the plan\" and revoke or resolve that row", m.Outside)

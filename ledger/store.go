@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -460,12 +461,46 @@ func (s *Store) Bump(ctx context.Context, p BumpParams) (int, error) {
 	return epoch, translate(err)
 }
 
+// policyNameRE is bump_policy.name's CHECK (migrations/0001_ledger.up.sql).
+var policyNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// ValidPolicyName reports whether name may name a bump policy, as the
+// database's check says, so that a caller can refuse a bad one before it
+// reaches a database.
+func ValidPolicyName(name string) bool { return policyNameRE.MatchString(name) }
+
 // RegisterPolicy records a policy allowed to bump epochs. Policies are
-// registered before they act, by a named person, and never change.
+// registered before they act, by a named person, and never change. Only
+// the schema's owner may (migration 0014: `onceplan policy add`).
 func (s *Store) RegisterPolicy(ctx context.Context, name, description, registeredBy string) error {
 	_, err := s.db.Exec(ctx, `INSERT INTO bump_policy (name, description, registered_by) VALUES ($1, $2, $3)`,
 		name, description, registeredBy)
 	return translate(err)
+}
+
+// Policy is a registered bump policy: a name that a policy bump
+// (BumpParams.Policy) may cite, with what it is for and who registered it.
+type Policy struct {
+	Name         string
+	Description  string
+	RegisteredBy string
+	CreatedAt    time.Time
+}
+
+// Policies lists the registered bump policies by name. The application
+// role may read them (and bump under them) but not add one: registering
+// is the schema owner's (`onceplan policy add`).
+func (s *Store) Policies(ctx context.Context) ([]Policy, error) {
+	rows, err := s.db.Query(ctx, `SELECT name, description, registered_by, created_at FROM bump_policy ORDER BY name`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Policy, error) {
+		var p Policy
+		err := r.Scan(&p.Name, &p.Description, &p.RegisteredBy, &p.CreatedAt)
+		return p, err
+	})
+	return out, translate(err)
 }
 
 // Get reads one attempt by id.

@@ -12,10 +12,12 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/web/view"
 )
 
-// adminPage gathers users, their tokens and the providers' queues.
+// adminPage gathers users, their tokens, the providers' queues and the
+// registered bump policies.
 func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 	ctx := c.Request().Context()
 	p := view.AdminPage{Page: s.page(c, "Admin", "admin"), RiverUI: s.riverUI != nil}
@@ -50,6 +52,13 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 	}
 	for _, e := range events {
 		p.Events = append(p.Events, view.AdminEvent{At: e.CreatedAt, Actor: e.Who(), Action: e.Action, Subject: e.Subject, Detail: e.Detail})
+	}
+	policies, err := ledger.NewStore(s.cfg.Pool).Policies(ctx)
+	if err != nil {
+		return p, err
+	}
+	for _, pol := range policies {
+		p.Policies = append(p.Policies, view.PolicyRow{Name: pol.Name, Description: pol.Description, RegisteredBy: pol.RegisteredBy, Registered: pol.CreatedAt})
 	}
 	if s.cfg.Providers != nil {
 		queues, err := queueStates(ctx, s.cfg.Pool)

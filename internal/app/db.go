@@ -80,26 +80,21 @@ func OpenDB(ctx context.Context, opts DBOptions) (*DB, error) {
 		migrateURL = c.OwnerURL("")
 		logger.Info("embedded PostgreSQL", "data", c.Dir(), "started", c.Started(), "role", migrations.AppRole)
 	}
-	cfg, err := pgxpool.ParseConfig(d.URL)
-	if err != nil {
+	var err error
+	if d.Pool, err = openPool(ctx, d.URL, opts.MaxConns, logger); err != nil {
 		d.Close(ctx)
-		return nil, fmt.Errorf("the database URL is not valid: %w", err)
-	}
-	if opts.MaxConns > 0 {
-		cfg.MaxConns = opts.MaxConns
-	}
-	d.Pool, err = pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = d.Pool.Ping(ctx)
-	}
-	if err != nil {
-		d.Close(ctx)
-		return nil, fmt.Errorf("cannot connect to the database at %s: %w", redact(d.URL), err)
+		return nil, err
 	}
 	if opts.Migrate {
 		if err := migrate(ctx, d, migrateURL, logger); err != nil {
 			d.Close(ctx)
 			return nil, fmt.Errorf("migrating the database: %w", err)
+		}
+		// Again, now that the schema the sessions are pinned to exists.
+		d.Pool.Close()
+		if d.Pool, err = openPool(ctx, d.URL, opts.MaxConns, logger); err != nil {
+			d.Close(ctx)
+			return nil, err
 		}
 		return d, nil
 	}
@@ -109,6 +104,32 @@ func OpenDB(ctx context.Context, opts DBOptions) (*DB, error) {
 	}
 	warnIfPrivileged(ctx, d.Pool, logger)
 	return d, nil
+}
+
+// openPool opens a pool on url whose sessions take the settings the
+// server depends on (withSessionSettings), and checks it connects.
+func openPool(ctx context.Context, url string, maxConns int32, logger *slog.Logger) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("the database URL is not valid: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if err := withSessionSettings(ctx, cfg, logger); err != nil {
+		return nil, fmt.Errorf("cannot connect to the database at %s: %w", redact(url), err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, fmt.Errorf("cannot connect to the database at %s: %w", redact(url), err)
+	}
+	return pool, nil
 }
 
 // migrate applies the migrations through url: d's own pool when it is d's

@@ -228,6 +228,13 @@ func printAudit(w io.Writer, out auditOutput) error {
 		evidence = strings.Join(m.Evidence, ", ")
 	}
 	fmt.Fprintf(tw, "evidence\t%s\n", evidence)
+	in := m.Integrity
+	intact := fmt.Sprintf("yes: its %d frozen rows hash to the approved %.12s…, every key is its address's, %d of %d approvals",
+		in.Rows, in.ApprovedHash, in.Approvals, in.RequiredApprovals)
+	if !m.PlanIntact {
+		intact = "NO (see below)"
+	}
+	fmt.Fprintf(tw, "plan intact\t%s\n", intact)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -240,7 +247,7 @@ func printAudit(w io.Writer, out auditOutput) error {
 	}{
 		{"approved", m.Approved, ""},
 		{"exactly once", m.ExactlyOnce, ""},
-		{"missing", m.Missing, "no attempt at the current epoch"},
+		{"missing", m.Missing, missingNote(m)},
 		{"in doubt", m.InDoubt, fmt.Sprintf("%d pending, %d unknown", m.Pending, m.Unknown)},
 		{"failed", m.Failed, ""},
 		{"stranded", m.Stranded, ""},
@@ -287,8 +294,21 @@ func printAudit(w io.Writer, out auditOutput) error {
 			fmt.Fprintf(w, "\nprobe %s: %d of %d probes failed\n", p.Provider, p.Errors, p.Probed)
 		}
 	}
+	if len(m.Reasons) > 0 {
+		fmt.Fprintln(w, "\nwhy it does not hold:")
+		for _, r := range m.Reasons {
+			fmt.Fprintf(w, "  - %s\n", r)
+		}
+	}
 	fmt.Fprintf(w, "\n%s\n", m.Headline())
 	return nil
+}
+
+func missingNote(m audit.Metric) string {
+	if m.Outside > 0 {
+		return fmt.Sprintf("no effect of their own at the current epoch; %d held by rows outside the plan", m.Outside)
+	}
+	return "no effect of their own at the current epoch"
 }
 
 func printFindings(w io.Writer, title string, l audit.FindingList) {

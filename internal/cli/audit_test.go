@@ -52,12 +52,15 @@ func TestAuditExitCodes(t *testing.T) {
 	require.Regexp(t, `(?m)^campaign +Spring \(`+done.ID+`\)$`, r.stdout)
 	require.Regexp(t, `(?m)^exactly once +2$`, r.stdout)
 	require.Contains(t, r.stdout, "ledger only")
+	require.NotContains(t, r.stdout, "why it does not hold")
 	require.True(t, strings.HasSuffix(r.stdout, "\n2/2 exactly once; holds\n"), r.stdout)
 
 	// By name, with the flags after the campaign.
 	r = b.run(t, runAudit, "", "Summer")
 	requireExit(t, r.err, 1)
-	require.Regexp(t, `(?m)^missing +1  \(no attempt at the current epoch\)$`, r.stdout)
+	require.Regexp(t, `(?m)^missing +1  \(no effect of their own at the current epoch\)$`, r.stdout)
+	require.Regexp(t, `(?m)^plan intact +yes: its 4 frozen rows hash to the approved [0-9a-f]{12}…, every key is its address's, 1 of 1 approvals$`, r.stdout)
+	require.Contains(t, r.stdout, "why it does not hold:\n  - 1 target has no effect of its own at its current epoch: not started yet")
 	require.Regexp(t, `(?m)^in doubt +1  \(0 pending, 1 unknown\)$`, r.stdout)
 	require.Regexp(t, `(?m)^failed +1$`, r.stdout)
 	require.True(t, strings.HasSuffix(r.stdout, "\n1/4 exactly once; does not hold: 1 missing, 1 in doubt\n"), r.stdout)

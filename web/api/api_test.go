@@ -233,7 +233,7 @@ func TestTargetsPageByCursorAndFilter(t *testing.T) {
 	key := items[3].(map[string]any)["key"].(string)
 	store := ledger.NewStore(s.pool)
 	ctx := context.Background()
-	c, err := store.Claim(ctx, ledger.ClaimParams{Key: ledger.Key(key), Owner: "w"})
+	c, err := store.Claim(ctx, workerClaim(t, s, id, items[3], "w"))
 	require.NoError(t, err)
 	_, err = store.RecordResponse(ctx, c.Effect.ID, ledger.ResponseSend, []byte("ok"))
 	require.NoError(t, err)
@@ -422,7 +422,7 @@ func TestEffectRoutes(t *testing.T) {
 	// A worker died mid-call on an SMTP relay: unknown.
 	store := ledger.NewStore(s.pool)
 	ctx := context.Background()
-	c, err := store.Claim(ctx, ledger.ClaimParams{Key: ledger.Key(key), Owner: "dead"})
+	c, err := store.Claim(ctx, workerClaim(t, s, id, row, "dead"))
 	require.NoError(t, err)
 	_, err = store.Settle(ctx, ledger.SettleParams{EffectID: c.Effect.ID, State: ledger.StateUnknown, Reason: "worker died"})
 	require.NoError(t, err)
@@ -507,4 +507,15 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	r := s.do("", "GET", "/openapi.yaml", "", "")
 	require.Equal(t, http.StatusOK, r.status)
 	require.True(t, bytes.Equal([]byte(r.raw), api.OpenAPI()))
+}
+
+// workerClaim is the claim a worker makes for a target of the campaign's
+// plan (an item of its target list): the key, with the plan and the
+// target's ordinal, as the executor claims.
+func workerClaim(t *testing.T, s *server, campaignID string, item any, owner string) ledger.ClaimParams {
+	t.Helper()
+	it := item.(map[string]any)
+	var planID int64
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT plan_id FROM campaign WHERE id = $1`, campaignID).Scan(&planID))
+	return ledger.ClaimParams{Key: ledger.Key(it["key"].(string)), Owner: owner, PlanID: planID, Ordinal: int(it["ordinal"].(float64))}
 }

@@ -60,6 +60,8 @@ func newWorld(t *testing.T) *world {
 type campaign struct {
 	id, hash    string
 	key, target string
+	planID      int64
+	ordinal     int
 }
 
 // campaignIn makes a campaign of three targets in state: draft, pending,
@@ -85,8 +87,8 @@ func (w *world) campaignIn(t *testing.T, state string) campaign {
 	if n >= 2 {
 		_, err = w.svc.Approve(w.ctx, w.decider, c.id, c.hash)
 		require.NoError(t, err)
-		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT t.key, t.target FROM plan p JOIN target t ON t.list_id = p.list_id
-			WHERE p.campaign_id = $1 ORDER BY t.ordinal LIMIT 1`, c.id).Scan(&c.key, &c.target))
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT t.key, t.target, p.id, t.ordinal FROM plan p JOIN target t ON t.list_id = p.list_id
+			WHERE p.campaign_id = $1 ORDER BY t.ordinal LIMIT 1`, c.id).Scan(&c.key, &c.target, &c.planID, &c.ordinal))
 	}
 	if n >= 3 {
 		_, err = w.svc.Start(w.ctx, w.decider, c.id)
@@ -99,12 +101,12 @@ func (w *world) campaignIn(t *testing.T, state string) campaign {
 	store := ledger.NewStore(w.pool)
 	switch state {
 	case "unknown":
-		claim, err := store.Claim(w.ctx, ledger.ClaimParams{Key: ledger.Key(c.key), Owner: "dead-worker"})
+		claim, err := store.Claim(w.ctx, ledger.ClaimParams{Key: ledger.Key(c.key), Owner: "dead-worker", PlanID: c.planID, Ordinal: c.ordinal})
 		require.NoError(t, err)
 		_, err = store.Settle(w.ctx, ledger.SettleParams{EffectID: claim.Effect.ID, State: ledger.StateUnknown, Reason: "worker died"})
 		require.NoError(t, err)
 	case "done":
-		claim, err := store.Claim(w.ctx, ledger.ClaimParams{Key: ledger.Key(c.key), Owner: "worker"})
+		claim, err := store.Claim(w.ctx, ledger.ClaimParams{Key: ledger.Key(c.key), Owner: "worker", PlanID: c.planID, Ordinal: c.ordinal})
 		require.NoError(t, err)
 		_, err = store.RecordResponse(w.ctx, claim.Effect.ID, ledger.ResponseSend, []byte("ok"))
 		require.NoError(t, err)

@@ -379,12 +379,22 @@ type ProviderRow struct {
 	Retryable   int
 }
 
-// AdminPage manages users, tokens and shows providers.
+// PolicyRow is a registered bump policy on the admin page (read-only:
+// policies are registered with `onceplan policy add` as the owner role).
+type PolicyRow struct {
+	Name         string
+	Description  string
+	RegisteredBy string
+	Registered   time.Time
+}
+
+// AdminPage manages users, tokens and shows providers and bump policies.
 type AdminPage struct {
 	Page
 	Users     []UserRow
 	Tokens    []TokenRow
 	Providers []ProviderRow
+	Policies  []PolicyRow
 	Roles     []string
 	// NewToken is a token just created: shown once, here.
 	NewToken     string

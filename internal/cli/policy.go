@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/migrations"
+)
+
+// sqlstateInsufficientPrivilege is PostgreSQL's answer to a statement the
+// role holds no privilege for.
+const sqlstateInsufficientPrivilege = "42501"
+
+func runPolicy(ctx context.Context, env Env, args []string) error {
+	return dispatch(ctx, env, "policy", []subcommand{
+		{"add", "register a bump policy, as the schema's owner role like migrate (policies are write-once)", runPolicyAdd},
+		{"list", "list the registered bump policies", runPolicyList},
+	}, args)
+}
+
+// runPolicyAdd registers a bump policy. The application role may read
+// policies and bump under them but never add one (DESIGN §3, rule 7;
+// migration 0014), so this connects as the schema's owner: on the embedded
+// default by itself, as migrations do; otherwise through the owner's URL.
+func runPolicyAdd(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("policy add", flag.ContinueOnError)
+	var db dbFlags
+	db.register(fs, env)
+	fs.Lookup("database-url").Usage = "PostgreSQL URL of the schema's owner role (" + migrations.OwnerRole +
+		"), as for migrate (default $DATABASE_URL; empty: the embedded default under --data-dir, as its owner)"
+	name := fs.String("name", "", "the policy's name, as bumps cite it: 1 to 64 of a-z, 0-9, _, . and -, starting with a letter or digit (required)")
+	description := fs.String("description", "", "what the policy bumps and when, e.g. \"one reminder per calendar month\" (required)")
+	if err := parse(fs, env, args); err != nil {
+		return err
+	}
+	// Refuse bad input before starting or reaching a database.
+	desc := strings.TrimSpace(*description)
+	switch {
+	case *name == "":
+		return errors.New("policy add: --name is required")
+	case !ledger.ValidPolicyName(*name):
+		return fmt.Errorf("policy add: --name %q is not a policy name: use 1 to 64 lower-case letters, digits, _, . and -, starting with a letter or digit", *name)
+	case desc == "":
+		return errors.New("policy add: --description is required (say what the policy bumps and when)")
+	}
+	// Only warnings, as for the other scriptable commands (withDB).
+	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("policy add: %w", err)
+	}
+	who := cliActor()
+	err = ledger.NewStore(d.Pool).RegisterPolicy(ctx, *name, desc, who)
+	err = explainPolicyAdd(ctx, d, *name, err)
+	if err == nil {
+		fmt.Fprintf(env.Stdout, "registered bump policy %s (by %s)\n", *name, who)
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return errors.Join(err, d.Close(closeCtx))
+}
+
+// explainPolicyAdd turns RegisterPolicy's refusals into one sentence each.
+func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ledger.ErrConflict):
+		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
+	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
+		role := "of this URL"
+		var current string
+		if d.Pool.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
+			role = current
+		}
+		return fmt.Errorf("policy add: the database role %s may not register bump policies: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
+			role, migrations.OwnerRole)
+	}
+	return fmt.Errorf("policy add: %w", err)
+}
+
+// policyJSON is one policy in `policy list --json`, named as the table's columns.
+type policyJSON struct {
+	Name         string    `json:"name"`
+	Description  string    `json:"description"`
+	RegisteredBy string    `json:"registered_by"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// runPolicyList only reads, so it works as the application role, like
+// user list.
+func runPolicyList(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("policy list", flag.ContinueOnError)
+	var db dbFlags
+	db.register(fs, env)
+	asJSON := fs.Bool("json", false, "print the policies as a JSON array instead of a table")
+	if err := parse(fs, env, args); err != nil {
+		return err
+	}
+	return withDB(ctx, env, db, func(pool auth.DB) error {
+		policies, err := ledger.NewStore(pool).Policies(ctx)
+		if err != nil {
+			return fmt.Errorf("policy list: %w", err)
+		}
+		if *asJSON {
+			out := make([]policyJSON, len(policies))
+			for i, p := range policies {
+				out[i] = policyJSON{Name: p.Name, Description: p.Description, RegisteredBy: p.RegisteredBy, CreatedAt: p.CreatedAt.UTC()}
+			}
+			enc := json.NewEncoder(env.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tREGISTERED BY\tCREATED\tDESCRIPTION")
+		for _, p := range policies {
+			// A description is free text: one line of it, so the table stays one.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.RegisteredBy, formatTime(p.CreatedAt),
+				strings.Join(strings.Fields(p.Description), " "))
+		}
+		return tw.Flush()
+	})
+}
