@@ -10,28 +10,25 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
-// metric returns the campaign's exactly-once metric and where it came
-// from: package audit's reconciliation when configured, else the ledger's
-// own counts (which cannot see duplicates outside the ledger).
-func (s *Server) metric(ctx context.Context, camp plan.Campaign, pl plan.Plan) (view.Metric, string, error) {
-	if s.cfg.Audit != nil {
-		m, err := s.cfg.Audit(ctx, camp.ID)
-		return m, "Reconciled from the ledger and the provider's evidence.", err
-	}
-	c, err := queryCounts(ctx, s.cfg.Pool, pl.ListID, pl.TargetCount)
+// metric returns the plan's exactly-once metric (package audit's: the
+// frozen rows read again and checked against the approved hash, then
+// every target counted, in one snapshot) and where it comes from.
+func (s *Server) metric(ctx context.Context, pl plan.Plan) (view.Metric, string, error) {
+	m, err := audit.ForPlan(ctx, s.cfg.Pool, pl.ID)
 	if err != nil {
 		return view.Metric{}, "", err
 	}
-	m := view.Metric{
-		Approved: c.Planned, ExactlyOnce: c.Done, Missing: c.NotStarted, InDoubt: c.Pending + c.Unknown,
-		Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked,
-	}
-	m.Holds = m.Missing == 0 && m.InDoubt == 0 && m.Duplicates == 0
-	return m, "From the ledger alone (duplicates are not measured against the provider here).", nil
+	return view.Metric{
+		Approved: m.Approved, ExactlyOnce: m.ExactlyOnce, Missing: m.Missing, InDoubt: m.InDoubt,
+		Failed: m.Failed, Stranded: m.Stranded, Revoked: m.Revoked, Duplicates: m.Duplicates, Outside: m.Outside,
+		PlanIntact: m.PlanIntact, Holds: m.Holds, Reasons: m.Reasons,
+		Rows: m.Integrity.Rows, PlanHash: m.Integrity.PlanHash, ApprovedHash: m.Integrity.ApprovedHash,
+	}, "From the ledger and the frozen plan, read again in one snapshot; duplicates are measured against the provider's own evidence by `onceplan audit --maildir/--provider-log/--probe`.", nil
 }
 
 func (s *Server) handleAudit(c echo.Context) error {
@@ -44,7 +41,7 @@ func (s *Server) handleAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	m, source, err := s.metric(ctx, camp, pl)
+	m, source, err := s.metric(ctx, pl)
 	if err != nil {
 		return err
 	}
@@ -177,7 +174,7 @@ func (s *Server) handleAuditJSON(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	m, _, err := s.metric(ctx, camp, pl)
+	m, _, err := s.metric(ctx, pl)
 	if err != nil {
 		return err
 	}

@@ -24,12 +24,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/provider"
-	"github.com/onceplan/onceplan/web/view"
 )
-
-// AuditFunc computes a campaign's exactly-once metric (package audit's
-// ForCampaign, adapted by the caller so that web does not depend on it).
-type AuditFunc func(ctx context.Context, campaignID string) (view.Metric, error)
 
 // Config is what the server needs. Pool is required; without Approval
 // the server answers only /healthz (as `onceplan serve` did before the UI).
@@ -42,9 +37,6 @@ type Config struct {
 	Providers *provider.Registry
 	// River, when set, mounts River's own UI at /riverui for admins.
 	River *river.Client[pgx.Tx]
-	// Audit computes the metric of the audit page; nil falls back to the
-	// ledger's counts (duplicates not measured).
-	Audit AuditFunc
 	// SecureCookies sets the Secure flag on cookies even when a request
 	// does not look like HTTPS (behind a TLS-terminating proxy that does
 	// not say so). Requests over TLS always get it.

@@ -26,7 +26,7 @@ func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (vi
 
 func viewCounts(c approval.Counts) view.Counts {
 	return view.Counts{Planned: c.Planned, NotStarted: c.NotStarted, Pending: c.Pending, Done: c.Done,
-		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked}
+		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked, Outside: c.Outside}
 }
 
 // targetRow is a view row plus the target's variables.

@@ -8,26 +8,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/web"
-	"github.com/onceplan/onceplan/web/view"
 )
-
-// AuditFunc adapts package audit's metric to the web UI's audit page.
-func AuditFunc(pool *pgxpool.Pool) web.AuditFunc {
-	return func(ctx context.Context, campaignID string) (view.Metric, error) {
-		m, err := audit.ForCampaign(ctx, pool, campaignID)
-		if err != nil {
-			return view.Metric{}, err
-		}
-		return view.Metric{
-			Approved: m.Approved, ExactlyOnce: m.ExactlyOnce, Missing: m.Missing, InDoubt: m.InDoubt,
-			Failed: m.Failed, Stranded: m.Stranded, Revoked: m.Revoked, Duplicates: m.Duplicates, Holds: m.Holds,
-		}, nil
-	}
-}
 
 // AdminBootstrap is the result of EnsureAdmin.
 type AdminBootstrap struct {

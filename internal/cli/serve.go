@@ -72,7 +72,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	counts := approval.NewCountsCache() // shared by the UI and the API
 	srv := web.NewServer(web.Config{
 		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
-		River: ws.Runner.Client(), Audit: app.AuditFunc(d.Pool), SecureCookies: *secure, Counts: counts,
+		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts,
 		Mount: func(e *echo.Echo) {
 			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts})
 			// Prometheus metrics, unauthenticated like /healthz: serve listens

@@ -84,9 +84,9 @@ func New(client *apiclient.Client, version string) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "add_targets", Description: "Add recipients to a draft campaign (or replace its list). Answers the import report: every recipient is accepted, a duplicate of an earlier one, or rejected with a reason." + humansDecide}, t.addTargets)
 	mcp.AddTool(s, &mcp.Tool{Name: "edit_draft", Description: "Change a draft's sender, subject or body templates. Editing an approved campaign starts a new version that needs a new approval." + humansDecide}, t.edit)
 	mcp.AddTool(s, &mcp.Tool{Name: "submit_for_approval", Description: "Submit a draft for approval. It checks every recipient has the merge variables the templates use." + humansDecide}, t.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked) and its approval_url." + humansDecide}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked, outside the plan) and its approval_url." + humansDecide}, t.status)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_campaigns", Description: "List campaigns, newest first, with their state." + humansDecide}, t.list)
-	mcp.AddTool(s, &mcp.Tool{Name: "audit", Description: "The exactly-once audit of an approved campaign: approved recipients, exactly once, missing, in doubt, failed, stranded, revoked, duplicates, and whether exactly-once holds." + humansDecide}, t.audit)
+	mcp.AddTool(s, &mcp.Tool{Name: "audit", Description: "The exactly-once audit of an approved campaign: approved recipients, exactly once, missing, in doubt, failed, stranded, revoked, duplicates, whether the frozen plan is intact, whether exactly-once holds, and the reasons when it does not." + humansDecide}, t.audit)
 	return s
 }
 

@@ -47,6 +47,8 @@ type Counts struct {
 	Failed     int `json:"failed"`
 	Stranded   int `json:"stranded"`
 	Revoked    int `json:"revoked"`
+	// Outside: held by an attempt that is not the campaign's own.
+	Outside int `json:"outside"`
 }
 
 // Get returns the count of one state by name.
@@ -66,15 +68,17 @@ func (c Counts) Get(state string) int {
 		return c.Stranded
 	case "revoked":
 		return c.Revoked
+	case "outside":
+		return c.Outside
 	}
 	return 0
 }
 
 // CountStates lists the states a progress bar shows, in its order.
-var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "not_started"}
+var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "outside", "not_started"}
 
 // TargetStates are the states the per-target filter offers.
-var TargetStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked"}
+var TargetStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked", "outside"}
 
 // Campaign is a campaign's heading data.
 type Campaign struct {
@@ -310,7 +314,8 @@ type TargetPage struct {
 	CanOperate   bool
 }
 
-// Metric is the exactly-once metric of a campaign's plan.
+// Metric is the exactly-once metric of a campaign's plan (package
+// audit's, for the page and the JSON export).
 type Metric struct {
 	Approved    int  `json:"approved"`
 	ExactlyOnce int  `json:"exactly_once"`
@@ -320,7 +325,16 @@ type Metric struct {
 	Stranded    int  `json:"stranded"`
 	Revoked     int  `json:"revoked"`
 	Duplicates  int  `json:"duplicates"`
+	Outside     int  `json:"outside"`
+	PlanIntact  bool `json:"plan_intact"`
 	Holds       bool `json:"holds"`
+	// Rows, PlanHash and ApprovedHash are what the audit read: the frozen
+	// rows and the hash they give, against the approved one.
+	Rows         int    `json:"rows"`
+	PlanHash     string `json:"plan_hash"`
+	ApprovedHash string `json:"approved_hash"`
+	// Reasons says why it does not hold, a sentence each.
+	Reasons []string `json:"reasons"`
 }
 
 // Event is one entry of the audit trail.
