@@ -59,11 +59,13 @@ func (i Integrity) reasons(approved int) []string {
 			i.PlanHash, i.ApprovedHash, why))
 	}
 	if i.WrongKeys > 0 {
-		out = append(out, fmt.Sprintf("The plan is not intact: %d target rows carry a key that is not their address's (first: target #%d); "+
-			"such a row sends to one address and is counted as another.", i.WrongKeys, i.FirstWrongKey))
+		out = append(out, fmt.Sprintf("The plan is not intact: %s (first: target #%d); "+
+			"such a row sends to one address and is counted as another.",
+			plural(i.WrongKeys, "target row carries a key that is not its address's", "target rows carry a key that is not their address's"), i.FirstWrongKey))
 	}
 	if i.BadVars > 0 {
-		out = append(out, fmt.Sprintf("The plan is not intact: %d target rows have merge variables no import writes.", i.BadVars))
+		out = append(out, fmt.Sprintf("The plan is not intact: %s merge variables no import writes.",
+			plural(i.BadVars, "target row has", "target rows have")))
 	}
 	if i.Approvals < i.RequiredApprovals {
 		out = append(out, fmt.Sprintf("The plan is not intact: it has %d of the %d approvals it needs from people who did not propose or edit it; "+

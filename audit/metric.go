@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -219,8 +220,10 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 	m.finish()
 	if raw < 0 {
 		m.PlanIntact, m.Holds = false, false
-		m.Reasons = append([]string{fmt.Sprintf("The plan is not intact: the ledger counts %d more effects for its targets than it has targets; "+
-			"some attempt names a target with another target's key.", -raw)}, m.Reasons...)
+		at := len(m.Integrity.reasons(m.Approved))
+		m.Reasons = slices.Insert(m.Reasons, at, fmt.Sprintf("The plan is not intact: the ledger counts %s for it than it has approved targets "+
+			"(an effect for a target that was not approved, or an attempt naming a target with another's key).",
+			plural(-raw, "effect more", "effects more")))
 	}
 	return m, nil
 }

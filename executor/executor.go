@@ -282,6 +282,15 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if claim.Outcome != ledger.ClaimWon && !e.ownAttempt(ctx, cp.plan, claim.Effect) {
+		// Never a second effect on the key; and this one is not the
+		// target's, so the audit counts the target missing (outside the
+		// plan) for a person to look at.
+		e.cfg.Logger.WarnContext(ctx, "the target's key is held by a ledger row that is not the campaign's own; the target is not sent",
+			"campaign", cp.plan.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(key),
+			"effect", claim.Effect.ID, "state", claim.Effect.State, "effect_plan", claim.Effect.PlanID)
+		return Result{Action: Complete, Outcome: "held outside the plan"}, nil
+	}
 	switch claim.Outcome {
 	case ledger.ClaimDone:
 		return Result{Action: Complete, Outcome: "already done"}, nil
@@ -298,6 +307,21 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	req.Epoch = claim.Effect.Epoch
 	e.logClaimed(ctx, cp.plan, j, claim.Effect)
 	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release)
+}
+
+// ownAttempt reports whether attempt eff was made for the campaign of p:
+// by p, or by another version's plan of the same campaign (keys do not
+// depend on the text). Rows made outside any plan, or for another
+// campaign, never count as a target's effect (DESIGN §3 rule 7).
+func (e *Executor) ownAttempt(ctx context.Context, p plan.Plan, eff ledger.Effect) bool {
+	if eff.PlanID == p.ID {
+		return true
+	}
+	if eff.PlanID == 0 {
+		return false
+	}
+	other, err := e.planFor(ctx, eff.PlanID)
+	return err == nil && other.plan.CampaignID == p.CampaignID
 }
 
 // logClaimed logs a claim at debug level. The check comes first: this is
