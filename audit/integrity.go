@@ -124,7 +124,7 @@ func readIntegrity(ctx context.Context, db DB, planID int64) (Integrity, error) 
 			integ.BadVars++
 			vars = append(vars[:0], raw[3]...)
 		}
-		digest.Add(string(raw[2]), vars)
+		digest.AddBytes(raw[2], vars)
 		batch.add(ordinal, raw[1], raw[2])
 		if batch.full() {
 			chk.send(batch)
@@ -202,7 +202,7 @@ func (c *keyChecker) run() {
 		start := 0
 		for i, ordinal := range b.ordinals {
 			address := string(b.buf[start:b.ends[2*i]])
-			key := string(b.buf[b.ends[2*i]:b.ends[2*i+1]])
+			key := b.buf[b.ends[2*i]:b.ends[2*i+1]]
 			start = b.ends[2*i+1]
 			if !plan.IsTargetKey(c.campaign, c.tool, address, key) {
 				c.mu.Lock()

@@ -233,8 +233,16 @@ func appendCanonical(dst []byte, in KeyInput) ([]byte, error) {
 // key, the key is that address's. For input not in normal form it returns
 // what NewKey never returns for it; the caller then asks NewKey.
 func KeyOfNormalized(in KeyInput) Key {
+	return Key(AppendKeyOfNormalized(nil, in))
+}
+
+// AppendKeyOfNormalized appends KeyOfNormalized(in) to dst, for a caller
+// that checks many keys and compares bytes.
+func AppendKeyOfNormalized(dst []byte, in KeyInput) []byte {
 	var buf [256]byte
-	return keyOf(appendCanonicalFields(buf[:0], in))
+	sum := sha256.Sum256(appendCanonicalFields(buf[:0], in))
+	dst = append(dst, KeyVersion...)
+	return hex.AppendEncode(dst, sum[:])
 }
 
 // appendCanonicalFields writes the canonical JSON of normalised fields.

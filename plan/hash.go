@@ -41,6 +41,17 @@ func NewListDigest() *ListDigest { return &ListDigest{h: sha256.New()} }
 // Add adds the next target.
 func (d *ListDigest) Add(key string, canonicalVars []byte) {
 	d.buf = append(d.buf[:0], key...)
+	d.line(canonicalVars)
+}
+
+// AddBytes is Add for a key held as bytes (a row as read).
+func (d *ListDigest) AddBytes(key, canonicalVars []byte) {
+	d.buf = append(d.buf[:0], key...)
+	d.line(canonicalVars)
+}
+
+// line finishes the line that starts with the key in d.buf.
+func (d *ListDigest) line(canonicalVars []byte) {
 	d.buf = append(d.buf, '\t')
 	d.buf = append(d.buf, canonicalVars...)
 	d.buf = append(d.buf, '\n')

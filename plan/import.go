@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -160,14 +161,15 @@ func (s *importSource) Next() bool {
 // stored address is normalised already when the import wrote it, so the
 // key is recomputed without normalising it again, and only a row that does
 // not match that way pays for the full rule.
-func IsTargetKey(campaignID, tool, address, key string) bool {
-	fast := ledger.KeyOfNormalized(ledger.KeyInput{Event: campaignID, Tool: tool,
+func IsTargetKey(campaignID, tool, address string, key []byte) bool {
+	var buf [80]byte
+	fast := ledger.AppendKeyOfNormalized(buf[:0], ledger.KeyInput{Event: campaignID, Tool: tool,
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: address}})
-	if string(fast) == key {
+	if bytes.Equal(fast, key) {
 		return true
 	}
 	_, want, err := TargetKey(campaignID, tool, address)
-	return err == nil && string(want) == key
+	return err == nil && string(want) == string(key)
 }
 
 // TargetKey is a campaign target's identity: the normalised address and
