@@ -41,6 +41,14 @@ func (b *bundle) tamper(t *testing.T, sql string, args ...any) {
 	require.NoError(t, err)
 }
 
+// listOf is the target list the campaign's plan froze.
+func (b *bundle) listOf(t *testing.T, c audittest.Campaign) int64 {
+	t.Helper()
+	var list int64
+	require.NoError(t, b.f.Pool.QueryRow(b.ctx, `SELECT list_id FROM plan WHERE id = $1`, c.PlanID).Scan(&list))
+	return list
+}
+
 func (b *bundle) doneAll(c audittest.Campaign) {
 	for _, tg := range c.Targets {
 		b.f.Attempt(tg, ledger.StateDone)
@@ -70,8 +78,7 @@ func TestAuditFindsAnAddedTarget(t *testing.T) {
 	b := setup(t)
 	c := b.f.Campaign("added", audittest.Addresses(3))
 	b.doneAll(c)
-	var list int64
-	require.NoError(t, b.f.Pool.QueryRow(b.ctx, `SELECT list_id FROM plan WHERE id = $1`, c.PlanID).Scan(&list))
+	list := b.listOf(t, c)
 	_, key, err := plan.TargetKey(c.ID, "email.send", "mallory@example.com")
 	require.NoError(t, err)
 	b.tamper(t, `INSERT INTO target (list_id, list_xact, ordinal, target, key, line)
@@ -99,8 +106,7 @@ func TestAuditFindsASwappedAddress(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	c := b.f.Campaign("swapped", audittest.Addresses(3))
-	var list int64
-	require.NoError(t, b.f.Pool.QueryRow(b.ctx, `SELECT list_id FROM plan WHERE id = $1`, c.PlanID).Scan(&list))
+	list := b.listOf(t, c)
 	b.tamper(t, `UPDATE target SET target = 'mallory@example.com' WHERE list_id = $1 AND ordinal = 2`, list)
 	b.doneAll(c)
 
@@ -119,8 +125,7 @@ func TestAuditFindsDeletedTargets(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	c := b.f.Campaign("deleted", audittest.Addresses(5))
-	var list int64
-	require.NoError(t, b.f.Pool.QueryRow(b.ctx, `SELECT list_id FROM plan WHERE id = $1`, c.PlanID).Scan(&list))
+	list := b.listOf(t, c)
 	b.tamper(t, `DELETE FROM target WHERE list_id = $1 AND ordinal IN (2, 4)`, list)
 	for _, tg := range c.Targets {
 		if tg.Ordinal != 2 && tg.Ordinal != 4 {
@@ -141,8 +146,7 @@ func TestAuditFindsChangedVariables(t *testing.T) {
 	b := setup(t)
 	c := b.f.Campaign("vars", audittest.Addresses(2))
 	b.doneAll(c)
-	var list int64
-	require.NoError(t, b.f.Pool.QueryRow(b.ctx, `SELECT list_id FROM plan WHERE id = $1`, c.PlanID).Scan(&list))
+	list := b.listOf(t, c)
 	b.tamper(t, `UPDATE target SET vars = '{"first_name": "Mallory"}' WHERE list_id = $1 AND ordinal = 1`, list)
 	m, err := audit.ForCampaign(b.ctx, b.f.Pool, c.ID)
 	require.NoError(t, err)

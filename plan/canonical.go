@@ -2,10 +2,9 @@ package plan
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
-	"strconv"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -130,131 +129,44 @@ func (p *varsParser) str() ([]byte, bool) {
 	return nil, false
 }
 
-// escaped finishes a string that has escapes, from its start.
+// escaped finishes a string that has escapes, from its start (just after
+// the opening quote): it finds the closing quote and leaves the decoding to
+// encoding/json, so that escapes (surrogate pairs included) are read as the
+// import's encoder would have read them.
 func (p *varsParser) escaped(start int) ([]byte, bool) {
-	out := append([]byte(nil), p.src[start:p.i]...)
 	for p.i < len(p.src) {
-		c := p.src[p.i]
-		switch {
-		case c == '"':
-			p.i++
-			return out, true
-		case c < 0x20:
-			return nil, false
-		case c != '\\':
-			out = append(out, c)
-			p.i++
+		switch c := p.src[p.i]; {
+		case c == '\\':
+			p.i += 2
 			continue
-		}
-		if p.i+1 >= len(p.src) {
-			return nil, false
-		}
-		e := p.src[p.i+1]
-		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
-			r, ok := p.hex4()
-			if !ok {
+		case c == '"':
+			var out string
+			if err := json.Unmarshal(p.src[start-1:p.i+1], &out); err != nil {
 				return nil, false
 			}
-			if utf16.IsSurrogate(r) {
-				// A high surrogate followed by a low one is one character;
-				// anything else is invalid, as encoding/json decodes it.
-				r2 := utf8.RuneError
-				if p.i+1 < len(p.src) && p.src[p.i] == '\\' && p.src[p.i+1] == 'u' {
-					save := p.i
-					p.i += 2
-					if x, ok := p.hex4(); ok && utf16.DecodeRune(r, x) != utf8.RuneError {
-						r2 = utf16.DecodeRune(r, x)
-					} else {
-						p.i = save
-					}
-				}
-				r = r2
-			}
-			out = utf8.AppendRune(out, r)
-		default:
+			p.i++
+			return []byte(out), true
+		case c < 0x20:
 			return nil, false
 		}
+		p.i++
 	}
 	return nil, false
 }
 
-func (p *varsParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.src) {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(p.src[p.i:p.i+4]), 16, 32)
-	if err != nil {
-		return 0, false
-	}
-	p.i += 4
-	return rune(n), true
-}
-
-// appendJSONString appends s as encoding/json's Marshal writes a string
-// (HTML-safe: <, > and & escaped; invalid UTF-8 as U+FFFD; U+2028 and
-// U+2029 escaped), so that the digest is the one the import computed.
+// appendJSONString appends s as encoding/json's Marshal writes a string,
+// so that the digest is the one the import computed. A string of plain
+// ASCII — the common case — is written as it is; anything else (a quote,
+// a backslash, a control or HTML character, any byte above ASCII) is left
+// to encoding/json itself, so its escaping rules have one author.
 func appendJSONString(dst, s []byte) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
+	for _, b := range s {
+		if b < 0x20 || b >= utf8.RuneSelf || b == '"' || b == '\\' || b == '<' || b == '>' || b == '&' {
+			q, _ := json.Marshal(string(s)) // a string always marshals
+			return append(dst, q...)
 		}
-		c, size := utf8.DecodeRune(s[i:])
-		if c == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if c == '\u2028' || c == '\u2029' {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
 	}
-	dst = append(dst, s[start:]...)
+	dst = append(dst, '"')
+	dst = append(dst, s...)
 	return append(dst, '"')
 }
