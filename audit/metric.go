@@ -117,29 +117,27 @@ func (m Metric) Explain() []string {
 			plural(m.Missing, "target has no effect of its own at its current epoch", "targets have no effect of their own at their current epoch"))
 		if m.Outside > 0 {
 			r += fmt.Sprintf(", or, for %d of them, held by a ledger row made outside any plan, which never counts as their effect: "+
-				"find them in the target list under \"outside the plan\" and revoke or resolve that row", m.Outside)
+				"find them in the target list under the state \"outside\" and revoke or resolve that row", m.Outside)
 		}
 		out = append(out, r+".")
 	}
-	if m.Unknown > 0 {
-		out = append(out, fmt.Sprintf("%s (the call may or may not have landed): check the provider, then resolve each as delivered or not delivered.",
-			plural(m.Unknown, "target is unknown", "targets are unknown")))
-	}
-	if m.Pending > 0 {
-		out = append(out, fmt.Sprintf("%s pending: a call is in flight, or its worker died and recovery settles it after the owner timeout.",
-			plural(m.Pending, "target is", "targets are")))
-	}
-	if m.Duplicates > 0 {
-		out = append(out, fmt.Sprintf("%s more than one effect in the provider's evidence: see the reconciliation's duplicates.",
-			plural(m.Duplicates, "target has", "targets have")))
-	}
-	if m.Unconfirmed > 0 {
-		out = append(out, fmt.Sprintf("%s done in the ledger with nothing in the evidence: check the provider for them.",
-			plural(m.Unconfirmed, "target is", "targets are")))
-	}
-	if m.Unrecorded > 0 {
-		out = append(out, fmt.Sprintf("%s delivered according to the evidence but not done in the ledger: resolve the unknown ones as delivered.",
-			plural(m.Unrecorded, "target is", "targets are")))
+	for _, c := range []struct {
+		n         int
+		one, many string
+		what      string
+	}{
+		{m.Unknown, "target is unknown", "targets are unknown",
+			" (the call may or may not have landed): check the provider, then resolve each as delivered or not delivered."},
+		{m.Pending, "target is pending", "targets are pending",
+			": a call is in flight, or its worker died and recovery settles it after the owner timeout."},
+		{m.Duplicates, "target has", "targets have", " more than one effect in the provider's evidence: see the reconciliation's duplicates."},
+		{m.Unconfirmed, "target is", "targets are", " done in the ledger with nothing in the evidence: check the provider for them."},
+		{m.Unrecorded, "target is", "targets are",
+			" delivered according to the evidence but not done in the ledger: resolve the unknown ones as delivered."},
+	} {
+		if c.n > 0 {
+			out = append(out, plural(c.n, c.one, c.many)+c.what)
+		}
 	}
 	if out == nil {
 		out = []string{}
