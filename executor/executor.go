@@ -67,16 +67,26 @@ type Requeuer interface {
 	RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, key string) error
 }
 
+// Defaults of Config.
+const (
+	// DefaultOwnerTimeout: a process silent this long is dead.
+	DefaultOwnerTimeout = 30 * time.Second
+	// DefaultPausedSnooze: how long a paused campaign's job waits before
+	// it looks again.
+	DefaultPausedSnooze = 5 * time.Second
+)
+
 // Config wires an Executor.
 type Config struct {
 	Pool      *pgxpool.Pool
 	Providers *provider.Registry
 	Logger    *slog.Logger
 	// OwnerTimeout: a process that has not said it is alive for this long
-	// is dead, and its pending attempts are recovered. Default 30s.
+	// is dead, and its pending attempts are recovered. Default
+	// DefaultOwnerTimeout.
 	OwnerTimeout time.Duration
 	// PausedSnooze is how long a paused campaign's job waits before it
-	// looks again. Default 5s.
+	// looks again. Default DefaultPausedSnooze.
 	PausedSnooze time.Duration
 	Pauser       QuotaPauser
 	Requeuer     Requeuer
@@ -112,10 +122,10 @@ func New(cfg Config) (*Executor, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.OwnerTimeout == 0 {
-		cfg.OwnerTimeout = 30 * time.Second
+		cfg.OwnerTimeout = DefaultOwnerTimeout
 	}
 	if cfg.PausedSnooze == 0 {
-		cfg.PausedSnooze = 5 * time.Second
+		cfg.PausedSnooze = DefaultPausedSnooze
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
