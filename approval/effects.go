@@ -93,7 +93,7 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 		if err := s.event(ctx, tx, &a, c, ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
 			return err
 		}
-		return s.requeueAfterChange(ctx, tx, c)
+		return s.requeueAfterChange(ctx, tx, &a, c, "a done target was superseded")
 	})
 	return epoch, err
 }
@@ -126,8 +126,9 @@ func (s *Service) RevokeEffect(ctx context.Context, a Actor, campaignID, key, re
 }
 
 // requeueAfterChange puts a started campaign's remainder back on the queue
-// after a decision freed a key; a completed campaign runs again.
-func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, c plan.Campaign) error {
+// after a decision freed a key (why says which); a completed campaign
+// runs again.
+func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign, why string) error {
 	switch c.State {
 	case plan.StateRunning, plan.StateCompleted:
 	default:
@@ -137,11 +138,9 @@ func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, c plan.Camp
 	if err != nil {
 		return err
 	}
-	if _, err := s.enqueuer.EnqueueRemaining(ctx, tx, p); err != nil {
+	n, err := s.enqueuer.EnqueueRemaining(ctx, tx, p)
+	if err != nil || n == 0 {
 		return err
 	}
-	if c.State == plan.StateCompleted {
-		return plan.SetState(ctx, tx, c.ID, plan.StateRunning)
-	}
-	return nil
+	return s.reopen(ctx, tx, a, &c, why, n)
 }

@@ -205,23 +205,23 @@ func (s *Service) editable(ctx context.Context, tx pgx.Tx, a Actor, id string, a
 	if err != nil {
 		return c, err
 	}
+	if err := stateAllows(c, action); err != nil {
+		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", ErrConflict, c.ID, label(c.State))
+	}
 	switch c.State {
 	case plan.StateDraft:
 		return c, nil
 	case plan.StatePendingApproval:
 		// Approvals given so far were for the old hash: they no longer count.
-	case plan.StateApproved, plan.StateRunning, plan.StatePaused, plan.StateCompleted:
+	default:
+		// Approved or started: the edit is a new version, which needs a
+		// new approval.
 		if c.Version, err = plan.NewVersion(ctx, tx, c.ID, c.Version, a.UserID); err != nil {
 			return c, err
 		}
-	default:
-		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", ErrConflict, c.ID, c.State)
 	}
-	if err := plan.SetState(ctx, tx, c.ID, plan.StateDraft); err != nil {
-		return c, err
-	}
-	c.State = plan.StateDraft
-	return c, nil
+	// The caller records the edit or import, with what it changed.
+	return c, s.shift(ctx, tx, &c, action)
 }
 
 // Edit replaces the draft's payload.
@@ -306,8 +306,8 @@ func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error
 		if err != nil {
 			return err
 		}
-		if c.State != plan.StateDraft {
-			return fmt.Errorf("%w: campaign %s is %s; only a draft can be submitted", ErrConflict, c.ID, c.State)
+		if err := stateAllows(c, ActionSubmit); err != nil {
+			return err
 		}
 		if res, err = s.result(ctx, tx, c); err != nil {
 			return err
@@ -319,14 +319,12 @@ func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error
 		if total > 0 {
 			return &MissingVarsError{Missing: missing, Total: total}
 		}
-		if err := plan.SetState(ctx, tx, c.ID, plan.StatePendingApproval); err != nil {
+		if err := s.move(ctx, tx, &a, &c, ActionSubmit, res.PlanHash, "", nil); err != nil {
 			return err
 		}
-		res.Campaign.State = plan.StatePendingApproval
-		if _, err := plan.Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID); err != nil {
-			return err
-		}
-		return s.event(ctx, tx, &a, c, ActionSubmit, res.PlanHash, "", nil)
+		res.Campaign = c
+		_, err = plan.Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID)
+		return err
 	})
 	return res, err
 }
@@ -347,22 +345,14 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 		if err != nil {
 			return err
 		}
-		if c.State != plan.StatePendingApproval {
-			return fmt.Errorf("%w: campaign %s is %s, not pending approval", ErrConflict, c.ID, c.State)
-		}
 		if res, err = s.result(ctx, tx, c); err != nil {
+			return err
+		}
+		if err := approveAllowed(ctx, tx, a, c, res.PlanHash); err != nil {
 			return err
 		}
 		if shownHash != res.PlanHash {
 			return fmt.Errorf("%w: the draft changed since it was shown to you (you approved %.12s…, it is now %.12s…); review it again", ErrConflict, shownHash, res.PlanHash)
-		}
-		// Authorship as submitted decides, as it does for PostgreSQL.
-		sub, err := plan.LatestSubmission(ctx, tx, c.ID)
-		if err != nil {
-			return err
-		}
-		if sub.IsAuthor(a.UserID) {
-			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, $2, $3, $4)`,
 			c.ID, c.Version, shownHash, a.UserID)
@@ -384,11 +374,8 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 		if err != nil {
 			return err
 		}
-		if err := plan.SetState(ctx, tx, c.ID, plan.StateApproved); err != nil {
-			return err
-		}
-		c.State, c.PlanID = plan.StateApproved, p.ID
-		if err := s.event(ctx, tx, nil, c, ActionFreeze, shownHash, "", map[string]any{"plan_id": p.ID, "target_count": p.TargetCount, "approvals": count}); err != nil {
+		c.PlanID = p.ID
+		if err := s.move(ctx, tx, nil, &c, ActionFreeze, shownHash, "", map[string]any{"plan_id": p.ID, "target_count": p.TargetCount, "approvals": count}); err != nil {
 			return err
 		}
 		if c.StartOnApproval && (c.ScheduledAt == nil || !c.ScheduledAt.After(s.Now())) {
@@ -400,6 +387,41 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 		return nil
 	})
 	return res, err
+}
+
+// ApproveAllowed says whether a may approve campaign c's current version
+// now: nil, or an error whose message says why not (the role, the state,
+// authorship as submitted, an approval already given). Approve checks the
+// same.
+func (s *Service) ApproveAllowed(ctx context.Context, a Actor, c plan.Campaign) error {
+	r, err := s.result(ctx, s.pool, c)
+	if err != nil {
+		return err
+	}
+	return approveAllowed(ctx, s.pool, a, c, r.PlanHash)
+}
+
+func approveAllowed(ctx context.Context, db plan.DB, a Actor, c plan.Campaign, hash string) error {
+	if err := Allowed(a, c, ActionApprove); err != nil {
+		return err
+	}
+	// Authorship as submitted decides, as it does for PostgreSQL.
+	sub, err := plan.LatestSubmission(ctx, db, c.ID)
+	if err != nil {
+		return err
+	}
+	if sub.IsAuthor(a.UserID) {
+		return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
+	}
+	var already bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3 AND approver_id = $4)`,
+		c.ID, c.Version, hash, a.UserID).Scan(&already); err != nil {
+		return err
+	}
+	if already {
+		return fmt.Errorf("%w: you have already approved this version", ErrConflict)
+	}
+	return nil
 }
 
 func approvalErr(err error) error {
@@ -439,47 +461,32 @@ func (s *Service) Reject(ctx context.Context, a Actor, id, reason string) (Resul
 	if strings.TrimSpace(reason) == "" {
 		return Result{}, &plan.FieldError{Field: "reason", Reason: "is required: say what must change"}
 	}
-	return s.transition(ctx, &a, id, ActionReject, reason, []plan.State{plan.StatePendingApproval}, plan.StateDraft)
+	return s.transition(ctx, &a, id, ActionReject, reason)
 }
 
-// transition moves a locked campaign from one of from to to, and audits it.
-func (s *Service) transition(ctx context.Context, a *Actor, id string, action Action, reason string, from []plan.State, to plan.State) (Result, error) {
+// transition takes a simple action (reject, pause, cancel) on a locked
+// campaign, as the lifecycle table says, and audits it.
+func (s *Service) transition(ctx context.Context, a *Actor, id string, action Action, reason string) (Result, error) {
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		c, err := plan.LockCampaign(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		if !containsState(from, c.State) {
-			return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", ErrConflict, c.ID, c.State, action, joinStates(from))
-		}
-		if err := plan.SetState(ctx, tx, c.ID, to); err != nil {
+		if err := stateAllows(c, action); err != nil {
 			return err
 		}
-		c.State = to
-		if res, err = s.result(ctx, tx, c); err != nil {
+		h, err := s.result(ctx, tx, c)
+		if err != nil {
 			return err
 		}
-		return s.event(ctx, tx, a, c, action, res.PlanHash, reason, nil)
+		if err := s.move(ctx, tx, a, &c, action, h.PlanHash, reason, nil); err != nil {
+			return err
+		}
+		res, err = s.result(ctx, tx, c)
+		return err
 	})
 	return res, err
-}
-
-func containsState(states []plan.State, s plan.State) bool {
-	for _, x := range states {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func joinStates(states []plan.State) string {
-	parts := make([]string, len(states))
-	for i, s := range states {
-		parts[i] = string(s)
-	}
-	return strings.Join(parts, " or ")
 }
 
 // Start begins executing the approved plan: the run record and one job per
@@ -529,11 +536,7 @@ func (s *Service) start(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaig
 		c.ID, p.ID, startedBy, n); err != nil {
 		return c, err
 	}
-	if err := plan.SetState(ctx, tx, c.ID, plan.StateRunning); err != nil {
-		return c, err
-	}
-	c.State = plan.StateRunning
-	return c, s.event(ctx, tx, a, c, ActionStart, p.Hash, "", map[string]any{"plan_id": p.ID, "jobs": n})
+	return c, s.move(ctx, tx, a, &c, ActionStart, p.Hash, "", map[string]any{"plan_id": p.ID, "jobs": n})
 }
 
 // StartDue starts every approved campaign whose scheduled time has come,
@@ -573,7 +576,7 @@ func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result
 	if err := Authorize(a, ActionPause); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, &a, id, ActionPause, reason, []plan.State{plan.StateRunning}, plan.StatePaused)
+	return s.transition(ctx, &a, id, ActionPause, reason)
 }
 
 // Resume runs the remainder: the campaign runs again and every target with
@@ -590,10 +593,8 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 		if err != nil {
 			return err
 		}
-		switch c.State {
-		case plan.StatePaused, plan.StateRunning, plan.StateCompleted:
-		default:
-			return fmt.Errorf("%w: campaign %s is %s; only a started campaign can be resumed", ErrConflict, c.ID, c.State)
+		if err := stateAllows(c, ActionResume); err != nil {
+			return err
 		}
 		p, err := plan.GetPlan(ctx, tx, c.PlanID)
 		if err != nil {
@@ -603,16 +604,11 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 		if err != nil {
 			return err
 		}
-		if c.State != plan.StateRunning {
-			if err := plan.SetState(ctx, tx, c.ID, plan.StateRunning); err != nil {
-				return err
-			}
-			c.State = plan.StateRunning
-		}
-		if res, err = s.result(ctx, tx, c); err != nil {
+		if err := s.move(ctx, tx, &a, &c, ActionResume, p.Hash, "", map[string]any{"jobs": n}); err != nil {
 			return err
 		}
-		return s.event(ctx, tx, &a, c, ActionResume, p.Hash, "", map[string]any{"jobs": n})
+		res, err = s.result(ctx, tx, c)
+		return err
 	})
 	return res, err
 }
@@ -622,9 +618,7 @@ func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (Resul
 	if err := Authorize(a, ActionCancel); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, &a, id, ActionCancel, reason,
-		[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
-		plan.StateCancelled)
+	return s.transition(ctx, &a, id, ActionCancel, reason)
 }
 
 // ActionComplete is recorded when a running campaign has nothing left to run.
@@ -647,7 +641,7 @@ func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string
 		if n, err = s.enqueuer.EnqueueRemaining(ctx, tx, p); err != nil || n == 0 {
 			return err
 		}
-		return s.event(ctx, tx, nil, c, ActionResume, p.Hash, reason, map[string]any{"jobs": n})
+		return s.move(ctx, tx, nil, &c, ActionResume, p.Hash, reason, map[string]any{"jobs": n})
 	})
 	return n, err
 }
@@ -666,11 +660,8 @@ func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx c
 		if err != nil || !ok {
 			return err
 		}
-		if err := plan.SetState(ctx, tx, c.ID, plan.StateCompleted); err != nil {
-			return err
-		}
-		c.State, completed = plan.StateCompleted, true
-		return s.event(ctx, tx, nil, c, ActionComplete, "", "", nil)
+		completed = true
+		return s.move(ctx, tx, nil, &c, ActionComplete, "", "", nil)
 	})
 	return completed, err
 }
@@ -699,7 +690,7 @@ func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key st
 		}
 		if outcome == ledger.NotDelivered {
 			// The key is free again: the target goes back on the queue.
-			return s.requeueAfterChange(ctx, tx, c)
+			return s.requeueAfterChange(ctx, tx, &a, c, "an unknown target was resolved as not delivered")
 		}
 		return nil
 	})

@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,10 +57,8 @@ type targetRes struct {
 }
 
 type claimReq struct {
-	p        ledger.ClaimParams
-	campaign string
-	queue    string
-	done     chan claimRes
+	r    ledger.ClaimRequest
+	done chan claimRes
 }
 
 type claimRes struct {
@@ -90,21 +87,25 @@ type batcher struct {
 	writes *pgxpool.Pool
 	logger *slog.Logger
 	// lastWarn is when failed reported a failed batch last (unix ns).
-	lastWarn  atomic.Int64
-	ledger    *ledger.Store
-	targets   chan *targetReq
-	claims    chan *claimReq
-	responses chan *respReq
-	settles   chan *settleReq
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	startOnce sync.Once
-	started   bool
+	lastWarn atomic.Int64
+	ledger   *ledger.Store
+	// writeLedger is the ledger on the write connections; gate is the
+	// claims' campaign gate (see Executor.gate).
+	writeLedger *ledger.Store
+	gate        ledger.Gate
+	targets     chan *targetReq
+	claims      chan *claimReq
+	responses   chan *respReq
+	settles     chan *settleReq
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	startOnce   sync.Once
+	started     bool
 }
 
-func newBatcher(pool *pgxpool.Pool, logger *slog.Logger) *batcher {
+func newBatcher(pool *pgxpool.Pool, gate ledger.Gate, logger *slog.Logger) *batcher {
 	b := &batcher{
-		pool: pool, ledger: ledger.NewStore(pool), logger: logger,
+		pool: pool, ledger: ledger.NewStore(pool), gate: gate, logger: logger,
 		targets: make(chan *targetReq, maxBatch), claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
 		stop: make(chan struct{}),
 	}
@@ -117,6 +118,7 @@ func (b *batcher) start() {
 	b.startOnce.Do(func() {
 		b.started = true
 		b.writes = newWritePool(b.pool)
+		b.writeLedger = ledger.NewStore(b.writes)
 		for range flushers {
 			b.wg.Add(4)
 			go loop(b, b.targets, b.flushTargets)
@@ -293,9 +295,9 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 
 // claim commits a pending row through the claim batch. won is false when
 // the batch did not insert it; the caller then takes the one-row path.
-func (b *batcher) claim(ctx context.Context, p ledger.ClaimParams, campaign, queue string) (ledger.Effect, bool, error) {
+func (b *batcher) claim(ctx context.Context, cr ledger.ClaimRequest) (ledger.Effect, bool, error) {
 	b.start()
-	r := &claimReq{p: p, campaign: campaign, queue: queue, done: make(chan claimRes, 1)}
+	r := &claimReq{r: cr, done: make(chan claimRes, 1)}
 	select {
 	case b.claims <- r:
 	case <-ctx.Done():
@@ -308,33 +310,22 @@ func (b *batcher) claim(ctx context.Context, p ledger.ClaimParams, campaign, que
 }
 
 func (b *batcher) flushClaims(reqs []*claimReq) {
-	// Same key order in every batch of every process: two batches never
-	// wait on each other's keys in opposite orders.
-	sort.Slice(reqs, func(i, j int) bool { return reqs[i].p.Key < reqs[j].p.Key })
 	n := len(reqs)
-	keys, owners, campaigns, queues := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	jobIDs, planIDs := make([]int64, n), make([]int64, n)
-	ordinals := make([]int32, n)
+	crs := make([]ledger.ClaimRequest, n)
 	for i, r := range reqs {
-		keys[i], owners[i], campaigns[i], queues[i] = string(r.p.Key), r.p.Owner, r.campaign, r.queue
-		jobIDs[i], planIDs[i], ordinals[i] = r.p.JobID, r.p.PlanID, int32(r.p.Ordinal)
+		crs[i] = r.r
 	}
-	rows, err := b.writes.Query(bg, claimBatchSQL,
-		keys, owners, jobIDs, planIDs, ordinals, campaigns, queues)
+	effs, err := b.writeLedger.ClaimMany(bg, crs, b.gate)
 	won := map[string]ledger.Effect{}
-	if err == nil {
-		var effs []ledger.Effect
-		effs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Effect, error) { return ledger.ScanEffect(r) })
-		for _, e := range effs {
-			won[string(e.Key)] = e
-		}
+	for _, e := range effs {
+		won[string(e.Key)] = e
 	}
 	if err != nil {
 		b.failed("claim", n, err)
 	}
 	for _, r := range reqs {
-		if e, ok := won[string(r.p.Key)]; ok && err == nil && e.Owner == r.p.Owner && e.JobID == r.p.JobID {
-			delete(won, string(r.p.Key))
+		if e, ok := won[string(r.r.Key)]; ok && err == nil && e.Owner == r.r.Owner && e.JobID == r.r.JobID {
+			delete(won, string(r.r.Key))
 			r.done <- claimRes{eff: e, won: true}
 			continue
 		}
@@ -343,32 +334,6 @@ func (b *batcher) flushClaims(reqs []*claimReq) {
 		r.done <- claimRes{}
 	}
 }
-
-// claimBatchSQL inserts a pending row per request whose campaign runs its
-// plan and whose queue is not paused, at the key's current epoch, unless a
-// blocking row is there; it returns the rows it inserted.
-const claimBatchSQL = `
-WITH req AS (
-	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::uuid[], $7::text[])
-		AS r(key, owner, job_id, plan_id, ordinal, campaign_id, queue)
-), open AS (
-	SELECT r.* FROM req r
-	JOIN campaign c ON c.id = r.campaign_id AND c.state = 'running' AND c.plan_id = r.plan_id
-	WHERE NOT EXISTS (SELECT 1 FROM river_queue q WHERE q.name = r.queue AND q.paused_at IS NOT NULL)
-)
-INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
-SELECT o.key, cur.epoch,
-       (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
-       o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
-FROM open o
-CROSS JOIN LATERAL (SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = o.key) cur
-ORDER BY o.key
-ON CONFLICT (key, epoch) WHERE state IN ('pending', 'done', 'unknown', 'stranded') DO NOTHING
-RETURNING ` + ledger.EffectCols
-
-// responseBatchSQL records raw answers.
-const responseBatchSQL = `INSERT INTO effect_response (effect_id, kind, body)
-	SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[]) ORDER BY 1`
 
 // recordResponse commits a raw answer through the response batch.
 func (b *batcher) recordResponse(effectID int64, kind ledger.ResponseKind, body []byte) error {
@@ -382,33 +347,22 @@ func (b *batcher) recordResponse(effectID int64, kind ledger.ResponseKind, body 
 }
 
 func (b *batcher) flushResponses(reqs []*respReq) {
-	n := len(reqs)
-	ids, kinds, bodies := make([]int64, n), make([]string, n), make([][]byte, n)
+	recs := make([]ledger.ResponseRecord, len(reqs))
 	for i, r := range reqs {
-		ids[i], kinds[i], bodies[i] = r.effectID, string(r.kind), r.body
+		recs[i] = ledger.ResponseRecord{EffectID: r.effectID, Kind: r.kind, Body: r.body}
 	}
-	_, err := b.writes.Exec(bg, responseBatchSQL, ids, kinds, bodies)
-	if err == nil {
+	if _, err := b.writeLedger.RecordResponses(bg, recs); err != nil {
+		b.failed("raw answer", len(reqs), err)
 		for _, r := range reqs {
-			r.done <- nil
+			_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
+			r.done <- err
 		}
 		return
 	}
-	b.failed("raw answer", n, err)
 	for _, r := range reqs {
-		_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
-		r.done <- err
+		r.done <- nil
 	}
 }
-
-// settleBatchSQL settles rows by id. "f.id = ANY($1)" repeats the join as
-// a condition on effect's primary key, so the plan probes the index rather
-// than joining by scanning the whole table.
-const settleBatchSQL = `
-UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
-WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
-RETURNING f.id`
 
 // settle commits a verdict through the settle batch.
 func (b *batcher) settle(p ledger.SettleParams) error {
@@ -419,23 +373,17 @@ func (b *batcher) settle(p ledger.SettleParams) error {
 }
 
 func (b *batcher) flushSettles(reqs []*settleReq) {
-	sort.Slice(reqs, func(i, j int) bool { return reqs[i].p.EffectID < reqs[j].p.EffectID })
-	n := len(reqs)
-	ids, states, receipts, reasons := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	ps := make([]ledger.SettleParams, len(reqs))
 	for i, r := range reqs {
-		ids[i], states[i], receipts[i], reasons[i] = r.p.EffectID, string(r.p.State), r.p.Receipt, r.p.Reason
+		ps[i] = r.p
 	}
-	rows, err := b.writes.Query(bg, settleBatchSQL, ids, states, receipts, reasons)
+	effs, err := b.writeLedger.SettleMany(bg, ps)
 	got := map[int64]bool{}
-	if err == nil {
-		var settled []int64
-		settled, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		for _, id := range settled {
-			got[id] = true
-		}
+	for _, e := range effs {
+		got[e.ID] = true
 	}
 	if err != nil {
-		b.failed("settle", n, err)
+		b.failed("settle", len(reqs), err)
 	}
 	for _, r := range reqs {
 		if got[r.p.EffectID] && err == nil {

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/ledger"
 )
 
 // TestWritePlansUseIndexesOnly: the sessions the write batches run on keep
@@ -24,27 +25,23 @@ func TestWritePlansUseIndexesOnly(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 
-	for _, st := range []struct{ name, sql, args string }{
-		{"claim", claimBatchSQL, "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
-		{"response", responseBatchSQL, "('{}', '{}', '{}')"},
-		{"settle", settleBatchSQL, "('{}', '{}', '{}', '{}')"},
-	} {
-		_, err := conn.Exec(ctx, "PREPARE "+st.name+" AS "+st.sql)
-		require.NoError(t, err, st.name)
+	for _, st := range ledger.BatchStatements(gate) {
+		_, err := conn.Exec(ctx, "PREPARE "+st.Name+" AS "+st.SQL)
+		require.NoError(t, err, st.Name)
 		var out []byte
-		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+st.name+st.args).Scan(&out), st.name)
+		require.NoError(t, conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+st.Name+st.EmptyArgs).Scan(&out), st.Name)
 		var nodes []string
 		pgtest.ParsePlan(t, out).Walk(func(n pgtest.PlanNode) {
 			nodes = append(nodes, n.Type+" "+n.Relation+" "+n.Index)
 			switch n.Type {
 			case "Seq Scan":
-				t.Errorf("%s: the plan made on an empty ledger scans %s from start to end", st.name, n.Relation)
+				t.Errorf("%s: the plan made on an empty ledger scans %s from start to end", st.Name, n.Relation)
 			case "Index Scan", "Index Only Scan", "Bitmap Index Scan":
 				if n.IndexCond == "" {
-					t.Errorf("%s: the plan made on an empty ledger reads all of index %s", st.name, n.Index)
+					t.Errorf("%s: the plan made on an empty ledger reads all of index %s", st.Name, n.Index)
 				}
 			}
 		})
-		t.Logf("%s: %v", st.name, nodes)
+		t.Logf("%s: %v", st.Name, nodes)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/metrics"
+	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
@@ -136,7 +137,7 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{
 		cfg:    cfg,
 		ledger: ledger.NewStore(cfg.Pool),
-		batch:  newBatcher(cfg.Pool, cfg.Logger),
+		batch:  newBatcher(cfg.Pool, gate, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		plans:  map[int64]*cachedPlan{},
 	}
@@ -146,6 +147,11 @@ func New(cfg Config) (*Executor, error) {
 	}
 	return e, nil
 }
+
+// gate is the claims' campaign gate (DESIGN §4): a plan target is claimed
+// only while its campaign runs that plan and its provider's queue is not
+// paused, checked in the statement that claims it.
+var gate = ledger.Gate(plan.RunsPlanSQL("r.campaign_id", "r.plan_id") + " AND " + riverdb.QueueOpen("r.queue"))
 
 func (e *Executor) queueOf(provider string) string {
 	if e.cfg.QueueOf == nil {
@@ -217,8 +223,7 @@ func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) 
 	var current int64
 	var queuePaused bool
 	err := e.cfg.Pool.QueryRow(ctx, `
-		SELECT state, coalesce(plan_id, 0),
-		       $2 <> '' AND EXISTS (SELECT 1 FROM river_queue q WHERE q.name = $2 AND q.paused_at IS NOT NULL)
+		SELECT state, coalesce(plan_id, 0), NOT `+riverdb.QueueOpen("$2::text")+`
 		FROM campaign WHERE id = $1`, p.CampaignID, queue).Scan(&state, &current, &queuePaused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
@@ -273,9 +278,12 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 
 	// The common case: the campaign runs and the key is free. The claim
 	// batch checks the campaign gate in the same statement.
-	params := ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal}
 	queue := e.queueOf(prov.Name())
-	if eff, won, err := e.batch.claim(ctx, params, cp.plan.CampaignID, queue); err != nil {
+	cr := ledger.ClaimRequest{
+		ClaimParams: ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal},
+		Campaign:    cp.plan.CampaignID, Queue: queue,
+	}
+	if eff, won, err := e.batch.claim(ctx, cr); err != nil {
 		return Result{}, err
 	} else if won {
 		e.crash.at(pointAfterClaim)
@@ -284,13 +292,19 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release)
 	}
 
-	// The batch did not claim: say why, one row at a time.
-	if res, ok, err := e.campaignGate(ctx, cp.plan, queue); err != nil || !ok {
-		return res, err
-	}
-	claim, err := e.ledger.Claim(ctx, params)
+	// The batch did not claim: the same statement for this row alone,
+	// gate included, says why.
+	claim, err := e.ledger.ClaimOne(ctx, cr, gate)
 	if err != nil {
 		return Result{}, err
+	}
+	if claim.Outcome == ledger.ClaimGateClosed {
+		res, open, err := e.campaignGate(ctx, cp.plan, queue)
+		if err == nil && open {
+			// Reopened since the claim looked: look again soon.
+			res = Result{Action: Snooze, After: time.Second, Outcome: "campaign gate changed"}
+		}
+		return res, err
 	}
 	if claim.Outcome != ledger.ClaimWon && !e.ownAttempt(ctx, cp.plan, claim.Effect) {
 		// Never a second effect on the key; and this one is not the
@@ -508,13 +522,20 @@ func (e *Executor) inDoubt(ctx context.Context, j Job, prov provider.Provider, c
 	return r, nil
 }
 
+// OwnerAlive is the SQL condition that the process named by the SQL
+// expression owner said it is alive (its heartbeat in worker_process)
+// within the interval the SQL expression timeout names: an attempt or a
+// running job whose owner is not alive is in doubt, and recovery takes it.
+func OwnerAlive(owner, timeout string) string {
+	return "EXISTS (SELECT 1 FROM worker_process w WHERE w.owner = " + owner + " AND w.seen_at > now() - " + timeout + "::interval)"
+}
+
 func (e *Executor) ownerAlive(ctx context.Context, owner string) (bool, error) {
 	if owner == e.owner {
 		return true, nil
 	}
 	var alive bool
-	err := e.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_process WHERE owner = $1 AND seen_at > now() - $2::interval)`,
-		owner, e.cfg.OwnerTimeout.String()).Scan(&alive)
+	err := e.cfg.Pool.QueryRow(ctx, `SELECT `+OwnerAlive("$1", "$2"), owner, e.cfg.OwnerTimeout.String()).Scan(&alive)
 	return alive, err
 }
 

@@ -7,9 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
+
+// jobOwner is the SQL expression for the process that last ran River job
+// j: River records each attempt's client in attempted_by, and the
+// executor's owner identity is the client's id.
+const jobOwner = `j.attempted_by[array_upper(j.attempted_by, 1)]`
 
 // recoveryBatch bounds the rows one maintenance round recovers, so a round
 // stays short; the next round takes the rest.
@@ -37,8 +43,7 @@ func (r *Runner) timeout() string { return r.cfg.OwnerTimeout.String() }
 func (r *Runner) recoverDeadOwners(ctx context.Context) error {
 	effects, err := r.effects(ctx, `
 		SELECT id FROM effect e
-		WHERE e.state = 'pending'
-		  AND NOT EXISTS (SELECT 1 FROM worker_process w WHERE w.owner = e.owner AND w.seen_at > now() - $1::interval)
+		WHERE e.state = 'pending' AND NOT `+executor.OwnerAlive("e.owner", "$1")+`
 		ORDER BY e.created_at LIMIT $2`, r.timeout(), recoveryBatch)
 	if err != nil {
 		return err
@@ -112,9 +117,7 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 	rows, err := r.cfg.Pool.Query(ctx, `
 		SELECT DISTINCT c.id FROM river_job j JOIN campaign c ON c.plan_id = (j.args ->> 'plan_id')::bigint
 		WHERE j.kind = 'onceplan_effect' AND j.state = 'running' AND c.state = 'running'
-		  AND NOT EXISTS (SELECT 1 FROM worker_process w
-		                  WHERE w.owner = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.seen_at > now() - $1::interval)`,
-		r.timeout())
+		  AND NOT `+executor.OwnerAlive(jobOwner, "$1"), r.timeout())
 	if err != nil {
 		return err
 	}

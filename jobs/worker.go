@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"github.com/onceplan/onceplan/jobs/riverdb"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +49,7 @@ type ResumeQueueArgs struct {
 }
 
 // Kind is River's name for the job kind.
-func (ResumeQueueArgs) Kind() string { return "onceplan_resume_queue" }
+func (ResumeQueueArgs) Kind() string { return riverdb.ResumeQueueKind }
 
 // InsertOpts puts the resume on the maintenance queue (never paused).
 func (ResumeQueueArgs) InsertOpts() river.InsertOpts {

@@ -114,6 +114,9 @@ const (
 	ClaimInDoubt
 	// ClaimStranded: the provider holds it and it can never complete.
 	ClaimStranded
+	// ClaimGateClosed: the claim's gate kept it out (ClaimOne): its
+	// campaign does not run that plan now, or its queue is paused.
+	ClaimGateClosed
 )
 
 func (o ClaimOutcome) String() string {
@@ -126,6 +129,8 @@ func (o ClaimOutcome) String() string {
 		return "in-doubt"
 	case ClaimStranded:
 		return "blocked-stranded"
+	case ClaimGateClosed:
+		return "gate-closed"
 	}
 	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
 }
@@ -150,58 +155,9 @@ type Claim struct {
 // Claim commits a pending row for key at its current epoch, unless a
 // blocking row is already there. The partial unique index decides between
 // concurrent callers: exactly one wins, the others learn what blocks them.
+// It is ClaimOne without a gate.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
-	if _, err := ParseKey(string(p.Key)); err != nil {
-		return Claim{}, err
-	}
-	if strings.TrimSpace(p.Owner) == "" {
-		return Claim{}, fmt.Errorf("%w: a claim needs an owner", ErrMissingEvidence)
-	}
-	var job, planID *int64
-	var ordinal *int
-	if p.JobID != 0 {
-		job = &p.JobID
-	}
-	if p.PlanID != 0 {
-		planID, ordinal = &p.PlanID, &p.Ordinal
-	}
-	// A blocking row may settle as failed between our insert and our look
-	// at it; then the key is free and we try again. Bounded: each round
-	// needs another attempt to fail in between.
-	for range 5 {
-		row := s.db.QueryRow(ctx, `
-			WITH cur AS (SELECT coalesce(max(epoch), 0) AS epoch FROM effect_bump WHERE key = $1)
-			INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
-			SELECT $1, cur.epoch,
-			       (SELECT count(*) + 1 FROM effect e WHERE e.key = $1 AND e.epoch = cur.epoch),
-			       $2, $3, $4, $5
-			FROM cur
-			ON CONFLICT (key, epoch) WHERE state IN `+BlockingStates+` DO NOTHING
-			RETURNING `+effectCols, string(p.Key), p.Owner, job, planID, ordinal)
-		e, err := scanEffect(row)
-		if err == nil {
-			return Claim{Outcome: ClaimWon, Effect: e}, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return Claim{}, translate(err)
-		}
-		e, err = s.blocking(ctx, p.Key)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return Claim{}, err
-		}
-		switch e.State {
-		case StateDone:
-			return Claim{Outcome: ClaimDone, Effect: e}, nil
-		case StateStranded:
-			return Claim{Outcome: ClaimStranded, Effect: e}, nil
-		default:
-			return Claim{Outcome: ClaimInDoubt, Effect: e}, nil
-		}
-	}
-	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", ErrConflict, p.Key)
+	return s.ClaimOne(ctx, ClaimRequest{ClaimParams: p}, "")
 }
 
 // blocking returns the row holding key at its current epoch.
@@ -267,13 +223,11 @@ const (
 // RecordResponse commits the provider's raw answer for an attempt, exactly
 // as received, before anything parses it. Returns the response's id.
 func (s *Store) RecordResponse(ctx context.Context, effectID int64, kind ResponseKind, body []byte) (int64, error) {
-	if body == nil {
-		body = []byte{}
+	ids, err := s.RecordResponses(ctx, []ResponseRecord{{EffectID: effectID, Kind: kind, Body: body}})
+	if err != nil {
+		return 0, err
 	}
-	var id int64
-	err := s.db.QueryRow(ctx, `INSERT INTO effect_response (effect_id, kind, body) VALUES ($1, $2, $3) RETURNING id`,
-		effectID, string(kind), body).Scan(&id)
-	return id, translate(err)
+	return ids[0], nil
 }
 
 // Response is a recorded raw provider answer.
@@ -312,19 +266,14 @@ type SettleParams struct {
 // Settle moves a pending attempt to its outcome. Done, failed and stranded
 // are refused unless a raw response was recorded first.
 func (s *Store) Settle(ctx context.Context, p SettleParams) (Effect, error) {
-	switch p.State {
-	case StateDone, StateFailed, StateUnknown, StateStranded:
-	default:
-		return Effect{}, fmt.Errorf("%w: an attempt settles as done, failed, unknown or stranded, not %q", ErrIllegalTransition, p.State)
+	effs, err := s.SettleMany(ctx, []SettleParams{p})
+	if err != nil {
+		return Effect{}, err
 	}
-	e, err := scanEffect(s.db.QueryRow(ctx, `
-		UPDATE effect SET state = $2, receipt = nullif($3, ''), reason = nullif($4, '')
-		WHERE id = $1
-		RETURNING `+effectCols, p.EffectID, string(p.State), p.Receipt, p.Reason))
-	if errors.Is(err, pgx.ErrNoRows) {
+	if len(effs) == 0 {
 		return Effect{}, fmt.Errorf("%w: effect %d", ErrNotFound, p.EffectID)
 	}
-	return e, translate(err)
+	return effs[0], nil
 }
 
 // Outcome is a resolver's verdict on an unknown effect.

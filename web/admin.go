@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -61,7 +62,7 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 		p.Policies = append(p.Policies, view.PolicyRow{Name: pol.Name, Description: pol.Description, RegisteredBy: pol.RegisteredBy, Registered: pol.CreatedAt})
 	}
 	if s.cfg.Providers != nil {
-		queues, err := queueStates(ctx, s.cfg.Pool)
+		queues, err := riverdb.QueueStates(ctx, s.cfg.Pool)
 		if err != nil {
 			return p, err
 		}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,6 +18,19 @@ const approvalPageSize = 100
 
 // sampleCount is how many rendered messages the approval page shows.
 const sampleCount = 3
+
+// whyNot is the reason of a refusal for a person: the error's message
+// without its kind, as a sentence.
+func whyNot(err error) string {
+	msg := err.Error()
+	for _, kind := range []error{approval.ErrForbidden, approval.ErrConflict} {
+		msg = strings.TrimPrefix(msg, kind.Error()+": ")
+	}
+	if msg == "" {
+		return msg
+	}
+	return strings.ToUpper(msg[:1]) + msg[1:]
+}
 
 // approvalPage gathers what an approver is shown: the hash the approve
 // button posts, the count, sample messages, the list, the quorum and what
@@ -45,16 +59,19 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 	if d.LastEditedBy != d.ProposedBy {
 		p.ProposedBy += ", last edited by " + names[d.LastEditedBy]
 	}
-	a := mustActor(c)
-	switch {
-	case !a.Has(approval.RoleApprover):
-		p.WhyNot = "Approving needs the approver role."
-	case a.UserID == d.ProposedBy || a.UserID == d.LastEditedBy:
-		p.WhyNot = "You proposed or last edited this draft: someone else must approve it."
-	case contains(p.Approvers, a.Email):
-		p.WhyNot = "You have approved this version; it needs " + strconv.Itoa(camp.RequiredApprovals-p.Approvals) + " more approver(s)."
-	default:
+	// The service's rule, as Approve applies it: the role, the state,
+	// authorship as submitted, an approval already given.
+	switch err := s.cfg.Approval.ApproveAllowed(ctx, mustActor(c), camp); {
+	case err == nil:
 		p.CanApprove = true
+	case errors.Is(err, approval.ErrForbidden), errors.Is(err, approval.ErrConflict):
+		p.WhyNot = whyNot(err)
+		if contains(p.Approvers, mustActor(c).Email) {
+			p.WhyNot += "; it needs " + strconv.Itoa(camp.RequiredApprovals-p.Approvals) + " more approver(s)"
+		}
+		p.WhyNot += "."
+	default:
+		return p, err
 	}
 	for i := 1; i <= min(sampleCount, d.TargetCount); i++ {
 		p.Samples = append(p.Samples, s.previewOf(c, camp, d, "", i))

@@ -197,7 +197,7 @@ func TestRejectNeedsReason(t *testing.T) {
 	b := setup(t)
 	c := b.pending(campaignOpts{})
 	rec := b.as["approver"].post("/campaigns/"+c.ID+"/reject", url.Values{"reason": {" "}})
-	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
 	rec = b.as["approver"].post("/campaigns/"+c.ID+"/reject", url.Values{"reason": {"wrong month"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.Equal(t, plan.StateDraft, b.campaign(c.ID).State)
@@ -297,7 +297,7 @@ func TestTargetDetailAndDecisions(t *testing.T) {
 	require.Equal(t, 0, tid(d, "target-actions").Length())
 
 	// Resolve the unknown as not delivered: the key is free again.
-	require.Equal(t, http.StatusUnprocessableEntity, op.post(base+"2/resolve", url.Values{"outcome": {"not_delivered"}}).Code)
+	require.Equal(t, http.StatusBadRequest, op.post(base+"2/resolve", url.Values{"outcome": {"not_delivered"}}).Code)
 	rec := op.post(base+"2/resolve", url.Values{"outcome": {"not_delivered"}, "reason": {"bounced per relay log"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	d = parse(t, op.get(base+"2"))
@@ -312,7 +312,7 @@ func TestTargetDetailAndDecisions(t *testing.T) {
 	d = parse(t, ap.get(base+"1"))
 	require.Equal(t, 1, tid(d, "supersede-form").Length())
 	rec = ap.post(base+"1/supersede", url.Values{"confirm_target": {"someone@example.com"}, "reason": {"resend"}})
-	require.Equal(t, http.StatusUnprocessableEntity, rec.Code)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
 	rec = ap.post(base+"1/supersede", url.Values{"confirm_target": {"user0001@example.com"}, "reason": {"customer asked for a copy"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	d = parse(t, op.get(base+"1"))
@@ -325,7 +325,7 @@ func TestTargetDetailAndDecisions(t *testing.T) {
 
 	// Revoke a done target.
 	b.effect(p, 3, ledger.StateDone, "250 ok")
-	require.Equal(t, http.StatusUnprocessableEntity, op.post(base+"3/revoke", nil).Code)
+	require.Equal(t, http.StatusBadRequest, op.post(base+"3/revoke", nil).Code)
 	rec = op.post(base+"3/revoke", url.Values{"reason": {"recalled by hand"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	d = parse(t, op.get(base+"3"))

@@ -186,67 +186,6 @@ func bumps(ctx context.Context, db plan.DB, key string) ([]view.Bump, error) {
 	})
 }
 
-// queueState is a River queue's state as the admin page shows it.
-type queueState struct {
-	Paused      bool
-	PausedUntil time.Time
-	Available   int
-	Running     int
-	Retryable   int
-}
-
-// queueStates reads River's queues: paused or not, until when (the
-// scheduled resume a quota answer left), and jobs waiting, running and
-// retrying. Read-only; River owns these tables.
-func queueStates(ctx context.Context, db plan.DB) (map[string]queueState, error) {
-	out := map[string]queueState{}
-	rows, err := db.Query(ctx, `
-		SELECT q.name, q.paused_at IS NOT NULL,
-		       (SELECT min(j.scheduled_at) FROM river_job j
-		        WHERE j.kind = 'onceplan_resume_queue' AND j.args ->> 'queue' = q.name
-		          AND j.state IN ('scheduled', 'available', 'retryable'))
-		FROM river_queue q`)
-	if err != nil {
-		return nil, err
-	}
-	var name string
-	var paused bool
-	var until *time.Time
-	if _, err := pgx.ForEachRow(rows, []any{&name, &paused, &until}, func() error {
-		st := out[name]
-		st.Paused = paused
-		if until != nil && paused {
-			st.PausedUntil = *until
-		}
-		out[name] = st
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	rows, err = db.Query(ctx, `
-		SELECT queue, state::text, count(*) FROM river_job
-		WHERE state IN ('available', 'running', 'retryable') GROUP BY queue, state`)
-	if err != nil {
-		return nil, err
-	}
-	var state string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&name, &state, &n}, func() error {
-		st := out[name]
-		switch state {
-		case "available":
-			st.Available = n
-		case "running":
-			st.Running = n
-		case "retryable":
-			st.Retryable = n
-		}
-		out[name] = st
-		return nil
-	})
-	return out, err
-}
-
 // normalizePrefix turns a search box's text into an address prefix.
 func normalizePrefix(q string) string {
 	return strings.ToLower(strings.TrimSpace(q))

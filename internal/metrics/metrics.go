@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"github.com/onceplan/onceplan/jobs/riverdb"
 	"log/slog"
 	"sync"
 	"time"
@@ -118,44 +119,24 @@ func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) 
 	}
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age)
 
-	rows, err := c.pool.Query(ctx, `
-		SELECT queue, state::text, count(*) FROM river_job
-		WHERE state IN ('available', 'scheduled', 'running', 'retryable')
-		GROUP BY 1, 2`)
+	queues, err := riverdb.QueueStates(ctx, c.pool)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var queue, state string
-		var n float64
-		if err := rows.Scan(&queue, &state, &n); err != nil {
-			rows.Close()
-			return err
+	for queue, st := range queues {
+		for _, d := range []struct {
+			state string
+			n     int
+		}{{"available", st.Available}, {"scheduled", st.Scheduled}, {"running", st.Running}, {"retryable", st.Retryable}} {
+			if d.n > 0 {
+				ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(d.n), queue, d.state)
+			}
 		}
-		ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, n, queue, state)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	rows, err = c.pool.Query(ctx, `SELECT name, paused_at IS NOT NULL FROM river_queue`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var queue string
-		var paused bool
-		if err := rows.Scan(&queue, &paused); err != nil {
-			rows.Close()
-			return err
+		paused := 0.0
+		if st.Paused {
+			paused = 1
 		}
-		v := 0.0
-		if paused {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, v, queue)
-	}
-	if err := rows.Err(); err != nil {
-		return err
+		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, paused, queue)
 	}
 
 	counts, err := c.effectCounts(ctx)

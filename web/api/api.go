@@ -25,10 +25,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/auth"
-	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/web/httperr"
 )
 
 // Prefix is where the API is mounted.
@@ -161,84 +159,29 @@ func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) ec
 	}
 }
 
-// errorBody is the one error shape of the API.
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Field   string `json:"field,omitempty"`
-	Line    int    `json:"line,omitempty"`
-}
-
+// writeError answers an error the route itself names, in the API's one
+// error shape.
 func writeError(c echo.Context, status int, code, msg string) error {
-	return c.JSON(status, errorBody{Error: errorDetail{Code: code, Message: msg}})
+	return httperr.JSON(c, httperr.Problem{Status: status, Code: code, Message: msg})
 }
 
-// fail translates a domain error into its status, in one place.
+// fail answers err by the one table of domain errors (package httperr,
+// which the UI answers by too); internal errors are logged with the
+// request id and shown as a plain sentence.
 func (a *API) fail(c echo.Context, err error) error {
-	var (
-		field  *plan.FieldError
-		list   *plan.ListError
-		body   *bodyError
-		tooBig *http.MaxBytesError
-	)
-	d := errorDetail{Message: err.Error()}
-	status := http.StatusInternalServerError
-	switch {
-	case errors.As(err, &body):
-		status, d.Code, d.Field = body.status, body.code, body.field
-	case errors.As(err, &tooBig):
-		status, d.Code, d.Message = http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("the request body is larger than the %d-byte limit", tooBig.Limit)
-	case errors.As(err, &list) && list.TooLarge:
-		status, d.Code, d.Line = http.StatusRequestEntityTooLarge, "too_large", list.Line
-	case errors.As(err, &list):
-		status, d.Code, d.Line = http.StatusBadRequest, "invalid_list", list.Line
-	case errors.As(err, &field):
-		status, d.Code, d.Field = http.StatusBadRequest, "invalid", field.Field
-	case errors.Is(err, approval.ErrIdempotencyMismatch):
-		status, d.Code = http.StatusUnprocessableEntity, "idempotency_mismatch"
-	case errors.Is(err, plan.ErrInvalid):
-		status, d.Code = http.StatusBadRequest, "invalid"
-	case errors.Is(err, audit.ErrNoPlan):
-		status, d.Code = http.StatusConflict, "not_approved"
-	case errors.Is(err, approval.ErrForbidden):
-		status, d.Code = http.StatusForbidden, "forbidden"
-	case errors.Is(err, plan.ErrNotFound), errors.Is(err, ledger.ErrNotFound), errors.Is(err, auth.ErrNotFound), errors.Is(err, audit.ErrNotFound):
-		status, d.Code = http.StatusNotFound, "not_found"
-	case errors.Is(err, approval.ErrConflict), errors.Is(err, ledger.ErrConflict), errors.Is(err, ledger.ErrIllegalTransition):
-		status, d.Code = http.StatusConflict, "conflict"
-	case errors.Is(err, ledger.ErrMissingEvidence):
-		status, d.Code = http.StatusBadRequest, "invalid"
-	case errors.Is(err, context.Canceled):
-		status, d.Code, d.Message = 499, "cancelled", "the request was cancelled"
-	}
-	if status == http.StatusInternalServerError {
-		// Never show internals (SQL, paths, secrets) to the client.
-		a.cfg.Logger.Error("api request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-		d.Code, d.Message = "internal", "an internal error occurred; it was logged"
-	}
-	return c.JSON(status, errorBody{Error: d})
+	return httperr.JSON(c, httperr.Report(c, a.cfg.Logger, err))
 }
 
 // bodyError is a request that could not be read as what the route takes.
-type bodyError struct {
-	status      int
-	code, field string
-	msg         string
-}
-
-func (e *bodyError) Error() string { return e.msg }
+type bodyError = httperr.Error
 
 // decode reads one JSON object into v, refusing unknown fields, wrong
 // types, trailing data and oversized bodies, each with one sentence.
 func (a *API) decode(c echo.Context, v any) error {
 	r := c.Request()
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &bodyError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
-			msg: fmt.Sprintf("this route takes application/json, not %s", ct)}
+		return &bodyError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			Message: fmt.Sprintf("this route takes application/json, not %s", ct)}
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), r.Body, a.cfg.MaxJSONBytes))
 	dec.DisallowUnknownFields()
@@ -246,7 +189,7 @@ func (a *API) decode(c echo.Context, v any) error {
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body has data after its JSON object"}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body has data after its JSON object"}
 	}
 	return nil
 }
@@ -259,22 +202,22 @@ func jsonError(err error) error {
 	)
 	switch {
 	case errors.Is(err, io.EOF):
-		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body is empty; send a JSON object"}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body is empty; send a JSON object"}
 	case errors.As(err, &tooBig):
-		return &bodyError{status: http.StatusRequestEntityTooLarge, code: "too_large", msg: fmt.Sprintf("the body is larger than the %d-byte limit", tooBig.Limit)}
+		return &bodyError{Status: http.StatusRequestEntityTooLarge, Code: "too_large", Message: fmt.Sprintf("the body is larger than the %d-byte limit", tooBig.Limit)}
 	case errors.As(err, &syntax):
-		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: fmt.Sprintf("the body is not valid JSON at byte %d: %v", syntax.Offset, syntax)}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: fmt.Sprintf("the body is not valid JSON at byte %d: %v", syntax.Offset, syntax)}
 	case errors.As(err, &typ):
 		field := typ.Field
-		return &bodyError{status: http.StatusBadRequest, code: "invalid", field: field,
-			msg: fmt.Sprintf("field %q must be %s, not a JSON %s", field, jsonType(typ.Type.Kind().String()), typ.Value)}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: field,
+			Message: fmt.Sprintf("field %q must be %s, not a JSON %s", field, jsonType(typ.Type.Kind().String()), typ.Value)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return &bodyError{status: http.StatusBadRequest, code: "invalid", field: name, msg: fmt.Sprintf("unknown field %q", name)}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: name, Message: fmt.Sprintf("unknown field %q", name)}
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body ends before its JSON object does"}
+		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body ends before its JSON object does"}
 	}
-	return &bodyError{status: http.StatusBadRequest, code: "invalid_json", msg: "the body is not valid JSON: " + err.Error()}
+	return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body is not valid JSON: " + err.Error()}
 }
 
 func jsonType(kind string) string {

@@ -1,0 +1,122 @@
+package approval
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/plan"
+)
+
+// The campaign's lifecycle, in one table: which action may be taken from
+// which states, and where it leads. Every state change goes through move,
+// which checks the edge here and records the action's event in the same
+// transaction; the UI asks Allowed which buttons to show and why not. (The
+// database refuses an illegal edge too — the campaign_update trigger — as a
+// backstop, with the same edges.)
+var lifecycle = map[Action]struct {
+	from []plan.State
+	to   plan.State // "" when the action does not move the campaign by itself
+}{
+	ActionEdit:    {editableStates, plan.StateDraft},
+	ActionImport:  {editableStates, plan.StateDraft},
+	ActionSubmit:  {[]plan.State{plan.StateDraft}, plan.StatePendingApproval},
+	ActionApprove: {[]plan.State{plan.StatePendingApproval}, ""}, // the quorum's last approval freezes it: ActionFreeze
+	ActionReject:  {[]plan.State{plan.StatePendingApproval}, plan.StateDraft},
+	ActionFreeze:  {[]plan.State{plan.StatePendingApproval}, plan.StateApproved},
+	ActionStart:   {[]plan.State{plan.StateApproved}, plan.StateRunning},
+	ActionPause:   {[]plan.State{plan.StateRunning}, plan.StatePaused},
+	// Resume runs the remainder: a paused campaign runs again, a running
+	// one enqueues what has no live job, a completed one reopens.
+	ActionResume: {[]plan.State{plan.StatePaused, plan.StateRunning, plan.StateCompleted}, plan.StateRunning},
+	ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
+		plan.StateCancelled},
+	ActionComplete: {[]plan.State{plan.StateRunning}, plan.StateCompleted},
+	// Decisions on one target's effect: on any campaign with a plan.
+	ActionResolve:   {startedStates, ""},
+	ActionSupersede: {startedStates, ""},
+	ActionRevoke:    {startedStates, ""},
+}
+
+var (
+	editableStates = []plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved,
+		plan.StateRunning, plan.StatePaused, plan.StateCompleted}
+	startedStates = []plan.State{plan.StateApproved, plan.StateRunning, plan.StatePaused, plan.StateCompleted, plan.StateCancelled}
+)
+
+// Allowed says whether actor a may take action on campaign c now: nil, or
+// an error (ErrForbidden or ErrConflict) whose message says why not, for a
+// person. It checks the role and the state; Service.ApproveAllowed adds
+// what an approval needs besides.
+func Allowed(a Actor, c plan.Campaign, action Action) error {
+	if err := Authorize(a, action); err != nil {
+		return err
+	}
+	return stateAllows(c, action)
+}
+
+// stateAllows checks the lifecycle table alone (system actions, which no
+// person takes, check only this).
+func stateAllows(c plan.Campaign, action Action) error {
+	e, ok := lifecycle[action]
+	if !ok {
+		return fmt.Errorf("%w: unknown action %q", ErrConflict, action)
+	}
+	if !slices.Contains(e.from, c.State) {
+		return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", ErrConflict, c.ID, label(c.State), action, joinStates(e.from))
+	}
+	return nil
+}
+
+// shift moves the locked campaign c to action's state, when the lifecycle
+// table allows the action (the caller records the action).
+func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action Action) error {
+	if err := stateAllows(*c, action); err != nil {
+		return err
+	}
+	if to := lifecycle[action].to; to != "" && c.State != to {
+		if err := plan.SetState(ctx, tx, c.ID, to); err != nil {
+			return err
+		}
+		c.State = to
+	}
+	return nil
+}
+
+// move takes action on the locked campaign c: it checks the lifecycle
+// table, moves c to the action's state (when it has one and c is not there
+// already) and records the action in the trail, in tx. a is nil for the
+// system.
+func (s *Service) move(ctx context.Context, tx pgx.Tx, a *Actor, c *plan.Campaign, action Action, hash, reason string, detail any) error {
+	if err := s.shift(ctx, tx, c, action); err != nil {
+		return err
+	}
+	return s.event(ctx, tx, a, *c, action, hash, reason, detail)
+}
+
+// reopen runs a completed campaign again because a decision or recovery
+// freed a key and put its target back on the queue (else the campaign's
+// gate would turn the new job away and the target would be forgotten). It
+// records the resume with why.
+func (s *Service) reopen(ctx context.Context, tx pgx.Tx, a *Actor, c *plan.Campaign, why string, jobs int) error {
+	if c.State != plan.StateCompleted {
+		return nil
+	}
+	return s.move(ctx, tx, a, c, ActionResume, "", why, map[string]any{"jobs": jobs})
+}
+
+func label(s plan.State) string { return strings.ReplaceAll(string(s), "_", " ") }
+
+func joinStates(states []plan.State) string {
+	parts := make([]string, len(states))
+	for i, s := range states {
+		parts[i] = label(s)
+	}
+	if len(parts) > 1 {
+		return strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+	}
+	return strings.Join(parts, "")
+}

@@ -1,0 +1,242 @@
+package ledger
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The ledger's writes, each one statement for any number of attempts
+// (River's way: its one-job completer is the batch statement called with
+// one element). The executor's group commits call them with whatever its
+// workers asked for meanwhile; the one-row methods (Claim, RecordResponse,
+// Settle) are the same statements with one element, so each rule is
+// written once.
+
+// ClaimRequest is one claim of a batch: the effect, and what a Gate may
+// read besides — the campaign the plan target belongs to and the queue of
+// its provider.
+type ClaimRequest struct {
+	ClaimParams
+	Campaign string // "" outside a campaign
+	Queue    string // "" when no queue is checked
+}
+
+// Gate is an SQL condition on a claim request r, whose columns are key,
+// owner, job_id, plan_id, ordinal, campaign_id (uuid, NULL outside a
+// campaign) and queue: a request whose gate is false is not claimed, in
+// the same statement as the others, so that a pause or a cancel committed
+// before the claim is always seen (DESIGN §4: check the campaign, then
+// commit the pending row, as one step). "" claims every request.
+type Gate string
+
+// claimSQL inserts a pending row for each request whose gate holds, at its
+// key's current epoch, unless a blocking row is there, and returns the
+// rows it inserted. Requests are taken in key order: every batch of every
+// process locks keys in the same order, so two never wait on each other.
+func claimSQL(gate Gate) string {
+	cond := "true"
+	if gate != "" {
+		cond = string(gate)
+	}
+	return `
+WITH req AS (
+	SELECT r.key, r.owner, r.job_id, r.plan_id, r.ordinal, nullif(r.campaign_id, '')::uuid AS campaign_id, r.queue
+	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::text[], $7::text[])
+		AS r(key, owner, job_id, plan_id, ordinal, campaign_id, queue)
+), open AS (
+	SELECT r.* FROM req r WHERE ` + cond + `
+)
+INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
+SELECT o.key, cur.epoch,
+       (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
+       o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
+FROM open o
+CROSS JOIN LATERAL (SELECT ` + CurrentEpochOf("o.key") + ` AS epoch) cur
+ORDER BY o.key
+ON CONFLICT (key, epoch) WHERE state IN ` + BlockingStates + ` DO NOTHING
+RETURNING ` + effectCols
+}
+
+// ClaimMany commits, in one statement, a pending row for each request
+// whose gate holds and whose key is free at its current epoch, and
+// returns the rows it inserted (at most one per key: the ledger's unique
+// index decides between concurrent claims). A request it did not insert
+// was gated out or found its key held: ClaimOne says which.
+func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, gate Gate) ([]Effect, error) {
+	for _, r := range reqs {
+		if err := r.validate(); err != nil {
+			return nil, err
+		}
+	}
+	reqs = slices.Clone(reqs)
+	slices.SortFunc(reqs, func(a, b ClaimRequest) int { return strings.Compare(string(a.Key), string(b.Key)) })
+	n := len(reqs)
+	keys, owners, campaigns, queues := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	jobs, plans, ordinals := make([]int64, n), make([]int64, n), make([]int32, n)
+	for i, r := range reqs {
+		keys[i], owners[i], campaigns[i], queues[i] = string(r.Key), r.Owner, r.Campaign, r.Queue
+		jobs[i], plans[i], ordinals[i] = r.JobID, r.PlanID, int32(r.Ordinal)
+	}
+	rows, err := s.db.Query(ctx, claimSQL(gate), keys, owners, jobs, plans, ordinals, campaigns, queues)
+	if err != nil {
+		return nil, translate(err)
+	}
+	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+	return effs, translate(err)
+}
+
+func (p ClaimParams) validate() error {
+	if _, err := ParseKey(string(p.Key)); err != nil {
+		return err
+	}
+	if strings.TrimSpace(p.Owner) == "" {
+		return fmt.Errorf("%w: a claim needs an owner", ErrMissingEvidence)
+	}
+	return nil
+}
+
+// ClaimOne claims one request through ClaimMany, and says what kept it
+// out when it did not win: the row that holds the key, or the gate
+// (ClaimGateClosed). A blocking row may settle as failed between the
+// insert and the look at it; then the key is free and it tries again.
+// Bounded: each round needs another attempt to fail in between.
+func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim, error) {
+	for range 5 {
+		won, err := s.ClaimMany(ctx, []ClaimRequest{r}, gate)
+		if err != nil {
+			return Claim{}, err
+		}
+		if len(won) == 1 {
+			return Claim{Outcome: ClaimWon, Effect: won[0]}, nil
+		}
+		e, err := s.blocking(ctx, r.Key)
+		switch {
+		case err == nil:
+			switch e.State {
+			case StateDone:
+				return Claim{Outcome: ClaimDone, Effect: e}, nil
+			case StateStranded:
+				return Claim{Outcome: ClaimStranded, Effect: e}, nil
+			default:
+				return Claim{Outcome: ClaimInDoubt, Effect: e}, nil
+			}
+		case !errors.Is(err, ErrNotFound):
+			return Claim{}, err
+		}
+		if gate != "" {
+			open, err := s.gateOpen(ctx, r, gate)
+			if err != nil {
+				return Claim{}, err
+			}
+			if !open {
+				return Claim{Outcome: ClaimGateClosed}, nil
+			}
+		}
+	}
+	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", ErrConflict, r.Key)
+}
+
+// gateOpen evaluates gate for r on its own.
+func (s *Store) gateOpen(ctx context.Context, r ClaimRequest, gate Gate) (bool, error) {
+	var open bool
+	err := s.db.QueryRow(ctx, `
+		SELECT `+string(gate)+` FROM (SELECT $1::text AS key, $2::text AS owner, $3::bigint AS job_id, $4::bigint AS plan_id,
+		       $5::int AS ordinal, nullif($6::text, '')::uuid AS campaign_id, $7::text AS queue) r`,
+		string(r.Key), r.Owner, r.JobID, r.PlanID, r.Ordinal, r.Campaign, r.Queue).Scan(&open)
+	return open, translate(err)
+}
+
+const recordResponsesSQL = `INSERT INTO effect_response (effect_id, kind, body)
+	SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[]) ORDER BY 1 RETURNING id`
+
+// ResponseRecord is one raw provider answer to record.
+type ResponseRecord struct {
+	EffectID int64
+	Kind     ResponseKind
+	Body     []byte
+}
+
+// RecordResponses commits raw provider answers, exactly as received,
+// before anything parses them (rule 3), in one statement, and returns
+// their ids in the order they were written (by effect id).
+func (s *Store) RecordResponses(ctx context.Context, recs []ResponseRecord) ([]int64, error) {
+	n := len(recs)
+	ids, kinds, bodies := make([]int64, n), make([]string, n), make([][]byte, n)
+	for i, r := range recs {
+		ids[i], kinds[i], bodies[i] = r.EffectID, string(r.Kind), r.Body
+		if bodies[i] == nil {
+			bodies[i] = []byte{}
+		}
+	}
+	rows, err := s.db.Query(ctx, recordResponsesSQL, ids, kinds, bodies)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return out, translate(err)
+}
+
+func (p SettleParams) validate() error {
+	switch p.State {
+	case StateDone, StateFailed, StateUnknown, StateStranded:
+		return nil
+	}
+	return fmt.Errorf("%w: an attempt settles as done, failed, unknown or stranded, not %q", ErrIllegalTransition, p.State)
+}
+
+// settleSQL settles rows by id. "f.id = ANY($1)" repeats the join as a
+// condition on effect's primary key, so the plan probes the index rather
+// than joining by scanning the whole table.
+const settleSQL = `
+UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
+WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
+RETURNING ` + effectCols
+
+// SettleMany moves pending attempts to their outcomes in one statement
+// (done, failed and stranded are refused by PostgreSQL unless a raw
+// answer was recorded first) and returns the rows it settled. Any
+// refusal fails the whole statement: the caller settles one at a time to
+// learn which.
+func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]Effect, error) {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b SettleParams) int { return cmp.Compare(a.EffectID, b.EffectID) })
+	n := len(ps)
+	ids, states, receipts, reasons := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, p := range ps {
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+		ids[i], states[i], receipts[i], reasons[i] = p.EffectID, string(p.State), p.Receipt, p.Reason
+	}
+	rows, err := s.db.Query(ctx, settleSQL, ids, states, receipts, reasons)
+	if err != nil {
+		return nil, translate(err)
+	}
+	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+	return effs, translate(err)
+}
+
+// BatchStatement is one of the ledger's batch statements, for tests that
+// check the plans PostgreSQL makes for them.
+type BatchStatement struct {
+	Name, SQL string
+	// EmptyArgs is an EXECUTE argument list with empty arrays.
+	EmptyArgs string
+}
+
+// BatchStatements are the claim (with gate), the raw answers and the
+// settle, as ClaimMany, RecordResponses and SettleMany run them.
+func BatchStatements(gate Gate) []BatchStatement {
+	return []BatchStatement{
+		{"claim", claimSQL(gate), "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
+		{"response", recordResponsesSQL, "('{}', '{}', '{}')"},
+		{"settle", settleSQL, "('{}', '{}', '{}', '{}')"},
+	}
+}
