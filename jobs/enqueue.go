@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -35,20 +36,25 @@ var notBlocked = `NOT EXISTS (
 	WHERE f.key = t.key AND f.state IN ('pending', 'done', 'unknown', 'stranded')
 	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)`
 
+// DefaultEnqueueBatchSize is Enqueuer.BatchSize's default.
+const DefaultEnqueueBatchSize = 10_000
+
 // Enqueuer inserts a plan's jobs.
 type Enqueuer struct {
 	client *river.Client[pgx.Tx]
 	// BatchSize bounds one InsertManyFastTx call (and the rows read per
-	// round trip); a million-target plan goes in 100 batches.
+	// round trip); a million-target plan goes in 100 batches. Default
+	// DefaultEnqueueBatchSize.
 	BatchSize int
-	// OwnerTimeout: see Config.OwnerTimeout.
+	// OwnerTimeout: see Config.OwnerTimeout (a Runner's Enqueuer has its
+	// Config's). Default executor.DefaultOwnerTimeout.
 	OwnerTimeout time.Duration
 }
 
 // NewEnqueuer returns an Enqueuer on a River client (an insert-only client
 // is enough).
 func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
-	return &Enqueuer{client: client, BatchSize: 10_000, OwnerTimeout: 30 * time.Second}
+	return &Enqueuer{client: client, BatchSize: DefaultEnqueueBatchSize, OwnerTimeout: executor.DefaultOwnerTimeout}
 }
 
 func (e *Enqueuer) sql(cond string) string {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
@@ -16,63 +14,11 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // MaintenanceQueue runs recovery, scheduled starts, completion and queue
 // resumes. It is never paused by a provider's quota.
 const MaintenanceQueue = "onceplan_maintenance"
-
-// Config configures a Runner. Zero durations take the defaults shown.
-type Config struct {
-	Pool      *pgxpool.Pool
-	Providers *provider.Registry
-	Approval  *approval.Service
-	Logger    *slog.Logger
-
-	// OwnerTimeout: a process silent this long is dead; its pending
-	// attempts are recovered and its targets requeued. Default 30s.
-	OwnerTimeout time.Duration
-	// HeartbeatInterval: how often this process says it is alive.
-	// Default OwnerTimeout/6.
-	HeartbeatInterval time.Duration
-	// MaintenanceInterval: how often recovery, completion and scheduled
-	// starts run. Default 10s.
-	MaintenanceInterval time.Duration
-	// JobTimeout bounds one effect job (render, wait, call, record). A
-	// call cut off by it is recorded as what it is (unknown when the
-	// request had left). Default 2m.
-	JobTimeout time.Duration
-	// RescueAfter: River rescues a job still "running" after this long
-	// (its process died). River's default is an hour, far too long to
-	// leave a campaign stuck; too short and a slow but live job runs a
-	// second time — harmless here, because the second run's claim finds
-	// the first run's ledger row. It must exceed JobTimeout. Our own
-	// recovery does not wait for it: a dead owner's targets are requeued
-	// after OwnerTimeout. Default JobTimeout + 1m.
-	RescueAfter time.Duration
-	// MaxAttempts bounds retries of a temporary failure; a target that
-	// exhausts them stays failed and visible. Default 8.
-	MaxAttempts int
-	// Workers per provider queue. Default 16; the provider's own
-	// concurrency setting (4 by default) still bounds calls in flight, so
-	// more workers than that mostly wait for the provider. They are not
-	// free either: the ledger's group commits get bigger and cheaper per
-	// effect with more workers, at the price of latency (docs/BENCHMARKS.md:
-	// 16 → 0.13×, 100 → ≈ 0.25×, 1,000 → ≈ 0.4× bare River with a no-op
-	// provider), so raise it with a fast provider and a high concurrency.
-	WorkersPerQueue int
-	// PausedSnooze: how long a paused campaign's job waits before it
-	// looks again. Default 5s.
-	PausedSnooze time.Duration
-	// FetchCooldown is River's minimum time between fetches of one queue.
-	// River's default (100ms) caps a queue at WorkersPerQueue/0.1s jobs
-	// per second whatever the machine; LISTEN/NOTIFY wakes producers at
-	// once, so a short cooldown costs little when idle. Default 10ms.
-	FetchCooldown time.Duration
-	// InsertOnly makes a client that only enqueues (serve with --no-workers).
-	InsertOnly bool
-}
 
 // Runner is this process's River client with Onceplan's workers.
 type Runner struct {
@@ -85,41 +31,13 @@ type Runner struct {
 	maintDone chan struct{}
 }
 
-func (c *Config) defaults() {
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.OwnerTimeout == 0 {
-		c.OwnerTimeout = 30 * time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = c.OwnerTimeout / 6
-	}
-	if c.MaintenanceInterval == 0 {
-		c.MaintenanceInterval = 10 * time.Second
-	}
-	if c.JobTimeout == 0 {
-		c.JobTimeout = 2 * time.Minute
-	}
-	if c.RescueAfter == 0 {
-		c.RescueAfter = c.JobTimeout + time.Minute
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 8
-	}
-	if c.WorkersPerQueue == 0 {
-		c.WorkersPerQueue = 16
-	}
-	if c.FetchCooldown == 0 {
-		c.FetchCooldown = 10 * time.Millisecond
-	}
-}
-
-// NewRunner builds the River client, the executor and the workers.
+// NewRunner builds the River client, the executor and the workers, on cfg
+// with its defaults (Config.WithDefaults); it refuses a cfg that
+// Config.Validate refuses.
 func NewRunner(cfg Config) (*Runner, error) {
-	cfg.defaults()
-	if cfg.RescueAfter <= cfg.JobTimeout {
-		return nil, fmt.Errorf("the rescue delay (%s) must exceed the job timeout (%s)", cfg.RescueAfter, cfg.JobTimeout)
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	r := &Runner{cfg: cfg}
 	rc := &river.Config{
@@ -161,7 +79,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		// when jobs are inserted or a queue changes, so polling every
 		// second costs one cheap query per queue and catches a missed
 		// notification within a second.
-		rc.FetchPollInterval = time.Second
+		rc.FetchPollInterval = fetchPollInterval
 	}
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), rc)
 	if err != nil {

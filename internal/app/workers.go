@@ -55,7 +55,11 @@ func Providers(opts ProviderOptions) (*provider.Registry, error) {
 	return provider.NewRegistry(ps...)
 }
 
-// WorkerOptions tune recovery; zero values take jobs.Config's defaults.
+// WorkerOptions tune recovery: the jobs.Config fields a command line sets
+// (serve's and worker's flags), as given. The flags' defaults are jobs'
+// constants, so every field holds a value and a zero is refused, not taken
+// for the default — except RescueAfter, whose zero (its flag's default)
+// follows JobTimeout, as jobs.Config's derived default does.
 type WorkerOptions struct {
 	OwnerTimeout        time.Duration
 	MaintenanceInterval time.Duration
@@ -64,6 +68,26 @@ type WorkerOptions struct {
 	WorkersPerQueue     int
 	InsertOnly          bool
 }
+
+// Config is the jobs.Config the options ask for, without a process's pool,
+// providers and logger: the options' values, jobs' defaults for the rest
+// (and for a zero RescueAfter).
+func (o WorkerOptions) Config() jobs.Config {
+	c := jobs.Config{
+		OwnerTimeout: o.OwnerTimeout, MaintenanceInterval: o.MaintenanceInterval,
+		JobTimeout: o.JobTimeout, RescueAfter: o.RescueAfter, WorkersPerQueue: o.WorkersPerQueue,
+		InsertOnly: o.InsertOnly,
+	}.WithDefaults()
+	// A zero given is a value for Validate to refuse, not a request for
+	// the default.
+	c.OwnerTimeout, c.MaintenanceInterval, c.JobTimeout, c.WorkersPerQueue = o.OwnerTimeout, o.MaintenanceInterval, o.JobTimeout, o.WorkersPerQueue
+	return c
+}
+
+// Validate refuses options that cannot work, by jobs.Config's own rules
+// (jobs.Config.Validate), so that a command refuses them before it starts
+// anything. The error is a *jobs.ConfigError.
+func (o WorkerOptions) Validate() error { return o.Config().Validate() }
 
 // Workers is a process's job machinery: the River runner with Onceplan's
 // workers, and the approval service that enqueues through it.
@@ -75,12 +99,12 @@ type Workers struct {
 
 // NewWorkers wires the runner and the approval service on d.
 func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.Logger) (*Workers, error) {
-	r, err := jobs.NewRunner(jobs.Config{
-		Pool: d.Pool, Providers: reg, Logger: logger,
-		OwnerTimeout: opts.OwnerTimeout, MaintenanceInterval: opts.MaintenanceInterval,
-		JobTimeout: opts.JobTimeout, RescueAfter: opts.RescueAfter, WorkersPerQueue: opts.WorkersPerQueue,
-		InsertOnly: opts.InsertOnly,
-	})
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("starting the workers: %w", err)
+	}
+	cfg := opts.Config()
+	cfg.Pool, cfg.Providers, cfg.Logger = d.Pool, reg, logger
+	r, err := jobs.NewRunner(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting the workers: %w", err)
 	}

@@ -2,13 +2,16 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/jobs"
 )
 
 // listFlag collects a repeatable flag.
@@ -25,11 +28,30 @@ type workerFlags struct {
 
 func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.Var(&w.providers, "provider", "NAME=URL of a provider, repeatable (default $ONCEPLAN_PROVIDERS, else outbox=maildir://DATA-DIR/outbox)")
-	fs.DurationVar(&w.opts.OwnerTimeout, "owner-timeout", 30*time.Second, "a worker process silent this long is dead: its in-flight effects are recovered and its targets requeued")
-	fs.DurationVar(&w.opts.MaintenanceInterval, "maintenance-interval", 10*time.Second, "how often recovery, completion and scheduled starts run")
-	fs.DurationVar(&w.opts.JobTimeout, "job-timeout", 2*time.Minute, "the longest one effect (render, wait, call, record) may take")
-	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 3*time.Minute, "River rescues a job still running after this long (must exceed --job-timeout)")
-	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", 16, "effects one process works on at once per provider (1-10000); a provider's concurrency still bounds its calls")
+	fs.DurationVar(&w.opts.OwnerTimeout, "owner-timeout", executor.DefaultOwnerTimeout, "a worker process silent this long is dead: its in-flight effects are recovered and its targets requeued")
+	fs.DurationVar(&w.opts.MaintenanceInterval, "maintenance-interval", jobs.DefaultMaintenanceInterval, "how often recovery, completion and scheduled starts run")
+	fs.DurationVar(&w.opts.JobTimeout, "job-timeout", jobs.DefaultJobTimeout, "the longest one effect (render, wait, call, record) may take")
+	// No fixed default: left unset, it follows --job-timeout (jobs.Config).
+	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 0, fmt.Sprintf("River rescues a job still running after this long; must exceed --job-timeout (default: --job-timeout + %s)", jobs.DefaultRescueMargin))
+	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", jobs.DefaultWorkersPerQueue, fmt.Sprintf("effects one process works on at once per provider (1-%d); a provider's concurrency still bounds its calls", jobs.MaxWorkersPerQueue))
+}
+
+// workerFlagOf names the flag that sets each jobs.Config field, so that a
+// refusal names what the user typed.
+var workerFlagOf = map[string]string{
+	"OwnerTimeout":        "--owner-timeout",
+	"HeartbeatInterval":   fmt.Sprintf("the heartbeat interval (--owner-timeout/%d)", jobs.HeartbeatsPerOwnerTimeout),
+	"MaintenanceInterval": "--maintenance-interval",
+	"JobTimeout":          "--job-timeout",
+	"RescueAfter":         "--rescue-after",
+	"WorkersPerQueue":     "--workers-per-queue",
+}
+
+func workerFlagName(field string) string {
+	if f, ok := workerFlagOf[field]; ok {
+		return f
+	}
+	return field
 }
 
 // workerPoolConns is the database pool of a process that runs workers
@@ -39,12 +61,15 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 // (executor.newWritePool).
 const workerPoolConns = 40
 
-// check refuses flag values that cannot work, before anything starts.
+// check refuses flag values that cannot work, before anything starts:
+// the options' one validation (jobs.Config's), in the flags' names.
 func (w *workerFlags) check() error {
-	if n := w.opts.WorkersPerQueue; n < 1 || n > 10_000 {
-		return fmt.Errorf("--workers-per-queue %d: want a number from 1 to 10000", n)
+	err := w.opts.Validate()
+	var ce *jobs.ConfigError
+	if errors.As(err, &ce) {
+		return errors.New(ce.Message(workerFlagName))
 	}
-	return nil
+	return err
 }
 
 // start builds the providers and the workers on d and starts them.
