@@ -21,6 +21,9 @@ import (
 // transaction (package jobs implements it with River's InsertManyFastTx).
 type Enqueuer interface {
 	EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error)
+	// EnqueueTargets enqueues the given targets of p that have no live
+	// job and no blocking ledger row.
+	EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error)
 }
 
 // Service runs the campaign workflow. Every method is one transaction that
@@ -644,6 +647,27 @@ func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string
 		return s.move(ctx, tx, nil, &c, ActionResume, p.Hash, reason, map[string]any{"jobs": n})
 	})
 	return n, err
+}
+
+// RequeueTarget enqueues one target of plan p again, as the system, after
+// recovery freed its key (unless a live job has it). A campaign that
+// completed in the meantime runs again — or its gate would turn the new
+// job away and the target would be forgotten — and the trail says why.
+func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int) error {
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, p.CampaignID)
+		if err != nil {
+			return err
+		}
+		if c.PlanID != p.ID {
+			return nil // a newer version runs its own jobs
+		}
+		n, err := s.enqueuer.EnqueueTargets(ctx, tx, p, []int{ordinal})
+		if err != nil || n == 0 {
+			return err
+		}
+		return s.reopen(ctx, tx, nil, &c, "recovery found a target not sent and put it back on the queue", n)
+	})
 }
 
 // CompleteIfDone marks a running campaign completed when done (called with

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/provider"
 )
@@ -50,7 +49,6 @@ const fetchPollInterval = time.Second
 type Config struct {
 	Pool      *pgxpool.Pool
 	Providers *provider.Registry
-	Approval  *approval.Service
 	Logger    *slog.Logger
 
 	// OwnerTimeout: a process silent this long is dead; its pending

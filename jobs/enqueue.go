@@ -24,16 +24,14 @@ const unfinishedJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')`
 // names the interval). River will rescue such a job eventually; until it
 // does, it must not stop the target from being enqueued again, nor keep
 // its campaign from completing.
-const liveJob = unfinishedJob + `
-	AND (j.state <> 'running' OR EXISTS (
-	  SELECT 1 FROM worker_process w
-	  WHERE w.owner = j.attempted_by[array_upper(j.attempted_by, 1)] AND w.seen_at > now() - @owner_timeout::interval))`
+var liveJob = unfinishedJob + `
+	AND (j.state <> 'running' OR ` + executor.OwnerAlive(jobOwner, "@owner_timeout") + `)`
 
 // notBlocked is the SQL condition for "target t has no blocking ledger row
 // at its key's current epoch".
 var notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f
-	WHERE f.key = t.key AND f.state IN ('pending', 'done', 'unknown', 'stranded')
+	WHERE f.key = t.key AND f.state IN ` + ledger.BlockingStates + `
 	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)`
 
 // DefaultEnqueueBatchSize is Enqueuer.BatchSize's default.

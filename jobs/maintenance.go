@@ -21,17 +21,19 @@ const jobOwner = `j.attempted_by[array_upper(j.attempted_by, 1)]`
 // stays short; the next round takes the rest.
 const recoveryBatch = 200
 
-// Maintain runs one maintenance round. Every step is idempotent: two
-// rounds at once (two processes) cannot make a second effect, because the
-// ledger decides every claim and settle.
+// Maintain runs one maintenance round (on a started runner: Start gives
+// it the workflow). Every step is idempotent: two rounds at once (two
+// processes) cannot make a second effect, because the ledger decides every
+// claim and settle.
 func (r *Runner) Maintain(ctx context.Context) error {
+	if r.approval == nil {
+		return errors.New("jobs: maintenance runs on a started runner")
+	}
 	var errs []error
-	if r.cfg.Approval != nil {
-		if started, err := r.cfg.Approval.StartDue(ctx); err != nil {
-			errs = append(errs, err)
-		} else if len(started) > 0 {
-			r.cfg.Logger.Info("started scheduled campaigns", "campaigns", started)
-		}
+	if started, err := r.approval.StartDue(ctx); err != nil {
+		errs = append(errs, err)
+	} else if len(started) > 0 {
+		r.cfg.Logger.Info("started scheduled campaigns", "campaigns", started)
 	}
 	errs = append(errs, r.recoverDeadOwners(ctx), r.recoverUnknowns(ctx), r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx))
 	return errors.Join(errs...)
@@ -127,7 +129,7 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		n, err := r.cfg.Approval.RequeueRemainder(ctx, id, "a worker process died; its targets are requeued")
+		n, err := r.approval.RequeueRemainder(ctx, id, "a worker process died; its targets are requeued")
 		if err != nil {
 			errs = append(errs, err)
 		} else if n > 0 {
@@ -162,9 +164,6 @@ SELECT EXISTS (SELECT 1 FROM river_job j
 // a campaign open: they wait for a human or a resume, and the audit says
 // the campaign does not hold yet.
 func (r *Runner) completeFinished(ctx context.Context) error {
-	if r.cfg.Approval == nil {
-		return nil // an executor without the workflow (benchmarks) completes nothing
-	}
 	rows, err := r.cfg.Pool.Query(ctx, `SELECT id FROM campaign WHERE state = 'running'`)
 	if err != nil {
 		return err
@@ -175,7 +174,7 @@ func (r *Runner) completeFinished(ctx context.Context) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		done, err := r.cfg.Approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error) {
+		done, err := r.approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error) {
 			var open bool
 			err := tx.QueryRow(ctx, completeCheckSQL, pgx.NamedArgs{"plan": c.PlanID, "owner_timeout": r.timeout()}).Scan(&open)
 			return !open, err

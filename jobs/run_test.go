@@ -64,7 +64,6 @@ func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 	r, err := jobs.NewRunner(cfg)
 	require.NoError(t, err)
 	svc := approval.NewService(pool, r.Enqueuer())
-	r.SetApproval(svc)
 	w := &world{ctx: ctx, pool: pool, runner: r, svc: svc}
 	mk := func(email string, role approval.Role) approval.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
@@ -78,7 +77,7 @@ func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 
 func (w *world) start(t *testing.T) {
 	t.Helper()
-	require.NoError(t, w.runner.Start(w.ctx))
+	require.NoError(t, w.runner.Start(w.ctx, w.svc))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

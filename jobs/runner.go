@@ -22,7 +22,10 @@ const MaintenanceQueue = "onceplan_maintenance"
 
 // Runner is this process's River client with Onceplan's workers.
 type Runner struct {
-	cfg       Config
+	cfg Config
+	// approval is the workflow maintenance drives (scheduled starts,
+	// requeues, completion); set by Start, which a working runner needs.
+	approval  *approval.Service
 	client    *river.Client[pgx.Tx]
 	exec      *executor.Executor
 	enqueuer  *Enqueuer
@@ -100,11 +103,17 @@ func (r *Runner) Enqueuer() *Enqueuer { return r.enqueuer }
 // Executor is this process's executor (nil for an insert-only runner).
 func (r *Runner) Executor() *executor.Executor { return r.exec }
 
-// Start says this process is alive, then starts working jobs.
-func (r *Runner) Start(ctx context.Context) error {
+// Start says this process is alive, then starts working jobs, with svc
+// as the workflow its maintenance drives (svc enqueues through this
+// runner's client: build it on Enqueuer).
+func (r *Runner) Start(ctx context.Context, svc *approval.Service) error {
 	if r.exec == nil {
 		return nil
 	}
+	if svc == nil {
+		return errors.New("jobs: a working runner needs the approval service")
+	}
+	r.approval = svc
 	if err := r.exec.Heartbeat(ctx); err != nil {
 		return fmt.Errorf("registering this worker: %w", err)
 	}
@@ -202,25 +211,11 @@ func (r *Runner) PauseProvider(ctx context.Context, name string, until time.Time
 	return err
 }
 
-// RequeueTarget enqueues one plan target again, unless a live job has it
-// (recovery freed its key). A campaign that completed in the meantime runs
-// again, or its gate would turn the new job away and the target would be
-// forgotten.
-func (r *Runner) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, key string) error {
-	return pgx.BeginFunc(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, p.CampaignID)
-		if err != nil {
-			return err
-		}
-		if c.PlanID != p.ID {
-			return nil // a newer version runs its own jobs
-		}
-		n, err := r.enqueuer.EnqueueTargets(ctx, tx, p, []int{ordinal})
-		if err != nil || n == 0 || c.State != plan.StateCompleted {
-			return err
-		}
-		return plan.SetState(ctx, tx, c.ID, plan.StateRunning)
-	})
+// RequeueTarget enqueues one plan target again after recovery freed its
+// key: the workflow's decision (approval.Service.RequeueTarget), which
+// also reopens a campaign that completed meanwhile.
+func (r *Runner) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, _ string) error {
+	return r.approval.RequeueTarget(ctx, p, ordinal)
 }
 
 // retryPolicy backs off 1s, 2s, 4s … capped at 5 minutes: River's default
@@ -231,7 +226,3 @@ func (retryPolicy) NextRetry(job *rivertype.JobRow) time.Time {
 	d := time.Second << min(job.Attempt, 9)
 	return time.Now().Add(min(d, 5*time.Minute))
 }
-
-// SetApproval gives maintenance the approval service (built after the
-// runner, since it enqueues through the runner's client).
-func (r *Runner) SetApproval(s *approval.Service) { r.cfg.Approval = s }

@@ -109,7 +109,6 @@ func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.
 		return nil, fmt.Errorf("starting the workers: %w", err)
 	}
 	svc := approval.NewService(d.Pool, r.Enqueuer())
-	r.SetApproval(svc)
 	return &Workers{Runner: r, Approval: svc, Providers: reg}, nil
 }
 

@@ -83,7 +83,7 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 		reg.Close()
 		return nil, err
 	}
-	if err := ws.Runner.Start(ctx); err != nil {
+	if err := ws.Runner.Start(ctx, ws.Approval); err != nil {
 		reg.Close()
 		return nil, err
 	}

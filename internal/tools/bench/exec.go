@@ -165,7 +165,6 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (exec
 		return execResult{}, err
 	}
 	svc := approval.NewService(pool, r.Enqueuer())
-	r.SetApproval(svc)
 	_, planID, err := startCampaign(ctx, pool, svc, "exec bench", "noop", n)
 	if err != nil {
 		return execResult{}, err
@@ -174,7 +173,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (exec
 		return execResult{}, err
 	}
 	start, cpu0 := time.Now(), sampleCPU()
-	if err := r.Start(ctx); err != nil {
+	if err := r.Start(ctx, svc); err != nil {
 		return execResult{}, err
 	}
 	for prov.calls.Load() < int64(n) {

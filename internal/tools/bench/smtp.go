@@ -123,7 +123,6 @@ func onceplanSMTP(ctx context.Context, pool *pgxpool.Pool, s *sink.SMTP, n int) 
 		return 0, cpuSample{}, err
 	}
 	svc := approval.NewService(pool, r.Enqueuer())
-	r.SetApproval(svc)
 	_, planID, err := startCampaign(ctx, pool, svc, "smtp bench", "mail", n)
 	if err != nil {
 		return 0, cpuSample{}, err
@@ -132,7 +131,7 @@ func onceplanSMTP(ctx context.Context, pool *pgxpool.Pool, s *sink.SMTP, n int) 
 		return 0, cpuSample{}, err
 	}
 	start, cpu0 := time.Now(), sampleCPU()
-	if err := r.Start(ctx); err != nil {
+	if err := r.Start(ctx, svc); err != nil {
 		return 0, cpuSample{}, err
 	}
 	for len(s.Messages()) < n {
