@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -30,13 +31,13 @@ const maxCountsAge = 10 * time.Second
 // NewCountsCache returns an empty cache.
 func NewCountsCache() *CountsCache { return &CountsCache{m: map[int64]countsEntry{}} }
 
-// ListCounts is ListCounts, from the cache when fresh.
+// ListCounts is audit.ListCounts, from the cache when fresh.
 func (cc *CountsCache) ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Counts, error) {
 	if c, ok := cc.get(listID, time.Now()); ok {
 		return c, nil
 	}
 	start := time.Now()
-	c, err := ListCounts(ctx, db, listID, planned)
+	c, err := audit.ListCounts(ctx, db, listID, planned)
 	if err != nil {
 		return c, err
 	}

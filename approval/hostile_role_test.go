@@ -218,12 +218,12 @@ func TestHostileEffectOutsideThePlanNeverCounts(t *testing.T) {
 	require.Len(t, m.Reasons, 1)
 	require.Contains(t, m.Reasons[0], "held by a ledger row made outside any plan")
 
-	counts, err := approval.ListCounts(h.ctx, h.app, p.ListID, p.TargetCount)
+	counts, err := audit.ListCounts(h.ctx, h.app, p.ListID, p.TargetCount)
 	require.NoError(t, err)
-	require.Equal(t, approval.Counts{Planned: 3, Done: 2, Outside: 1}, counts)
-	row, err := approval.TargetByOrdinal(h.ctx, h.app, p.ListID, 2)
+	require.Equal(t, audit.Counts{Planned: 3, Done: 2, Outside: 1}, counts)
+	row, err := audit.TargetByOrdinal(h.ctx, h.app, p.ListID, 2)
 	require.NoError(t, err)
-	require.Equal(t, approval.StateOutside, row.State)
+	require.Equal(t, audit.StateOutside, row.State)
 }
 
 // Finding 2: a second session began REPEATABLE READ before the approval,

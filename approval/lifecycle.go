@@ -35,16 +35,19 @@ var lifecycle = map[Action]struct {
 	ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
 		plan.StateCancelled},
 	ActionComplete: {[]plan.State{plan.StateRunning}, plan.StateCompleted},
-	// Decisions on one target's effect: on any campaign with a plan.
-	ActionResolve:   {startedStates, ""},
-	ActionSupersede: {startedStates, ""},
-	ActionRevoke:    {startedStates, ""},
+	// Decisions on one target's effect, in whatever state the campaign is
+	// (a new version being drafted does not stop a person from resolving
+	// the last one's unknowns); the key must be a target of one of its
+	// plans (keyOfCampaign).
+	ActionResolve:   {allStates, ""},
+	ActionSupersede: {allStates, ""},
+	ActionRevoke:    {allStates, ""},
 }
 
 var (
 	editableStates = []plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved,
 		plan.StateRunning, plan.StatePaused, plan.StateCompleted}
-	startedStates = []plan.State{plan.StateApproved, plan.StateRunning, plan.StatePaused, plan.StateCompleted, plan.StateCancelled}
+	allStates = append(slices.Clone(editableStates), plan.StateCancelled)
 )
 
 // Allowed says whether actor a may take action on campaign c now: nil, or

@@ -2,11 +2,10 @@ package web
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -75,44 +74,8 @@ func (s *Server) handleAudit(c echo.Context) error {
 	return s.render(c, http.StatusOK, view.Audit(p))
 }
 
-// exportRow is one target in the per-target export.
-type exportRow struct {
-	Ordinal  int        `json:"ordinal"`
-	Target   string     `json:"target"`
-	Key      string     `json:"key"`
-	Epoch    int        `json:"epoch"`
-	State    string     `json:"state"`
-	Attempts int        `json:"attempts"`
-	Receipt  string     `json:"receipt"`
-	Changed  *time.Time `json:"last_change"`
-}
-
-// eachTarget streams every target of the plan in ordinal order, a page at
-// a time, so that an export of a million targets holds one page in memory.
-func (s *Server) eachTarget(ctx context.Context, pl plan.Plan, fn func(exportRow) error) error {
-	after := ""
-	for {
-		page, err := queryTargets(ctx, s.cfg.Pool, TargetQuery{ListID: pl.ListID, Count: pl.TargetCount, After: after, Limit: 2000})
-		if err != nil {
-			return err
-		}
-		for _, r := range page.Rows {
-			row := exportRow{Ordinal: r.Ordinal, Target: r.Target, Key: r.Key, Epoch: r.Epoch, State: r.State, Attempts: r.Attempts, Receipt: r.Receipt}
-			if !r.Changed.IsZero() {
-				t := r.Changed.UTC()
-				row.Changed = &t
-			}
-			if err := fn(row); err != nil {
-				return err
-			}
-		}
-		if page.Next == "" {
-			return nil
-		}
-		after = page.Next
-	}
-}
-
+// exportHeaders names the download; exportFailed takes the name back when
+// the export fails before anything is sent.
 func (s *Server) exportHeaders(c echo.Context, camp plan.Campaign, ext, contentType string) {
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, contentType)
@@ -120,87 +83,70 @@ func (s *Server) exportHeaders(c echo.Context, camp plan.Campaign, ext, contentT
 	h.Set("Cache-Control", "no-store")
 }
 
-// handleAuditCSV exports every target's state as CSV. Cells that a
-// spreadsheet would run as a formula are prefixed with a quote.
-func (s *Server) handleAuditCSV(c echo.Context) error {
+// exportOf reads the campaign an export is asked of and its plan.
+func (s *Server) exportOf(c echo.Context) (plan.Campaign, plan.Plan, error) {
 	camp, err := s.campaignOf(c)
 	if err != nil {
-		return err
+		return camp, plan.Plan{}, err
 	}
-	ctx := c.Request().Context()
-	pl, err := s.planOf(ctx, camp)
-	if err != nil {
-		return err
-	}
-	s.exportHeaders(c, camp, "csv", "text/csv; charset=utf-8")
-	c.Response().WriteHeader(http.StatusOK)
-	w := csv.NewWriter(c.Response())
-	w.Write([]string{"ordinal", "target", "key", "epoch", "state", "attempts", "receipt", "last_change"})
-	err = s.eachTarget(ctx, pl, func(r exportRow) error {
-		changed := ""
-		if r.Changed != nil {
-			changed = r.Changed.Format(time.RFC3339Nano)
-		}
-		return w.Write([]string{strconv.Itoa(r.Ordinal), csvSafe(r.Target), r.Key, strconv.Itoa(r.Epoch), r.State,
-			strconv.Itoa(r.Attempts), csvSafe(r.Receipt), changed})
-	})
-	w.Flush()
+	pl, err := s.planOf(c.Request().Context(), camp)
+	return camp, pl, err
+}
+
+// exportFailed ends an export that failed: with the error page while
+// nothing is sent yet, else (the download is cut short) in the log.
+func (s *Server) exportFailed(c echo.Context, camp plan.Campaign, err error) error {
 	if err == nil {
-		err = w.Error()
+		return nil
 	}
-	if err != nil {
-		s.cfg.Logger.Error("audit export failed", "err", err, "campaign", camp.ID)
+	if !c.Response().Committed {
+		c.Response().Header().Del("Content-Disposition")
+		return err
 	}
+	s.cfg.Logger.Error("audit export failed", "err", err, "campaign", camp.ID)
 	return nil
 }
 
-// csvSafe defuses spreadsheet formulas (=, +, -, @ at the start).
-func csvSafe(s string) string {
-	if s != "" && (s[0] == '=' || s[0] == '+' || s[0] == '-' || s[0] == '@' || s[0] == '\t' || s[0] == '\r') {
-		return "'" + s
-	}
-	return s
-}
-
-// handleAuditJSON exports the metric and every target's state as JSON,
-// streamed.
-func (s *Server) handleAuditJSON(c echo.Context) error {
-	camp, err := s.campaignOf(c)
+// handleAuditCSV downloads the plan's per-target export as CSV: exactly
+// audit.Export's, as `onceplan audit --export csv` writes it (the columns
+// of audit.TargetRow, formulas defused).
+func (s *Server) handleAuditCSV(c echo.Context) error {
+	camp, pl, err := s.exportOf(c)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	pl, err := s.planOf(ctx, camp)
+	s.exportHeaders(c, camp, "csv", "text/csv; charset=utf-8")
+	return s.exportFailed(c, camp, audit.Export(ctx, s.cfg.Pool, pl.ID, audit.ExportCSV, c.Response()))
+}
+
+// handleAuditJSON downloads the metric and the plan's per-target export as
+// one JSON object, streamed:
+//
+//	{"campaign_id": "…", "plan_hash": "…", "metric": {…the audit page's metric…},
+//	 "targets": […exactly audit.Export's JSON array of audit.TargetRow…]}
+func (s *Server) handleAuditJSON(c echo.Context) error {
+	camp, pl, err := s.exportOf(c)
 	if err != nil {
 		return err
 	}
+	ctx := c.Request().Context()
 	m, _, err := s.metric(ctx, pl)
 	if err != nil {
 		return err
 	}
-	s.exportHeaders(c, camp, "json", echo.MIMEApplicationJSONCharsetUTF8)
-	c.Response().WriteHeader(http.StatusOK)
-	w := c.Response()
-	mb, _ := json.Marshal(m)
-	w.Write([]byte(`{"campaign_id":` + strconv.Quote(camp.ID) + `,"plan_hash":` + strconv.Quote(pl.Hash) + `,"metric":`))
-	w.Write(mb)
-	w.Write([]byte(`,"targets":[`))
-	first := true
-	err = s.eachTarget(ctx, pl, func(r exportRow) error {
-		b, err := json.Marshal(r)
-		if err != nil {
-			return err
-		}
-		if !first {
-			w.Write([]byte(","))
-		}
-		first = false
-		_, err = w.Write(b)
-		return err
-	})
-	w.Write([]byte("]}\n"))
+	mb, err := json.Marshal(m)
 	if err != nil {
-		s.cfg.Logger.Error("audit export failed", "err", err, "campaign", camp.ID)
+		return err
 	}
-	return nil
+	s.exportHeaders(c, camp, "json", echo.MIMEApplicationJSONCharsetUTF8)
+	w := c.Response()
+	if _, err := io.WriteString(w, `{"campaign_id":`+strconv.Quote(camp.ID)+`,"plan_hash":`+strconv.Quote(pl.Hash)+`,"metric":`+string(mb)+`,"targets":`); err != nil {
+		return s.exportFailed(c, camp, err)
+	}
+	if err := audit.Export(ctx, s.cfg.Pool, pl.ID, audit.ExportJSON, w); err != nil {
+		return s.exportFailed(c, camp, err)
+	}
+	_, err = io.WriteString(w, "}\n")
+	return s.exportFailed(c, camp, err)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -36,22 +37,22 @@ func (s *Server) handleRun(c echo.Context) error {
 	if !validState(f.State) {
 		return echo.NewHTTPError(http.StatusBadRequest, "state must be one of "+strings.Join(view.TargetStates, ", "))
 	}
-	page, err := queryTargets(ctx, s.cfg.Pool, TargetQuery{
+	page, err := queryTargets(ctx, s.cfg.Pool, audit.TargetQuery{
 		ListID: pl.ListID, Count: pl.TargetCount, State: f.State, Prefix: normalizePrefix(f.Q),
-		After: f.After, Limit: runPageSize, Counts: &counts,
-	})
+		After: f.After, Limit: runPageSize,
+	}, &counts)
 	if err != nil {
 		return err
 	}
+	// The buttons are the campaign lifecycle's answer (approval.Allowed),
+	// the one the actions themselves check.
 	a := mustActor(c)
-	op := a.Has(approval.RoleOperator) && !a.Agent
+	may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
 	p := view.RunPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
-		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: op,
-		CanStart:  op && camp.State == plan.StateApproved,
-		CanPause:  op && camp.State == plan.StateRunning,
-		CanResume: op && (camp.State == plan.StatePaused || camp.State == plan.StateRunning || camp.State == plan.StateCompleted),
-		CanCancel: op && (camp.State == plan.StateApproved || camp.State == plan.StateRunning || camp.State == plan.StatePaused),
+		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: approval.Authorize(a, approval.ActionResolve) == nil,
+		CanStart: may(approval.ActionStart), CanPause: may(approval.ActionPause),
+		CanResume: may(approval.ActionResume), CanCancel: may(approval.ActionCancel),
 	}
 	if camp.Version != pl.Version {
 		// A newer version is being drafted: this plan's run still shows.

@@ -35,10 +35,6 @@ func (s *Server) targetOf(c echo.Context) (plan.Campaign, plan.Plan, targetRow, 
 	return camp, pl, t, err
 }
 
-// decides reports whether a may take a human decision on an effect
-// (resolve, supersede, revoke): an operator in person, never an agent.
-func decides(a approval.Actor) bool { return a.Has(approval.RoleOperator) && !a.Agent }
-
 func (s *Server) handleTarget(c echo.Context) error {
 	camp, _, t, err := s.targetOf(c)
 	if err != nil {
@@ -50,12 +46,16 @@ func (s *Server) handleTarget(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	op := decides(mustActor(c))
+	// Who may decide is the campaign lifecycle's answer (approval.Allowed);
+	// which decision fits is the target's state.
+	a := mustActor(c)
+	may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
 	p := view.TargetPage{
 		Page: s.page(c, t.Target, "campaigns"), Campaign: campaignView(camp), Row: t.TargetRow, Vars: t.Vars,
-		CanOperate: op,
-		CanResolve: op && t.State == "unknown", CanSupersede: approval.Authorize(mustActor(c), approval.ActionSupersede) == nil && t.State == "done",
-		CanRevoke: op && (t.State == "done" || t.State == "stranded"),
+		CanOperate:   may(approval.ActionResolve),
+		CanResolve:   may(approval.ActionResolve) && t.State == "unknown",
+		CanSupersede: may(approval.ActionSupersede) && t.State == "done",
+		CanRevoke:    may(approval.ActionRevoke) && (t.State == "done" || t.State == "stranded"),
 	}
 	for _, e := range history {
 		a := view.Attempt{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -271,7 +272,7 @@ func TestFilteredScanStopsAtBudget(t *testing.T) {
 	ctx := context.Background()
 	// A zero budget (here: 1ns) searches one window per page and says how
 	// far it got.
-	page, err := queryTargets(ctx, b.pool, TargetQuery{ListID: p.ListID, Count: 12, State: "failed", Limit: 5, Budget: 1})
+	page, err := queryTargets(ctx, b.pool, audit.TargetQuery{ListID: p.ListID, Count: 12, State: "failed", Limit: 5, Budget: 1}, nil)
 	require.NoError(t, err)
 	require.Len(t, page.Rows, 1)
 	require.Equal(t, "", page.Next, "one window covers 12 targets")

@@ -2,42 +2,50 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/plan"
 )
 
-// TestTargetPagesStayFastAtAMillion builds a million-target list with a
+// TestTargetPagesStayFastAtAMillion freezes a million-target plan with a
 // ledger behind it and times every shape of the run page's query. It takes
-// a minute of database work, so it runs only with ONCEPLAN_SCALE_TEST=1.
+// a few minutes of database work, so it runs only with
+// ONCEPLAN_SCALE_TEST=1.
 func TestTargetPagesStayFastAtAMillion(t *testing.T) {
 	if os.Getenv("ONCEPLAN_SCALE_TEST") == "" {
-		t.Skip("set ONCEPLAN_SCALE_TEST=1 to run (about a minute)")
+		t.Skip("set ONCEPLAN_SCALE_TEST=1 to run (a few minutes)")
 	}
 	b := setup(t)
 	ctx := context.Background()
-	c := b.draft(campaignOpts{Targets: csvOf(1)})
 	const n = 1_000_000
-	var listID int64
 	start := time.Now()
-	// A list's rows are written by the transaction that makes the list.
-	require.NoError(t, b.pool.QueryRow(ctx, `
-		WITH l AS (
-			INSERT INTO target_list (campaign_id, target_count, digest, created_by)
-			VALUES ($1, $2, repeat('0', 64), $3) RETURNING id
-		), t AS (
-			INSERT INTO target (list_id, ordinal, target, key, vars, line)
-			SELECT l.id, i, 'user' || lpad(i::text, 7, '0') || '@example.com',
-			       'v1:' || encode(sha256(('k' || i)::bytea), 'hex'), '{}', i + 1
-			FROM l, generate_series(1, $2) i
-		)
-		SELECT id FROM l`, c.ID, n, b.as["proposer"].actor.UserID).Scan(&listID))
+	// Imported, submitted and approved as a person would: the ledger rows
+	// below are the plan's own attempts (an attempt outside the campaign's
+	// plans would read as outside, not done).
+	var list strings.Builder
+	list.WriteString("email,first_name\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&list, "user%07d@example.com,Name %d\n", i, i)
+	}
+	c := b.pending(campaignOpts{Targets: list.String()})
+	res, err := b.svc.Approve(ctx, b.as["approver"].actor, c.ID, b.hash(c))
+	require.NoError(t, err)
+	p, err := plan.GetPlan(ctx, b.pool, res.Campaign.PlanID)
+	require.NoError(t, err)
+	listID := p.ListID
 	// 300,000 done, 2,000 failed (spread out), 5 unknown near the end.
-	_, err := b.pool.Exec(ctx, `
-		INSERT INTO effect (key, owner)
-		SELECT key, 'scale' FROM target WHERE list_id = $1 AND (ordinal <= 300000 OR ordinal % 500 = 7 OR ordinal > 999995)`, listID)
+	_, err = b.pool.Exec(ctx, `
+		INSERT INTO effect (key, owner, plan_id, ordinal)
+		SELECT key, 'scale', $2, ordinal FROM target
+		WHERE list_id = $1 AND (ordinal <= 300000 OR ordinal % 500 = 7 OR ordinal > 999995)`, listID, p.ID)
 	require.NoError(t, err)
 	_, err = b.pool.Exec(ctx, `INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', '\x00' FROM effect WHERE owner = 'scale'`)
 	require.NoError(t, err)
@@ -54,7 +62,7 @@ func TestTargetPagesStayFastAtAMillion(t *testing.T) {
 
 	counts, err := queryCounts(ctx, b.pool, listID, n)
 	require.NoError(t, err)
-	for _, q := range []TargetQuery{
+	for _, q := range []audit.TargetQuery{
 		{},
 		{After: "999900"},
 		{State: "done", After: "250000"},
@@ -65,14 +73,24 @@ func TestTargetPagesStayFastAtAMillion(t *testing.T) {
 		{Prefix: "user09999"},
 		{Prefix: "user05", State: "failed"},
 	} {
-		q.ListID, q.Count, q.Limit, q.Counts = listID, n, 50, &counts
+		q.ListID, q.Count, q.Limit = listID, n, 50
 		start := time.Now()
-		page, err := queryTargets(ctx, b.pool, q)
+		page, err := queryTargets(ctx, b.pool, q, &counts)
 		took := time.Since(start)
 		require.NoError(t, err)
-		t.Logf("state=%-11q prefix=%-10q after=%-7s: %2d rows, next %q, %s", q.State, q.Prefix, q.After, len(page.Rows), page.Next, took.Round(time.Millisecond))
 		require.Less(t, took, 2*time.Second, "%+v", q)
 		require.NotEmpty(t, page.Rows, "%+v", q)
+		// And as issue 8 measures it: the p95 of 20 more.
+		var d []time.Duration
+		for range 20 {
+			start := time.Now()
+			_, err := queryTargets(ctx, b.pool, q, &counts)
+			require.NoError(t, err)
+			d = append(d, time.Since(start))
+		}
+		slices.Sort(d)
+		t.Logf("state=%-11q prefix=%-10q after=%-7s: %2d rows, next %q, first %s, p50 %s, p95 %s", q.State, q.Prefix, q.After,
+			len(page.Rows), page.Next, took.Round(time.Millisecond), d[len(d)/2].Round(100*time.Microsecond), d[len(d)*95/100].Round(100*time.Microsecond))
 	}
 	start = time.Now()
 	counts, err = queryCounts(ctx, b.pool, listID, n)

@@ -13,18 +13,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
-// queryCounts is approval.ListCounts in the view's shape.
+// queryCounts is audit.ListCounts in the view's shape.
 func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (view.Counts, error) {
-	c, err := approval.ListCounts(ctx, db, listID, planned)
+	c, err := audit.ListCounts(ctx, db, listID, planned)
 	return viewCounts(c), err
 }
 
-func viewCounts(c approval.Counts) view.Counts {
+func viewCounts(c audit.Counts) view.Counts {
 	return view.Counts{Planned: c.Planned, NotStarted: c.NotStarted, Pending: c.Pending, Done: c.Done,
 		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked, Outside: c.Outside}
 }
@@ -35,13 +35,13 @@ type targetRow struct {
 	Vars string
 }
 
-func toView(rs []approval.TargetRow) []targetRow {
+func toView(rs []audit.TargetRow) []targetRow {
 	out := make([]targetRow, len(rs))
 	for i, r := range rs {
 		out[i] = targetRow{TargetRow: view.TargetRow{Ordinal: r.Ordinal, Target: r.Target, Key: r.Key, Epoch: r.Epoch,
 			State: r.State, Attempts: r.Attempts, Receipt: r.Receipt}, Vars: r.Vars}
-		if r.UpdatedAt != nil {
-			out[i].Changed = *r.UpdatedAt
+		if r.LastAt != nil {
+			out[i].Changed = *r.LastAt
 		}
 	}
 	return out
@@ -49,24 +49,11 @@ func toView(rs []approval.TargetRow) []targetRow {
 
 // targetByOrdinal reads one target of a list with its current state.
 func targetByOrdinal(ctx context.Context, db plan.DB, listID int64, ordinal int) (targetRow, error) {
-	r, err := approval.TargetByOrdinal(ctx, db, listID, ordinal)
+	r, err := audit.TargetByOrdinal(ctx, db, listID, ordinal)
 	if err != nil {
 		return targetRow{}, err
 	}
-	return toView([]approval.TargetRow{r})[0], nil
-}
-
-// TargetQuery selects a page of a plan's targets (see approval.TargetQuery);
-// Counts, when known, let a rare state be found from the ledger's side.
-type TargetQuery struct {
-	ListID int64
-	Count  int
-	State  string
-	Prefix string
-	After  string
-	Limit  int
-	Budget time.Duration
-	Counts *view.Counts
+	return toView([]audit.TargetRow{r})[0], nil
 }
 
 // TargetPage is one page of targets and the cursor of the next.
@@ -76,13 +63,15 @@ type TargetPage struct {
 	ScannedTo int
 }
 
-func queryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, error) {
-	aq := approval.TargetQuery{ListID: q.ListID, Count: q.Count, State: q.State, Prefix: q.Prefix, After: q.After,
-		Limit: q.Limit, Budget: q.Budget, StateCount: -1}
-	if q.Counts != nil && q.State != "" {
-		aq.StateCount = q.Counts.Get(q.State)
+// queryTargets reads a page of a plan's targets (audit.QueryTargets) in
+// the view's shape. counts, when known, let a rare state be found from the
+// ledger's side (they set q.StateCount).
+func queryTargets(ctx context.Context, db plan.DB, q audit.TargetQuery, counts *view.Counts) (TargetPage, error) {
+	q.StateCount = -1
+	if counts != nil && q.State != "" {
+		q.StateCount = counts.Get(q.State)
 	}
-	p, err := approval.QueryTargets(ctx, db, aq)
+	p, err := audit.QueryTargets(ctx, db, q)
 	return TargetPage{Rows: toView(p.Rows), Next: p.Next, ScannedTo: p.ScannedTo}, err
 }
 

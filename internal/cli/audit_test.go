@@ -185,9 +185,9 @@ func TestAuditExport(t *testing.T) {
 	recs, err := csv.NewReader(strings.NewReader(r.stdout)).ReadAll()
 	require.NoError(t, err)
 	require.Len(t, recs, 4)
-	require.Equal(t, []string{"person1@example.com", "done"}, []string{recs[1][0], recs[1][3]})
-	require.Equal(t, []string{"person2@example.com", "failed"}, []string{recs[2][0], recs[2][3]})
-	require.Equal(t, []string{"person3@example.com", "not_started"}, []string{recs[3][0], recs[3][3]})
+	require.Equal(t, []string{"person1@example.com", "done"}, []string{recs[1][1], recs[1][4]})
+	require.Equal(t, []string{"person2@example.com", "failed"}, []string{recs[2][1], recs[2][4]})
+	require.Equal(t, []string{"person3@example.com", "not_started"}, []string{recs[3][1], recs[3][4]})
 	require.Contains(t, r.stderr, "1/3 exactly once; does not hold: 1 missing")
 
 	r = b.run(t, runAudit, "", c.ID, "--export", "json", "--json")

@@ -237,12 +237,20 @@ func boolParam(c echo.Context, name string) (bool, error) {
 }
 
 type targetsPage struct {
-	Items []approval.TargetRow `json:"items"`
-	Next  *string              `json:"next"`
+	Items []targetItem `json:"items"`
+	Next  *string      `json:"next"`
 	// ScannedTo is set when a filtered page stopped early to keep the
 	// request short: the list was searched up to this ordinal; "next"
 	// continues from there.
 	ScannedTo int `json:"scanned_to,omitempty"`
+}
+
+// targetItem is one target of the list: audit.TargetRow (its JSON names
+// are the export's columns), and updated_at, the name this API gave
+// last_at before the row carried the export's columns, kept for clients.
+type targetItem struct {
+	audit.TargetRow
+	UpdatedAt *time.Time `json:"updated_at,omitempty"`
 }
 
 // The target cursor is opaque to clients: base64 of the position the
@@ -277,7 +285,7 @@ func intParam(c echo.Context, name string) (int, error) {
 }
 
 // pageBudget bounds the time a filtered target page may scan; the page
-// then ends early with a cursor (see approval.QueryTargets).
+// then ends early with a cursor (see audit.QueryTargets).
 const pageBudget = 40 * time.Millisecond
 
 func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
@@ -296,8 +304,8 @@ func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
 		limit = 100
 	}
 	state := c.QueryParam("state")
-	if state != "" && !slices.Contains(approval.ValidStates, state) {
-		return a.fail(c, &plan.FieldError{Field: "state", Reason: fmt.Sprintf("%q is not one of %v", state, approval.ValidStates)})
+	if state != "" && !slices.Contains(audit.ValidStates, state) {
+		return a.fail(c, &plan.FieldError{Field: "state", Reason: fmt.Sprintf("%q is not one of %v", state, audit.ValidStates)})
 	}
 	prefix := strings.ToLower(strings.TrimSpace(c.QueryParam("q")))
 	if prefix == "" {
@@ -314,17 +322,17 @@ func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
 	if err != nil {
 		return a.fail(c, err)
 	}
-	page := targetsPage{Items: []approval.TargetRow{}}
+	page := targetsPage{Items: []targetItem{}}
 	if listID != 0 {
-		p, err := approval.QueryTargets(ctx, a.cfg.Pool, approval.TargetQuery{
+		p, err := audit.QueryTargets(ctx, a.cfg.Pool, audit.TargetQuery{
 			ListID: listID, Count: count, State: state, Prefix: prefix, After: after, Limit: limit,
 			Budget: pageBudget, StateCount: -1,
 		})
 		if err != nil {
 			return a.fail(c, err)
 		}
-		if p.Rows != nil {
-			page.Items = p.Rows
+		for _, r := range p.Rows {
+			page.Items = append(page.Items, targetItem{TargetRow: r, UpdatedAt: r.LastAt})
 		}
 		page.ScannedTo = p.ScannedTo
 		if p.Next != "" {

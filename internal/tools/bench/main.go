@@ -33,6 +33,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
@@ -355,34 +356,34 @@ func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.C
 	if err != nil {
 		return err
 	}
-	base := approval.TargetQuery{ListID: listID, Count: count, Limit: 100, StateCount: -1, Budget: 40 * time.Millisecond}
-	with := func(f func(*approval.TargetQuery)) approval.TargetQuery { q := base; f(&q); return q }
+	base := audit.TargetQuery{ListID: listID, Count: count, Limit: 100, StateCount: -1, Budget: 40 * time.Millisecond}
+	with := func(f func(*audit.TargetQuery)) audit.TargetQuery { q := base; f(&q); return q }
 	var (
 		p95s, bounded []string
 		worst         time.Duration
 	)
 	for _, f := range []struct {
 		name    string
-		q       approval.TargetQuery
+		q       audit.TargetQuery
 		bounded bool
 	}{
 		{"first page", base, false},
-		{"deep page (after 90%)", with(func(q *approval.TargetQuery) { q.After = strconv.Itoa(n * 9 / 10) }), false},
-		{"state=not_started", with(func(q *approval.TargetQuery) { q.State = "not_started" }), false},
-		{"state=done, none yet", with(func(q *approval.TargetQuery) { q.State = "done" }), true},
-		{"state=unknown", with(func(q *approval.TargetQuery) { q.State = "unknown" }), false},
-		{"address prefix", with(func(q *approval.TargetQuery) { q.Prefix = "person09999" }), false},
+		{"deep page (after 90%)", with(func(q *audit.TargetQuery) { q.After = strconv.Itoa(n * 9 / 10) }), false},
+		{"state=not_started", with(func(q *audit.TargetQuery) { q.State = "not_started" }), false},
+		{"state=done, none yet", with(func(q *audit.TargetQuery) { q.State = "done" }), true},
+		{"state=unknown", with(func(q *audit.TargetQuery) { q.State = "unknown" }), false},
+		{"address prefix", with(func(q *audit.TargetQuery) { q.Prefix = "person09999" }), false},
 	} {
 		if explainPages {
 			fmt.Printf("  EXPLAIN of %q:\n", f.name)
-			if _, err := approval.QueryTargets(ctx, explainDB{pool}, f.q); err != nil {
+			if _, err := audit.QueryTargets(ctx, explainDB{pool}, f.q); err != nil {
 				return err
 			}
 		}
 		var d []time.Duration
 		for range 20 {
 			t := time.Now()
-			if _, err := approval.QueryTargets(ctx, pool, f.q); err != nil {
+			if _, err := audit.QueryTargets(ctx, pool, f.q); err != nil {
 				return err
 			}
 			d = append(d, time.Since(t))
