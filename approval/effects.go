@@ -62,14 +62,8 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 		return 0, err
 	}
 	var epoch int
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, campaignID)
-		if err != nil {
-			return err
-		}
-		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
-			return err
-		}
+	err := s.effectAction(ctx, a, campaignID, key, ActionSupersede, func(tx pgx.Tx, cp *plan.Campaign) error {
+		c := *cp
 		var target string
 		if err := tx.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
 			WHERE p.campaign_id = $1 AND t.key = $2 ORDER BY p.id DESC LIMIT 1`, c.ID, key).Scan(&target); err != nil {
@@ -85,6 +79,7 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 			}
 			return fmt.Errorf("%w: only a done target can be superseded; %s has no done effect at its current epoch", ErrConflict, target)
 		}
+		var err error
 		if epoch, err = store.Bump(ctx, ledger.BumpParams{
 			Key: ledger.Key(key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: reason,
 		}); err != nil {
@@ -109,14 +104,9 @@ func (s *Service) RevokeEffect(ctx context.Context, a Actor, campaignID, key, re
 		return ledger.Effect{}, err
 	}
 	var eff ledger.Effect
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, campaignID)
-		if err != nil {
-			return err
-		}
-		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
-			return err
-		}
+	err := s.effectAction(ctx, a, campaignID, key, ActionRevoke, func(tx pgx.Tx, cp *plan.Campaign) error {
+		c := *cp
+		var err error
 		if eff, err = ledger.NewStore(tx).Revoke(ctx, ledger.RevokeParams{Key: ledger.Key(key), Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}

@@ -74,6 +74,38 @@ func stateAllows(c plan.Campaign, action Action) error {
 	return nil
 }
 
+// act runs a person's action on a campaign: the role (Authorize), then,
+// in one transaction with the campaign locked, the state (the lifecycle
+// table), then fn. Every action of the service enters here, so the rules
+// are checked the same way for the UI, the API and the command line.
+func (s *Service) act(ctx context.Context, a Actor, id string, action Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
+	if err := Authorize(a, action); err != nil {
+		return err
+	}
+	return s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := plan.LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if err := stateAllows(c, action); err != nil {
+			return err
+		}
+		return fn(tx, &c)
+	})
+}
+
+// effectAction runs a person's decision on one effect of a campaign (act),
+// once the key is a target of one of its plans: an action on one
+// campaign's page or route can never touch another campaign's effects.
+func (s *Service) effectAction(ctx context.Context, a Actor, id, key string, action Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
+	return s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
+		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
+			return err
+		}
+		return fn(tx, c)
+	})
+}
+
 // shift moves the locked campaign c to action's state, when the lifecycle
 // table allows the action (the caller records the action).
 func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action Action) error {

@@ -300,18 +300,10 @@ func (e *MissingVarsError) Is(target error) bool { return target == plan.ErrInva
 
 // Submit asks for approval of the current draft, once it validates.
 func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error) {
-	if err := Authorize(a, ActionSubmit); err != nil {
-		return Result{}, err
-	}
 	var res Result
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if err := stateAllows(c, ActionSubmit); err != nil {
-			return err
-		}
+	err := s.act(ctx, a, id, ActionSubmit, func(tx pgx.Tx, cp *plan.Campaign) error {
+		c := *cp
+		var err error
 		if res, err = s.result(ctx, tx, c); err != nil {
 			return err
 		}
@@ -464,29 +456,22 @@ func (s *Service) Reject(ctx context.Context, a Actor, id, reason string) (Resul
 	if strings.TrimSpace(reason) == "" {
 		return Result{}, &plan.FieldError{Field: "reason", Reason: "is required: say what must change"}
 	}
-	return s.transition(ctx, &a, id, ActionReject, reason)
+	return s.transition(ctx, a, id, ActionReject, reason)
 }
 
 // transition takes a simple action (reject, pause, cancel) on a locked
 // campaign, as the lifecycle table says, and audits it.
-func (s *Service) transition(ctx context.Context, a *Actor, id string, action Action, reason string) (Result, error) {
+func (s *Service) transition(ctx context.Context, a Actor, id string, action Action, reason string) (Result, error) {
 	var res Result
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
+	err := s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
+		h, err := s.result(ctx, tx, *c)
 		if err != nil {
 			return err
 		}
-		if err := stateAllows(c, action); err != nil {
+		if err := s.move(ctx, tx, &a, c, action, h.PlanHash, reason, nil); err != nil {
 			return err
 		}
-		h, err := s.result(ctx, tx, c)
-		if err != nil {
-			return err
-		}
-		if err := s.move(ctx, tx, a, &c, action, h.PlanHash, reason, nil); err != nil {
-			return err
-		}
-		res, err = s.result(ctx, tx, c)
+		res, err = s.result(ctx, tx, *c)
 		return err
 	})
 	return res, err
@@ -579,7 +564,7 @@ func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result
 	if err := Authorize(a, ActionPause); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, &a, id, ActionPause, reason)
+	return s.transition(ctx, a, id, ActionPause, reason)
 }
 
 // Resume runs the remainder: the campaign runs again and every target with
@@ -587,18 +572,9 @@ func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result
 // from two places at once, enqueues the remainder once (the campaign lock
 // serialises the presses; the ledger decides every effect anyway).
 func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error) {
-	if err := Authorize(a, ActionResume); err != nil {
-		return Result{}, err
-	}
 	var res Result
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if err := stateAllows(c, ActionResume); err != nil {
-			return err
-		}
+	err := s.act(ctx, a, id, ActionResume, func(tx pgx.Tx, cp *plan.Campaign) error {
+		c := *cp
 		p, err := plan.GetPlan(ctx, tx, c.PlanID)
 		if err != nil {
 			return err
@@ -621,7 +597,7 @@ func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (Resul
 	if err := Authorize(a, ActionCancel); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, &a, id, ActionCancel, reason)
+	return s.transition(ctx, a, id, ActionCancel, reason)
 }
 
 // ActionComplete is recorded when a running campaign has nothing left to run.
@@ -694,18 +670,10 @@ func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx c
 // delivered (done) or not delivered (failed, so a resume sends it once
 // more). The key must belong to the campaign's plan.
 func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
-	if err := Authorize(a, ActionResolve); err != nil {
-		return ledger.Effect{}, err
-	}
 	var eff ledger.Effect
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, campaignID)
-		if err != nil {
-			return err
-		}
-		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
-			return err
-		}
+	err := s.effectAction(ctx, a, campaignID, key, ActionResolve, func(tx pgx.Tx, cp *plan.Campaign) error {
+		c := *cp
+		var err error
 		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}

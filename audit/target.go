@@ -280,24 +280,40 @@ type Counts struct {
 // Add counts n more targets in state (one of ValidStates; another is not
 // counted).
 func (c *Counts) Add(state string, n int) {
+	if p := c.of(state); p != nil {
+		*p += n
+	}
+}
+
+// Get returns the count of one state by name (0 for a name that is not a
+// state).
+func (c Counts) Get(state string) int {
+	if p := c.of(state); p != nil {
+		return *p
+	}
+	return 0
+}
+
+func (c *Counts) of(state string) *int {
 	switch state {
 	case StateNotStarted:
-		c.NotStarted += n
+		return &c.NotStarted
 	case "pending":
-		c.Pending += n
+		return &c.Pending
 	case "done":
-		c.Done += n
+		return &c.Done
 	case "unknown":
-		c.Unknown += n
+		return &c.Unknown
 	case "failed":
-		c.Failed += n
+		return &c.Failed
 	case "stranded":
-		c.Stranded += n
+		return &c.Stranded
 	case "revoked":
-		c.Revoked += n
+		return &c.Revoked
 	case StateOutside:
-		c.Outside += n
+		return &c.Outside
 	}
+	return nil
 }
 
 // ListCounts counts a list's planned targets by state, in one aggregate

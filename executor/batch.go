@@ -156,7 +156,7 @@ func (b *batcher) close() {
 // kept for the connection's life; a sequential scan chosen then would read
 // the whole table on every flush once it has grown. Every lookup the three
 // statements make is by the one index that matches it (the primary keys,
-// effect_key_history, effect_bump's and river_queue's keys), which is
+// effect_key_history, effect_bump's, and the queue gate's (jobs/riverdb)), which is
 // right at any size. The target read is not run here: two indexes of
 // target start with list_id, and which is better depends on the list.
 func newWritePool(pool *pgxpool.Pool) *pgxpool.Pool {

@@ -9,6 +9,5 @@ import (
 
 // planCounts returns a plan's counts, from the cache when fresh.
 func (s *Server) planCounts(ctx context.Context, p plan.Plan) (view.Counts, error) {
-	c, err := s.counts.ListCounts(ctx, s.cfg.Pool, p.ListID, p.TargetCount)
-	return viewCounts(c), err
+	return s.counts.ListCounts(ctx, s.cfg.Pool, p.ListID, p.TargetCount)
 }

@@ -18,15 +18,9 @@ import (
 	"github.com/onceplan/onceplan/web/view"
 )
 
-// queryCounts is audit.ListCounts in the view's shape.
+// queryCounts is audit.ListCounts (view.Counts is audit.Counts).
 func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (view.Counts, error) {
-	c, err := audit.ListCounts(ctx, db, listID, planned)
-	return viewCounts(c), err
-}
-
-func viewCounts(c audit.Counts) view.Counts {
-	return view.Counts{Planned: c.Planned, NotStarted: c.NotStarted, Pending: c.Pending, Done: c.Done,
-		Unknown: c.Unknown, Failed: c.Failed, Stranded: c.Stranded, Revoked: c.Revoked, Outside: c.Outside}
+	return audit.ListCounts(ctx, db, listID, planned)
 }
 
 // targetRow is a view row plus the target's variables.

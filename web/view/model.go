@@ -4,7 +4,11 @@
 // draft, a target list or a provider can never become markup here.
 package view
 
-import "time"
+import (
+	"time"
+
+	"github.com/onceplan/onceplan/audit"
+)
 
 // Assets are the checksummed URLs of the embedded static files.
 type Assets struct {
@@ -37,42 +41,8 @@ type Page struct {
 }
 
 // Counts are a plan's targets by the state of their effect at the current
-// epoch. Planned = the sum of the others.
-type Counts struct {
-	Planned    int `json:"planned"`
-	NotStarted int `json:"not_started"`
-	Pending    int `json:"pending"`
-	Done       int `json:"done"`
-	Unknown    int `json:"unknown"`
-	Failed     int `json:"failed"`
-	Stranded   int `json:"stranded"`
-	Revoked    int `json:"revoked"`
-	// Outside: held by an attempt that is not the campaign's own.
-	Outside int `json:"outside"`
-}
-
-// Get returns the count of one state by name.
-func (c Counts) Get(state string) int {
-	switch state {
-	case "not_started":
-		return c.NotStarted
-	case "pending":
-		return c.Pending
-	case "done":
-		return c.Done
-	case "unknown":
-		return c.Unknown
-	case "failed":
-		return c.Failed
-	case "stranded":
-		return c.Stranded
-	case "revoked":
-		return c.Revoked
-	case "outside":
-		return c.Outside
-	}
-	return 0
-}
+// epoch (package audit's read model). Planned = the sum of the others.
+type Counts = audit.Counts
 
 // CountStates lists the states a progress bar shows, in its order.
 var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "outside", "not_started"}
