@@ -153,7 +153,7 @@ SELECT t.ordinal, t.target, t.key, cur.epoch, coalesce(e.state, '` + StateNotSta
        coalesce(e.receipt, ''), e.first_at, e.last_at, coalesce(e.resolved_by, ''), coalesce(e.resolution, ''),
        coalesce(e.reason, ''), coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text
 FROM %s
-CROSS JOIN LATERAL (SELECT ` + ledger.CurrentEpochOf("t.key") + ` AS epoch) cur
+CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("t.key") + ` cur
 LEFT JOIN LATERAL (
   SELECT ` + attemptState("x", "t.list_id") + ` AS state,
          x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,

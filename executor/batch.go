@@ -351,7 +351,7 @@ func (b *batcher) flushResponses(reqs []*respReq) {
 	for i, r := range reqs {
 		recs[i] = ledger.ResponseRecord{EffectID: r.effectID, Kind: r.kind, Body: r.body}
 	}
-	if _, err := b.writeLedger.RecordResponses(bg, recs); err != nil {
+	if err := b.writeLedger.RecordResponses(bg, recs); err != nil {
 		b.failed("raw answer", len(reqs), err)
 		for _, r := range reqs {
 			_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
@@ -377,10 +377,10 @@ func (b *batcher) flushSettles(reqs []*settleReq) {
 	for i, r := range reqs {
 		ps[i] = r.p
 	}
-	effs, err := b.writeLedger.SettleMany(bg, ps)
+	ids, err := b.writeLedger.SettleMany(bg, ps)
 	got := map[int64]bool{}
-	for _, e := range effs {
-		got[e.ID] = true
+	for _, id := range ids {
+		got[id] = true
 	}
 	if err != nil {
 		b.failed("settle", len(reqs), err)

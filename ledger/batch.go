@@ -57,7 +57,7 @@ SELECT o.key, cur.epoch,
        (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
        o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
 FROM open o
-CROSS JOIN LATERAL (SELECT ` + CurrentEpochOf("o.key") + ` AS epoch) cur
+CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur
 ORDER BY o.key
 ON CONFLICT (key, epoch) WHERE state IN ` + BlockingStates + ` DO NOTHING
 RETURNING ` + effectCols
@@ -153,7 +153,7 @@ func (s *Store) gateOpen(ctx context.Context, r ClaimRequest, gate Gate) (bool, 
 }
 
 const recordResponsesSQL = `INSERT INTO effect_response (effect_id, kind, body)
-	SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[]) ORDER BY 1 RETURNING id`
+	SELECT * FROM unnest($1::bigint[], $2::text[], $3::bytea[]) ORDER BY 1`
 
 // ResponseRecord is one raw provider answer to record.
 type ResponseRecord struct {
@@ -163,9 +163,15 @@ type ResponseRecord struct {
 }
 
 // RecordResponses commits raw provider answers, exactly as received,
-// before anything parses them (rule 3), in one statement, and returns
-// their ids in the order they were written (by effect id).
-func (s *Store) RecordResponses(ctx context.Context, recs []ResponseRecord) ([]int64, error) {
+// before anything parses them (rule 3), in one statement.
+func (s *Store) RecordResponses(ctx context.Context, recs []ResponseRecord) error {
+	_, err := s.recordResponses(ctx, recs, "")
+	return err
+}
+
+// recordResponses is RecordResponses, returning the rows' returning
+// columns (RecordResponse wants its one id; the group commit nothing).
+func (s *Store) recordResponses(ctx context.Context, recs []ResponseRecord, returning string) ([]int64, error) {
 	n := len(recs)
 	ids, kinds, bodies := make([]int64, n), make([]string, n), make([][]byte, n)
 	for i, r := range recs {
@@ -174,7 +180,11 @@ func (s *Store) RecordResponses(ctx context.Context, recs []ResponseRecord) ([]i
 			bodies[i] = []byte{}
 		}
 	}
-	rows, err := s.db.Query(ctx, recordResponsesSQL, ids, kinds, bodies)
+	if returning == "" {
+		_, err := s.db.Exec(ctx, recordResponsesSQL, ids, kinds, bodies)
+		return nil, translate(err)
+	}
+	rows, err := s.db.Query(ctx, recordResponsesSQL+" RETURNING "+returning, ids, kinds, bodies)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -190,21 +200,33 @@ func (p SettleParams) validate() error {
 	return fmt.Errorf("%w: an attempt settles as done, failed, unknown or stranded, not %q", ErrIllegalTransition, p.State)
 }
 
-// settleSQL settles rows by id. "f.id = ANY($1)" repeats the join as a
-// condition on effect's primary key, so the plan probes the index rather
-// than joining by scanning the whole table.
-const settleSQL = `
+// settleSQL settles rows by id and returns the columns returning names
+// (the group commit needs only the ids; Settle, the whole row). "f.id =
+// ANY($1)" repeats the join as a condition on effect's primary key, so the
+// plan probes the index rather than joining by scanning the whole table.
+func settleSQL(returning string) string {
+	return `
 UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
 WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
-RETURNING ` + effectCols
+RETURNING ` + returning
+}
 
 // SettleMany moves pending attempts to their outcomes in one statement
 // (done, failed and stranded are refused by PostgreSQL unless a raw
-// answer was recorded first) and returns the rows it settled. Any
-// refusal fails the whole statement: the caller settles one at a time to
-// learn which.
-func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]Effect, error) {
+// answer was recorded first) and returns the ids it settled. Any refusal
+// fails the whole statement: the caller settles one at a time to learn
+// which.
+func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]int64, error) {
+	rows, err := s.settle(ctx, ps, "f.id")
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, translate(err)
+}
+
+func (s *Store) settle(ctx context.Context, ps []SettleParams, returning string) (pgx.Rows, error) {
 	ps = slices.Clone(ps)
 	slices.SortFunc(ps, func(a, b SettleParams) int { return cmp.Compare(a.EffectID, b.EffectID) })
 	n := len(ps)
@@ -215,12 +237,8 @@ func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]Effect, er
 		}
 		ids[i], states[i], receipts[i], reasons[i] = p.EffectID, string(p.State), p.Receipt, p.Reason
 	}
-	rows, err := s.db.Query(ctx, settleSQL, ids, states, receipts, reasons)
-	if err != nil {
-		return nil, translate(err)
-	}
-	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
-	return effs, translate(err)
+	rows, err := s.db.Query(ctx, settleSQL(returning), ids, states, receipts, reasons)
+	return rows, translate(err)
 }
 
 // BatchStatement is one of the ledger's batch statements, for tests that
@@ -237,6 +255,6 @@ func BatchStatements(gate Gate) []BatchStatement {
 	return []BatchStatement{
 		{"claim", claimSQL(gate), "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"response", recordResponsesSQL, "('{}', '{}', '{}')"},
-		{"settle", settleSQL, "('{}', '{}', '{}', '{}')"},
+		{"settle", settleSQL("f.id"), "('{}', '{}', '{}', '{}')"},
 	}
 }

@@ -199,8 +199,14 @@ var currentEpoch = CurrentEpochOf("$1")
 // that keyExpr names (a parameter or a column): 0, or the latest recorded
 // bump (rule 5). Queries elsewhere that need a key's current epoch use it,
 // so the rule is written once.
+//
+// It is also a FROM item with one column, epoch: "CROSS JOIN LATERAL " +
+// CurrentEpochOf("t.key") + " cur". A statement that uses a key's epoch
+// more than once should take it that way: a lateral subquery with an
+// aggregate is evaluated once per row, where a scalar subquery that a
+// pulled-up lateral names twice is evaluated twice.
 func CurrentEpochOf(keyExpr string) string {
-	return "(SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = " + keyExpr + ")"
+	return "(SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = " + keyExpr + ")"
 }
 
 // CurrentEpoch returns key's epoch: 0, or the number of recorded bumps.
@@ -223,7 +229,7 @@ const (
 // RecordResponse commits the provider's raw answer for an attempt, exactly
 // as received, before anything parses it. Returns the response's id.
 func (s *Store) RecordResponse(ctx context.Context, effectID int64, kind ResponseKind, body []byte) (int64, error) {
-	ids, err := s.RecordResponses(ctx, []ResponseRecord{{EffectID: effectID, Kind: kind, Body: body}})
+	ids, err := s.recordResponses(ctx, []ResponseRecord{{EffectID: effectID, Kind: kind, Body: body}}, "id")
 	if err != nil {
 		return 0, err
 	}
@@ -266,9 +272,13 @@ type SettleParams struct {
 // Settle moves a pending attempt to its outcome. Done, failed and stranded
 // are refused unless a raw response was recorded first.
 func (s *Store) Settle(ctx context.Context, p SettleParams) (Effect, error) {
-	effs, err := s.SettleMany(ctx, []SettleParams{p})
+	rows, err := s.settle(ctx, []SettleParams{p}, effectCols)
 	if err != nil {
 		return Effect{}, err
+	}
+	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+	if err != nil {
+		return Effect{}, translate(err)
 	}
 	if len(effs) == 0 {
 		return Effect{}, fmt.Errorf("%w: effect %d", ErrNotFound, p.EffectID)

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -133,44 +134,21 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 		RETURNING id`, s.CampaignID, payload.From, payload.Subject, payload.Text, list, n, s.PlanHash, user).Scan(&s.PlanID); err != nil {
 		return s, fmt.Errorf("audittest: plan: %w", err)
 	}
-	// The ledger, shape by shape (see the doc comment).
-	ledger := []struct {
-		what string
-		sql  string
-	}{
+	for _, st := range []struct{ what, sql string }{
 		{"campaign approved", `UPDATE campaign SET plan_id = @plan, state = 'approved' WHERE id = (SELECT campaign_id FROM plan WHERE id = @plan)`},
 		{"run", `INSERT INTO run (campaign_id, plan_id, job_count) SELECT campaign_id, id, 0 FROM plan WHERE id = @plan`},
 		{"campaign running", `UPDATE campaign SET state = 'running' WHERE plan_id = @plan`},
-		{"first attempts", `INSERT INTO effect (key, epoch, attempt, owner, plan_id, ordinal)
-			SELECT key, 0, 1, 'audittest', @plan, ordinal FROM target WHERE list_id = @list AND ordinal % 1000 <> 7`},
-		{"raw answers", `INSERT INTO effect_response (effect_id, kind, body)
-			SELECT id, 'send', convert_to('250 2.0.0 Ok: queued as ' || id, 'UTF8') FROM effect WHERE plan_id = @plan AND ordinal % 1000 NOT IN (2, 3)`},
-		{"settle", `UPDATE effect SET
-			  state = (CASE WHEN ordinal % 100 = 1 OR ordinal % 1000 = 5 THEN 'failed'
-			                WHEN ordinal % 1000 = 2 THEN 'unknown'
-			                WHEN ordinal % 1000 = 4 THEN 'stranded'
-			                ELSE 'done' END)::effect_state,
-			  receipt = CASE WHEN ordinal % 100 = 1 OR ordinal % 1000 IN (2, 5) THEN NULL ELSE 'r-' || id END,
-			  reason = CASE WHEN ordinal % 100 = 1 OR ordinal % 1000 IN (2, 4, 5) THEN 'seeded' END
-			WHERE plan_id = @plan AND ordinal % 1000 <> 3`},
-		{"second attempts", `INSERT INTO effect (key, epoch, attempt, owner, plan_id, ordinal)
-			SELECT key, 0, 2, 'audittest', @plan, ordinal FROM target WHERE list_id = @list AND ordinal % 100 = 1`},
-		{"second answers", `INSERT INTO effect_response (effect_id, kind, body)
-			SELECT id, 'send', '\x323530'::bytea FROM effect WHERE plan_id = @plan AND attempt = 2`},
-		{"second settle", `UPDATE effect SET state = 'done', receipt = 'r-' || id WHERE plan_id = @plan AND attempt = 2`},
-		{"revoke", `UPDATE effect SET state = 'revoked', revoked_by = 'user:audittest@example.com', revoke_reason = 'seeded'
-			WHERE plan_id = @plan AND ordinal % 1000 = 6`},
-		{"bump", `INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason)
-			SELECT key, 1, 'human', 'user:audittest@example.com', 'seeded' FROM target WHERE list_id = @list AND ordinal % 1000 = 8`},
-		{"bumped attempts", `INSERT INTO effect (key, epoch, attempt, owner, plan_id, ordinal)
-			SELECT key, 1, 1, 'audittest', @plan, ordinal FROM target WHERE list_id = @list AND ordinal % 1000 = 8`},
-		{"bumped answers", `INSERT INTO effect_response (effect_id, kind, body)
-			SELECT id, 'send', '\x323530'::bytea FROM effect WHERE plan_id = @plan AND epoch = 1`},
-		{"bumped settle", `UPDATE effect SET state = 'done', receipt = 'r-' || id WHERE plan_id = @plan AND epoch = 1`},
-	}
-	for _, st := range ledger {
-		if _, err := tx.Exec(ctx, st.sql, pgx.NamedArgs{"list": list, "plan": s.PlanID}); err != nil {
+	} {
+		if _, err := tx.Exec(ctx, st.sql, pgx.NamedArgs{"plan": s.PlanID}); err != nil {
 			return s, fmt.Errorf("audittest: %s: %w", st.what, err)
+		}
+	}
+	// The ledger, shape by shape (see the doc comment), written through
+	// the ledger's own batch statements, a chunk of targets at a time.
+	store := ledger.NewStore(tx)
+	for from := 1; from <= n; from += seedChunk {
+		if err := seedLedger(ctx, tx, store, s.PlanID, list, from, min(from+seedChunk-1, n)); err != nil {
+			return s, fmt.Errorf("audittest: the ledger of targets %d to %d: %w", from, min(from+seedChunk-1, n), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -185,6 +163,106 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 	}
 	s.Want = want(s, n)
 	return s, nil
+}
+
+// seedChunk is how many targets seedLedger writes the ledger of at once.
+const seedChunk = 10_000
+
+// seedLedger writes the ledger of targets from…to (see Seed's shapes).
+func seedLedger(ctx context.Context, tx pgx.Tx, store *ledger.Store, planID, list int64, from, to int) error {
+	rows, err := tx.Query(ctx, `SELECT ordinal, key FROM target WHERE list_id = $1 AND ordinal BETWEEN $2 AND $3 ORDER BY ordinal`, list, from, to)
+	if err != nil {
+		return err
+	}
+	keys := map[int]ledger.Key{}
+	var (
+		ordinal int
+		key     string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&ordinal, &key}, func() error { keys[ordinal] = ledger.Key(key); return nil }); err != nil {
+		return err
+	}
+	pick := func(keep func(i int) bool) []int {
+		var out []int
+		for i := from; i <= to; i++ {
+			if keep(i) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	// attempt claims the ordinals, records a raw answer for those raw
+	// keeps, and settles those settle gives a verdict.
+	attempt := func(ordinals []int, raw func(i int) bool, settle func(i int, id int64) (ledger.SettleParams, bool)) error {
+		reqs := make([]ledger.ClaimRequest, len(ordinals))
+		for j, i := range ordinals {
+			reqs[j] = ledger.ClaimRequest{ClaimParams: ledger.ClaimParams{Key: keys[i], Owner: "audittest", PlanID: planID, Ordinal: i}}
+		}
+		won, err := store.ClaimMany(ctx, reqs, "")
+		if err != nil {
+			return err
+		}
+		var recs []ledger.ResponseRecord
+		var ps []ledger.SettleParams
+		for _, e := range won {
+			if raw(e.Ordinal) {
+				recs = append(recs, ledger.ResponseRecord{EffectID: e.ID, Kind: ledger.ResponseSend, Body: fmt.Appendf(nil, "250 2.0.0 Ok: queued as %d", e.ID)})
+			}
+			if p, ok := settle(e.Ordinal, e.ID); ok {
+				ps = append(ps, p)
+			}
+		}
+		if len(recs) > 0 {
+			if err := store.RecordResponses(ctx, recs); err != nil {
+				return err
+			}
+		}
+		if len(ps) > 0 {
+			_, err = store.SettleMany(ctx, ps)
+		}
+		return err
+	}
+	done := func(_ int, id int64) (ledger.SettleParams, bool) {
+		return ledger.SettleParams{EffectID: id, State: ledger.StateDone, Receipt: fmt.Sprintf("r-%d", id)}, true
+	}
+	always := func(int) bool { return true }
+
+	// First attempts: every target but the missing ones.
+	err = attempt(pick(func(i int) bool { return i%1000 != 7 }),
+		func(i int) bool { return i%1000 != 2 && i%1000 != 3 },
+		func(i int, id int64) (ledger.SettleParams, bool) {
+			switch {
+			case i%100 == 1 || i%1000 == 5:
+				return ledger.SettleParams{EffectID: id, State: ledger.StateFailed, Reason: "seeded"}, true
+			case i%1000 == 2:
+				return ledger.SettleParams{EffectID: id, State: ledger.StateUnknown, Reason: "seeded"}, true
+			case i%1000 == 3:
+				return ledger.SettleParams{}, false // left pending
+			case i%1000 == 4:
+				return ledger.SettleParams{EffectID: id, State: ledger.StateStranded, Receipt: fmt.Sprintf("r-%d", id), Reason: "seeded"}, true
+			}
+			return done(i, id)
+		})
+	if err != nil {
+		return err
+	}
+	// Second attempts of the failed ones, done.
+	if err := attempt(pick(func(i int) bool { return i%100 == 1 }), always, done); err != nil {
+		return err
+	}
+	for _, i := range pick(func(i int) bool { return i%1000 == 6 }) {
+		if _, err := store.Revoke(ctx, ledger.RevokeParams{Key: keys[i], Actor: "user:audittest@example.com", Reason: "seeded"}); err != nil {
+			return err
+		}
+	}
+	// Done at epoch 0, bumped, done again at epoch 1.
+	bumped := pick(func(i int) bool { return i%1000 == 8 })
+	for _, i := range bumped {
+		if _, err := store.Bump(ctx, ledger.BumpParams{Key: keys[i], ActorKind: ledger.ActorHuman, Actor: "user:audittest@example.com", Reason: "seeded"}); err != nil {
+			return err
+		}
+	}
+	return attempt(bumped, always, done)
 }
 
 // want is the metric Seed's ledger gives, counted the slow way in Go.

@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/onceplan/onceplan/jobs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,7 +246,8 @@ func benchRecovery(ctx context.Context, pool *pgxpool.Pool, e *procEnv, n int) e
 		return err
 	}
 	fmt.Printf("recovery: %d targets on a maildir, `onceplan worker` SIGKILLed after %d files (%d effects settled done), restarted with the default settings\n", n, atKill, doneAtKill)
-	fmt.Printf("  River: JobTimeout 2m, RescueStuckJobsAfter 3m (--job-timeout, --rescue-after); Onceplan: owner timeout 30s, heartbeat 5s, maintenance interval 10s\n")
+	d := jobs.Config{}.WithDefaults()
+	fmt.Printf("  River: JobTimeout %s, RescueStuckJobsAfter %s (--job-timeout; --rescue-after follows it); Onceplan: owner timeout %s, heartbeat %s, maintenance interval %s\n", d.JobTimeout, d.RescueAfter, d.OwnerTimeout, d.HeartbeatInterval, d.MaintenanceInterval)
 	fmt.Printf("  first worker's rate before the kill:         %.0f effects/s\n", firstRate)
 	fmt.Printf("  restart -> first new file:                   %.2f s (target <= 60 s)\n", resumed.Seconds())
 	fmt.Printf("  restart -> all %d files:                  %.2f s\n", n, completed.Seconds())
