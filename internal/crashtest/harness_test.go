@@ -62,7 +62,12 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(pool.Close)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
-	e := &env{ctx: context.Background(), url: url, pool: pool, svc: approval.NewService(pool, jobs.NewEnqueuer(client))}
+	// The test's service judges a worker dead as the workers do (their
+	// --owner-timeout): a target a dead worker's job still holds is free
+	// to queue again once every process says so.
+	enq := jobs.NewEnqueuer(client)
+	enq.OwnerTimeout = ownerTimeout
+	e := &env{ctx: context.Background(), url: url, pool: pool, svc: approval.NewService(pool, enq)}
 	mk := func(email string, role approval.Role) approval.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
 		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
@@ -104,8 +109,11 @@ type worker struct {
 	done chan struct{}
 }
 
+// ownerTimeout is the workers' --owner-timeout in these tests.
+const ownerTimeout = 1500 * time.Millisecond
+
 // fast recovery settings, so the suite runs in minutes.
-var fastFlags = []string{"--owner-timeout", "1500ms", "--maintenance-interval", "300ms", "--job-timeout", "5s", "--rescue-after", "20s"}
+var fastFlags = []string{"--owner-timeout", ownerTimeout.String(), "--maintenance-interval", "300ms", "--job-timeout", "5s", "--rescue-after", "20s"}
 
 func (e *env) startWorker(t *testing.T, providers []string, extraEnv ...string) *worker {
 	t.Helper()
