@@ -12,10 +12,16 @@
 //     [ErrBadCredentials], so the sign-in form does not reveal who has an
 //     account;
 //   - failed sign-ins are counted in PostgreSQL (table login_attempt), so the
-//     limit holds across processes and restarts: after 5 failures for one
-//     email since its last success, or 20 from one IP address, within 15
-//     minutes, sign-in is refused with [ErrThrottled] (even with the right
-//     password) until the window has passed;
+//     limits hold across processes and restarts. They are counted per
+//     account and client address (an IPv6 address by its /64), so a
+//     stranger's failures never keep the owner out from another address:
+//     after 5 failures of one account from one address since its last
+//     success there, each further attempt from there waits 1 minute after
+//     the last failure, doubling with each failure up to an hour. Against
+//     password spraying, 20 failures from one address within 15 minutes,
+//     whatever the accounts, refuse that address until the oldest leaves the
+//     window. A refused attempt gets [ErrThrottled] (even with the right
+//     password), is not counted and does not extend the wait;
 //   - a session ends after 12 hours without use or 7 days after sign-in,
 //     whichever comes first; a disabled user's sessions and tokens stop
 //     working at once;

@@ -51,6 +51,9 @@ type ThrottledError struct {
 	Until time.Time
 	// Wait is how long that was from the refusal.
 	Wait time.Duration
+	// Scope says which count refused: the account's failures from this
+	// address, or the address's across accounts.
+	Scope ThrottleScope
 }
 
 func (e *ThrottledError) Error() string {

@@ -24,16 +24,10 @@ const (
 	touchEvery = time.Minute
 )
 
-// Throttling of failed sign-ins (see the package comment).
-const (
-	ThrottleWindow      = 15 * time.Minute
-	MaxFailuresPerEmail = 5
-	MaxFailuresPerIP    = 20
-)
-
 // LoginMeta describes where a sign-in comes from. IP is used for
-// throttling and kept on the session with UserAgent for the user to see;
-// an empty IP (a sign-in not over HTTP) is not throttled per address.
+// throttling (see [FailuresBeforeDelay]) and kept on the session with
+// UserAgent for the user to see; an empty IP (a sign-in not over HTTP) is
+// throttled per account only.
 type LoginMeta struct {
 	IP        string
 	UserAgent string
@@ -61,9 +55,10 @@ const sessionTokenLength = 43
 //
 // An unknown email and a wrong password both give ErrBadCredentials after
 // the same argon2id work; the right password for a disabled user gives
-// ErrDisabled. Every attempt is recorded in login_attempt; when too many
-// recent ones failed, Login refuses with a *ThrottledError before looking
-// at the password.
+// ErrDisabled. Every attempt is recorded in login_attempt under the
+// account and the client address; when too many recent ones failed (see
+// [FailuresBeforeDelay]), Login refuses with a *ThrottledError before
+// looking at the password.
 func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (string, User, error) {
 	key, emailErr := normalizeEmail(email)
 	if emailErr != nil {
@@ -73,6 +68,7 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 	key = truncate(key, 320)
 	meta.IP = truncate(meta.IP, 64)
 	meta.UserAgent = truncate(meta.UserAgent, 512)
+	client := clientKey(meta.IP)
 
 	var (
 		token   string
@@ -80,17 +76,10 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 		refusal error
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// Attempts for one email, and for one address, take turns, so a
-		// burst of parallel guesses cannot all pass the count below.
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-login-email:' || $1, 0))`, key); err != nil {
+		if err := lockAttempts(ctx, tx, key, client); err != nil {
 			return err
 		}
-		if meta.IP != "" {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-login-ip:' || $1, 0))`, meta.IP); err != nil {
-				return err
-			}
-		}
-		if err := throttled(ctx, tx, key, meta.IP); err != nil {
+		if err := throttled(ctx, tx, key, client); err != nil {
 			if errors.Is(err, ErrThrottled) {
 				// Not recorded: refused attempts do not extend the wait.
 				refusal = err
@@ -119,7 +108,7 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 		if ok && user.Disabled() {
 			ok, refusal = false, ErrDisabled
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO login_attempt (email, ip, ok) VALUES ($1, $2, $3)`, key, meta.IP, ok); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO login_attempt (email, ip, ok) VALUES ($1, $2, $3)`, key, client, ok); err != nil {
 			return err
 		}
 		if !ok {
@@ -154,41 +143,6 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 		return "", User{}, refusal
 	}
 	return token, user, nil
-}
-
-// throttled returns a *ThrottledError when email has MaxFailuresPerEmail
-// failures since its last success within the window, or ip has
-// MaxFailuresPerIP failures within it. The wait lasts until the oldest
-// failure that counts leaves the window.
-func throttled(ctx context.Context, tx pgx.Tx, email, ip string) error {
-	var until, now time.Time
-	err := tx.QueryRow(ctx, `
-		SELECT at + make_interval(secs => $3), now() FROM login_attempt
-		WHERE email = $1 AND NOT ok AND at > now() - make_interval(secs => $3)
-		  AND at > coalesce((SELECT max(at) FROM login_attempt WHERE email = $1 AND ok), '-infinity')
-		ORDER BY at DESC OFFSET $2 - 1 LIMIT 1`,
-		email, MaxFailuresPerEmail, ThrottleWindow.Seconds()).Scan(&until, &now)
-	if err == nil {
-		return &ThrottledError{Until: until, Wait: until.Sub(now)}
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return err
-	}
-	if ip == "" {
-		return nil
-	}
-	err = tx.QueryRow(ctx, `
-		SELECT at + make_interval(secs => $3), now() FROM login_attempt
-		WHERE ip = $1 AND NOT ok AND at > now() - make_interval(secs => $3)
-		ORDER BY at DESC OFFSET $2 - 1 LIMIT 1`,
-		ip, MaxFailuresPerIP, ThrottleWindow.Seconds()).Scan(&until, &now)
-	if err == nil {
-		return &ThrottledError{Until: until, Wait: until.Sub(now)}
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	return err
 }
 
 // truncate cuts s to at most n bytes, dropping a rune cut in half.
@@ -244,9 +198,9 @@ func Logout(ctx context.Context, db DB, token string) error {
 	return err
 }
 
-// Prune deletes ended sessions and sign-in attempts older than a day (the
-// throttle looks back ThrottleWindow); run it now and then. It returns how
-// many rows went.
+// Prune deletes ended sessions and sign-in attempts too old to count
+// towards throttling (a day); run it now and then. It returns how many
+// rows went.
 func Prune(ctx context.Context, db DB) (int64, error) {
 	a, err := db.Exec(ctx, `
 		DELETE FROM session
@@ -255,7 +209,7 @@ func Prune(ctx context.Context, db DB) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b, err := db.Exec(ctx, `DELETE FROM login_attempt WHERE at < now() - interval '1 day'`)
+	b, err := db.Exec(ctx, `DELETE FROM login_attempt WHERE at < now() - make_interval(secs => $1)`, throttleMemory.Seconds())
 	if err != nil {
 		return 0, err
 	}

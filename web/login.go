@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -42,6 +43,10 @@ func (s *Server) handleLogin(c echo.Context) error {
 		if status >= 500 {
 			return err
 		}
+		var te *auth.ThrottledError
+		if errors.As(err, &te) {
+			s.logThrottled(c, te)
+		}
 		if errors.Is(err, auth.ErrBadCredentials) {
 			msg = "The email or password is wrong."
 		}
@@ -52,6 +57,23 @@ func (s *Server) handleLogin(c echo.Context) error {
 	s.clearCookie(c, csrfCookie)
 	s.setCookie(c, sessionCookie, token, int(auth.SessionMaxAge.Seconds()))
 	return c.Redirect(http.StatusSeeOther, next)
+}
+
+// loggedEmailMax bounds the email a throttled attempt logs: a refused
+// attempt is cheap, and must not write a megabyte of log for each.
+const loggedEmailMax = 320
+
+// logThrottled logs a refused sign-in with the email as typed, the client
+// address and the wait, never the password, so that an operator sees who
+// is being guessed at from where.
+func (s *Server) logThrottled(c echo.Context, te *auth.ThrottledError) {
+	email := c.FormValue("email")
+	if len(email) > loggedEmailMax {
+		email = strings.ToValidUTF8(email[:loggedEmailMax], "") + "…"
+	}
+	rid, _ := c.Get(ctxRequestID).(string)
+	s.cfg.Logger.Warn("sign-in throttled", "email", email, "ip", c.RealIP(),
+		"wait", te.Wait.Round(time.Second).String(), "until", te.Until, "scope", te.Scope, "request_id", rid)
 }
 
 func (s *Server) handleLogout(c echo.Context) error {
