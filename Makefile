@@ -12,7 +12,7 @@ help: ## list the targets
 DATA_DIR ?= ./.onceplan
 .PHONY: run
 run: postgres build ## start `onceplan serve` on the embedded default (data in ./.onceplan) with a demo campaign to approve
-	./bin/onceplan serve --data-dir $(DATA_DIR) --demo --provider "outbox=maildir://$(abspath $(DATA_DIR))/outbox?rate=50/s"
+	./bin/onceplan serve --data-dir $(DATA_DIR) --demo --provider "outbox=maildir://$(abspath $(DATA_DIR))/outbox?rate=5/s"
 
 .PHONY: build
 build: ## build ./bin/onceplan

@@ -30,7 +30,9 @@ var lifecycle = map[Action]struct {
 	ActionStart:   {[]plan.State{plan.StateApproved}, plan.StateRunning},
 	ActionPause:   {[]plan.State{plan.StateRunning}, plan.StatePaused},
 	// Resume runs the remainder: a paused campaign runs again, a running
-	// one enqueues what has no live job, a completed one reopens.
+	// one enqueues what has no live job, a completed one reopens when
+	// something is left to queue (Service.Resume leaves it completed
+	// otherwise).
 	ActionResume: {[]plan.State{plan.StatePaused, plan.StateRunning, plan.StateCompleted}, plan.StateRunning},
 	ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
 		plan.StateCancelled},

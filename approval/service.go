@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,28 @@ type Enqueuer interface {
 	// EnqueueTargets enqueues the given targets of p that have no live
 	// job and no blocking ledger row.
 	EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error)
+	// CountRemaining says, without writing, what EnqueueRemaining would
+	// enqueue for p now and what a stopped worker still holds.
+	CountRemaining(ctx context.Context, db plan.DB, p plan.Plan) (Remainder, error)
+	// ProviderWorkers counts the live worker processes whose heartbeat
+	// says they serve provider, judged alive as the workers judge each
+	// other (their owner timeout).
+	ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error)
+}
+
+// Remainder is what resuming a plan would queue now, and what maintenance
+// will requeue by itself.
+type Remainder struct {
+	// Queue: targets with no blocking ledger row and no live job; a
+	// resume queues each once.
+	Queue int
+	// Stalled: targets held by running jobs of a worker process that
+	// stopped heartbeating (SilentFor ago). Maintenance requeues them
+	// once the process is past the owner timeout, RequeueIn from now, at
+	// its next round; nobody needs to press anything.
+	Stalled   int
+	SilentFor time.Duration
+	RequeueIn time.Duration
 }
 
 // Service runs the campaign workflow. Every method is one transaction that
@@ -35,6 +58,11 @@ type Service struct {
 	// MaxTargets and MaxBytes bound imports (defaults: plan's).
 	MaxTargets int
 	MaxBytes   int64
+	// Providers are the names of the providers this deployment sends
+	// through (the wiring sets them from the configured registry): Create
+	// and Submit refuse a campaign on any other, which no worker would
+	// ever serve. Empty: every name is accepted.
+	Providers []string
 	// Now is the clock (tests set it).
 	Now func() time.Time
 }
@@ -85,6 +113,24 @@ type Result struct {
 	// Replayed: Create found its idempotency key already used for the same
 	// request and returned that campaign instead of making another.
 	Replayed bool
+	// Check is set by Submit: what it found in the targets that does not
+	// block a submission (Empty, EmptyCount: blank merge variables, a
+	// warning for the proposer).
+	Check *plan.CheckReport
+}
+
+// knownProvider refuses a provider name this deployment does not send
+// through, naming the ones it does.
+func (s *Service) knownProvider(name string) error {
+	configured := strings.Join(s.Providers, ", ")
+	switch {
+	case len(s.Providers) == 0 || slices.Contains(s.Providers, name):
+		return nil
+	case name == "":
+		return &plan.FieldError{Field: "provider", Reason: "is required; the configured providers are " + configured}
+	}
+	return &plan.FieldError{Field: "provider", Reason: fmt.Sprintf(
+		"%q is not a provider this server sends through; the configured providers are %s", name, configured)}
 }
 
 func (s *Service) tx(ctx context.Context, fn func(pgx.Tx) error) error {
@@ -130,6 +176,9 @@ func (s *Service) event(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaig
 // when given. A failed import creates nothing.
 func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, error) {
 	if err := Authorize(a, ActionCreate); err != nil {
+		return Result{}, err
+	}
+	if err := s.knownProvider(p.Provider); err != nil {
 		return Result{}, err
 	}
 	var res Result
@@ -268,17 +317,26 @@ func (s *Service) ImportTargets(ctx context.Context, a Actor, id string, t Targe
 }
 
 func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a Actor, c plan.Campaign, t TargetsParams) (plan.ImportReport, error) {
+	// The report lists blank merge variables of the ones the draft reads.
+	d, err := plan.GetDraft(ctx, tx, c.ID, c.Version)
+	if err != nil {
+		return plan.ImportReport{}, err
+	}
+	tpl, err := d.Payload.Compile()
+	if err != nil {
+		return plan.ImportReport{}, err
+	}
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
 		AddressColumn: t.AddressColumn, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
-		ActorID: a.UserID,
+		ActorID: a.UserID, Fields: tpl.Fields(),
 	})
 	if err != nil {
 		return report, err
 	}
 	return report, s.event(ctx, tx, &a, c, ActionImport, "", "", map[string]any{
 		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
-		"rejected": report.RejectedCount, "target_count": report.TargetCount, "append": t.Append,
+		"rejected": report.RejectedCount, "empty": report.EmptyCount, "target_count": report.TargetCount, "append": t.Append,
 	})
 }
 
@@ -298,26 +356,35 @@ func (e *MissingVarsError) Error() string {
 // Is makes the error a validation error.
 func (e *MissingVarsError) Is(target error) bool { return target == plan.ErrInvalid }
 
-// Submit asks for approval of the current draft, once it validates.
+// Submit asks for approval of the current draft, once it validates: its
+// provider is one this deployment sends through, and plan.Check passes
+// (res.Check carries its warnings).
 func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error) {
 	var res Result
 	err := s.act(ctx, a, id, ActionSubmit, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
+		if err := s.knownProvider(c.Provider); err != nil {
+			return err
+		}
 		var err error
 		if res, err = s.result(ctx, tx, c); err != nil {
 			return err
 		}
-		missing, total, err := plan.Check(ctx, tx, res.Draft)
+		check, err := plan.Check(ctx, tx, res.Draft)
 		if err != nil {
 			return err
 		}
-		if total > 0 {
-			return &MissingVarsError{Missing: missing, Total: total}
+		if check.MissingCount > 0 {
+			return &MissingVarsError{Missing: check.Missing, Total: check.MissingCount}
 		}
-		if err := s.move(ctx, tx, &a, &c, ActionSubmit, res.PlanHash, "", nil); err != nil {
+		var detail any // the trail says the proposer submitted despite the warning
+		if check.EmptyCount > 0 {
+			detail = map[string]any{"empty": check.EmptyCount}
+		}
+		if err := s.move(ctx, tx, &a, &c, ActionSubmit, res.PlanHash, "", detail); err != nil {
 			return err
 		}
-		res.Campaign = c
+		res.Campaign, res.Check = c, &check
 		_, err = plan.Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID)
 		return err
 	})
@@ -570,7 +637,9 @@ func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result
 // Resume runs the remainder: the campaign runs again and every target with
 // no blocking ledger row and no live job gets a job. Pressing it twice, or
 // from two places at once, enqueues the remainder once (the campaign lock
-// serialises the presses; the ledger decides every effect anyway).
+// serialises the presses; the ledger decides every effect anyway). A
+// completed campaign with nothing to queue stays completed (Remaining
+// tells beforehand).
 func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error) {
 	var res Result
 	err := s.act(ctx, a, id, ActionResume, func(tx pgx.Tx, cp *plan.Campaign) error {
@@ -583,6 +652,13 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 		if err != nil {
 			return err
 		}
+		if n == 0 && c.State == plan.StateCompleted {
+			// Nothing to run: the campaign stays completed and the trail
+			// records nothing (a no-op, not an error, so that a script or
+			// a second press may resume safely). res.Campaign says so.
+			res, err = s.result(ctx, tx, c)
+			return err
+		}
 		if err := s.move(ctx, tx, &a, &c, ActionResume, p.Hash, "", map[string]any{"jobs": n}); err != nil {
 			return err
 		}
@@ -590,6 +666,47 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 		return err
 	})
 	return res, err
+}
+
+// Remaining says what resuming campaign c's plan would queue now, and
+// which of its targets a stopped worker holds (Remainder). A campaign
+// without a plan has none.
+func (s *Service) Remaining(ctx context.Context, c plan.Campaign) (Remainder, error) {
+	if c.PlanID == 0 {
+		return Remainder{}, nil
+	}
+	p, err := plan.GetPlan(ctx, s.pool, c.PlanID)
+	if err != nil {
+		return Remainder{}, err
+	}
+	return s.enqueuer.CountRemaining(ctx, s.pool, p)
+}
+
+// Serving is how many live worker processes serve a campaign's provider,
+// and, when none does while the campaign waits for one, the sentence that
+// says so and what to do: the run page, the API's campaign and the MCP
+// status show it.
+type Serving struct {
+	Live    int
+	Warning string
+}
+
+// Serving says whether a live worker process serves campaign c's
+// provider. An approved, running or paused campaign waits for one: with
+// none, nothing of it is sent, and Warning says so.
+func (s *Service) Serving(ctx context.Context, c plan.Campaign) (Serving, error) {
+	n, err := s.enqueuer.ProviderWorkers(ctx, s.pool, c.Provider)
+	if err != nil {
+		return Serving{}, err
+	}
+	sv := Serving{Live: n}
+	switch c.State {
+	case plan.StateApproved, plan.StateRunning, plan.StatePaused:
+		if n == 0 {
+			sv.Warning = fmt.Sprintf("No live worker process serves provider %q, so nothing of this campaign is sent: run onceplan serve or onceplan worker with --provider %s=URL.", c.Provider, c.Provider)
+		}
+	}
+	return sv, nil
 }
 
 // Cancel ends a campaign for good: its remaining jobs end without acting.

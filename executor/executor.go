@@ -166,14 +166,84 @@ func (e *Executor) Owner() string { return e.owner }
 // OwnerTimeout is how long an owner may be silent before it counts as dead.
 func (e *Executor) OwnerTimeout() time.Duration { return e.cfg.OwnerTimeout }
 
-// Heartbeat records that this process is alive; call it every few seconds
-// (well inside OwnerTimeout) for as long as the process performs effects.
+// Heartbeat records that this process is alive and which providers it
+// serves (its registry's); call it every few seconds (well inside
+// OwnerTimeout) for as long as the process performs effects. It then
+// refreshes this process's gauge of live workers per provider
+// (metrics.LiveWorkers) from the table, as every process sees it.
 func (e *Executor) Heartbeat(ctx context.Context) error {
 	host, _ := os.Hostname()
-	_, err := e.cfg.Pool.Exec(ctx, `
-		INSERT INTO worker_process (owner, host, pid) VALUES ($1, $2, $3)
-		ON CONFLICT (owner) DO UPDATE SET seen_at = now()`, e.owner, host, os.Getpid())
-	return err
+	served := e.cfg.Providers.Names()
+	if served == nil {
+		served = []string{}
+	}
+	if _, err := e.cfg.Pool.Exec(ctx, `
+		INSERT INTO worker_process (owner, host, pid, providers) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (owner) DO UPDATE SET seen_at = now(), providers = excluded.providers`,
+		e.owner, host, os.Getpid(), served); err != nil {
+		return err
+	}
+	live, err := LiveWorkers(ctx, e.cfg.Pool, e.cfg.OwnerTimeout, served...)
+	if err != nil {
+		// The heartbeat itself is recorded: only the gauge is stale.
+		e.cfg.Logger.Warn("counting live workers per provider", "err", err)
+		return nil
+	}
+	metrics.SetLiveWorkers(live)
+	return nil
+}
+
+// LiveWorkers counts, per provider, the worker processes alive now
+// (OwnerAlive within ownerTimeout) whose heartbeat says they serve it.
+// It counts every provider a process's heartbeat ever named, every
+// provider a running campaign sends through and every provider named
+// here: those no live process serves, at 0 — the targets of a campaign on
+// such a provider wait for nothing.
+func LiveWorkers(ctx context.Context, db plan.DB, ownerTimeout time.Duration, providers ...string) (map[string]int, error) {
+	return liveWorkers(ctx, db, ownerTimeout, true, providers)
+}
+
+// liveWorkers is LiveWorkers; every says to count every provider known,
+// not only those named.
+func liveWorkers(ctx context.Context, db plan.DB, ownerTimeout time.Duration, every bool, providers []string) (map[string]int, error) {
+	if providers == nil {
+		providers = []string{}
+	}
+	rows, err := db.Query(ctx, `
+		SELECT n.name, (SELECT count(*) FROM worker_process p
+		                WHERE n.name = ANY (p.providers) AND `+OwnerAlive("p.owner", "$1")+`)
+		FROM (SELECT unnest($2::text[])
+		      UNION SELECT unnest(providers) FROM worker_process WHERE $3
+		      UNION SELECT provider FROM campaign WHERE $3 AND state = 'running') n (name)`,
+		ownerTimeout.String(), providers, every)
+	if err != nil {
+		return nil, err
+	}
+	live := map[string]int{}
+	var (
+		name string
+		n    int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&name, &n}, func() error {
+		live[name] = n
+		return nil
+	})
+	return live, err
+}
+
+// Serving is how many live worker processes serve a provider.
+type Serving struct {
+	Provider string
+	Live     int
+}
+
+// ServingOf answers how many live worker processes (OwnerAlive within
+// ownerTimeout) serve provider, as their heartbeats say: the workflow's
+// approval.Service.Serving asks it, through the enqueuer that knows the
+// workers' owner timeout.
+func ServingOf(ctx context.Context, db plan.DB, ownerTimeout time.Duration, provider string) (Serving, error) {
+	live, err := liveWorkers(ctx, db, ownerTimeout, false, []string{provider})
+	return Serving{Provider: provider, Live: live[provider]}, err
 }
 
 // Close stops the group-commit loops, after answering what is queued. Call

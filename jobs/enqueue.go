@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -55,14 +56,18 @@ func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
 	return &Enqueuer{client: client, BatchSize: DefaultEnqueueBatchSize, OwnerTimeout: executor.DefaultOwnerTimeout}
 }
 
+// noLiveJob is the SQL condition for "target t has no live job of plan
+// @plan".
+var noLiveJob = `NOT EXISTS (
+	SELECT 1 FROM river_job j
+	WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = t.ordinal
+	  AND ` + liveJob + `)`
+
 func (e *Enqueuer) sql(cond string) string {
 	return `
 		SELECT t.ordinal FROM target t
 		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
-		  AND NOT EXISTS (
-		    SELECT 1 FROM river_job j
-		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = t.ordinal
-		      AND ` + liveJob + `)
+		  AND ` + noLiveJob + `
 		ORDER BY t.ordinal LIMIT @limit`
 }
 
@@ -82,9 +87,9 @@ func (e *Enqueuer) firstSQL(cond string) string {
 // hasLiveJobs reports whether plan p has a job that is not finished (in
 // tx's view). Without one, no target can have a live job, and the
 // live-job test can be left out.
-func hasLiveJobs(ctx context.Context, tx pgx.Tx, p plan.Plan) (bool, error) {
+func hasLiveJobs(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
 	var any bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
 		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1 AND `+unfinishedJob+`)`, p.ID).Scan(&any)
 	return any, err
 }
@@ -117,6 +122,67 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 		}
 		after = last
 	}
+}
+
+// stalledJobSQL is the SQL condition for "running job j belongs to a
+// worker process that stopped heartbeating": silent for @silent, two
+// heartbeats (a live process is never that late), whether or not it is
+// past the owner timeout yet.
+var stalledJobSQL = `j.state = 'running' AND NOT ` + executor.OwnerAlive(jobOwner, "@silent")
+
+// CountRemaining counts, without writing, what EnqueueRemaining would
+// enqueue for p now (Queue: the same conditions), and the targets that
+// running jobs of a stopped worker process still hold (Stalled): no live
+// process will run those jobs, and maintenance requeues their targets by
+// itself once the process has been silent for OwnerTimeout
+// (requeueDeadWorkersTargets), RequeueIn from now; until then they count
+// as live, so they are not in Queue.
+func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan) (approval.Remainder, error) {
+	var r approval.Remainder
+	existing, err := hasLiveJobs(ctx, db, p)
+	if err != nil {
+		return r, err
+	}
+	query := `SELECT count(*) FROM target t WHERE t.list_id = @list AND ` + notBlocked
+	if existing {
+		query += ` AND ` + noLiveJob
+	}
+	args := pgx.NamedArgs{
+		"list": p.ListID, "plan": p.ID, "owner_timeout": e.OwnerTimeout.String(),
+		"silent": (e.OwnerTimeout / HeartbeatsPerOwnerTimeout * 2).Round(time.Millisecond).String(),
+	}
+	if err := db.QueryRow(ctx, query, args).Scan(&r.Queue); err != nil || !existing {
+		return r, err
+	}
+	// A stalled job whose target was requeued since (a newer unfinished
+	// job) holds it no longer.
+	var requeueIn, silentFor float64
+	err = db.QueryRow(ctx, `
+		WITH stalled AS (
+		  SELECT j.id, (j.args ->> 'ordinal')::int AS ordinal, `+jobOwner+` AS owner FROM river_job j
+		  WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+unfinishedJob+` AND `+stalledJobSQL+`)
+		SELECT count(DISTINCT t.ordinal),
+		       coalesce(extract(epoch FROM greatest(max(w.seen_at) + @owner_timeout::interval - now(), '0')), 0),
+		       coalesce(extract(epoch FROM now() - max(w.seen_at)), 0)
+		FROM stalled s
+		JOIN target t ON t.list_id = @list AND t.ordinal = s.ordinal
+		LEFT JOIN worker_process w ON w.owner = s.owner
+		WHERE `+notBlocked+`
+		  AND NOT EXISTS (SELECT 1 FROM river_job j
+		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = s.ordinal
+		      AND j.id > s.id AND `+unfinishedJob+`)`, args).Scan(&r.Stalled, &requeueIn, &silentFor)
+	if r.Stalled > 0 {
+		r.RequeueIn = time.Duration(requeueIn * float64(time.Second))
+		r.SilentFor = time.Duration(silentFor * float64(time.Second))
+	}
+	return r, err
+}
+
+// ProviderWorkers counts the live worker processes serving provider, alive
+// within this enqueuer's OwnerTimeout (the workers').
+func (e *Enqueuer) ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error) {
+	s, err := executor.ServingOf(ctx, db, e.OwnerTimeout, provider)
+	return s.Live, err
 }
 
 // EnqueueTargets enqueues the given ordinals of p, skipping those that are

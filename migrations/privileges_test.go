@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -332,14 +333,17 @@ func TestPrivilegesDownUp(t *testing.T) {
 
 	reverted, err := migrations.DownTo(ctx, owner, 7)
 	require.NoError(t, err)
-	require.Equal(t, []int{14, 13, 12, 11, 10, 9, 8}, reverted)
+	since8 := versionsFrom(8)
+	down := slices.Clone(since8)
+	slices.Reverse(down)
+	require.Equal(t, down, reverted)
 	require.False(t, canInsert("effect"))
 	require.False(t, canInsert("river_job"))
 	requireRefused(t, app, `SELECT count(*) FROM effect`)
 
 	res, err := migrations.Up(ctx, owner)
 	require.NoError(t, err)
-	require.Equal(t, []int{8, 9, 10, 11, 12, 13, 14}, res.Applied)
+	require.Equal(t, since8, res.Applied)
 	require.True(t, canInsert("effect"))
 
 	_, err = owner.Exec(ctx, `REVOKE INSERT ON river_job FROM `+migrations.AppRole)
@@ -352,4 +356,13 @@ func TestPrivilegesDownUp(t *testing.T) {
 	var n int
 	require.NoError(t, app.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&n))
 	require.Zero(t, n)
+}
+
+// versionsFrom lists the migration versions from v to the latest, in order.
+func versionsFrom(v int) []int {
+	var out []int
+	for ; v <= migrations.Latest(); v++ {
+		out = append(out, v)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,35 +131,147 @@ type MissingVar struct {
 	Missing []string `json:"missing"`
 }
 
+// EmptyVar is a target that has a variable the payload reads, but blank
+// (nothing, or nothing but spaces): its message reads "Dear ,". It is a
+// warning the proposer may accept, not a refusal.
+type EmptyVar struct {
+	Line   int      `json:"line"`
+	Target string   `json:"target"`
+	Empty  []string `json:"empty"`
+}
+
+// EmptyWarning words the warning about empty merge variables: total
+// targets have some, first is the first of them. "" when total is 0.
+func EmptyWarning(first EmptyVar, total int) string {
+	if total == 0 {
+		return ""
+	}
+	have, their := "have", "their messages"
+	if total == 1 {
+		have, their = "has", "its message"
+	}
+	return fmt.Sprintf("%s %s empty merge variables the draft uses (first: line %d, %s, has an empty %s), so %s will have nothing there unless you correct the list",
+		plural(total, "target"), have, first.Line, first.Target, strings.Join(first.Empty, ", "), their)
+}
+
+// CheckReport is what Check found in the draft's targets.
+type CheckReport struct {
+	// Missing lists targets that lack variables the templates read (the
+	// first 100; MissingCount is how many in all): any blocks submission.
+	Missing      []MissingVar
+	MissingCount int
+	// Empty lists targets whose variables are present but blank (the first
+	// 100; EmptyCount in all): a warning, not a refusal.
+	Empty      []EmptyVar
+	EmptyCount int
+}
+
+// checkListMax is how many targets Check lists of each kind.
+const checkListMax = 100
+
 // Check validates a draft for submission: the payload compiles, it has at
-// least one target, and every target carries every variable the templates
-// read. It returns the targets that do not (the first 100, and how many in
-// all); any of them blocks submission.
-func Check(ctx context.Context, db DB, d Draft) (missing []MissingVar, total int, err error) {
+// least one target, and no target's variable that the subject reads holds
+// a line break (a subject is one header line: every send of it would fail;
+// refused as a *ListError naming the first line). It reports the targets
+// that lack variables the templates read and those whose variables are
+// blank.
+func Check(ctx context.Context, db DB, d Draft) (CheckReport, error) {
+	var r CheckReport
 	t, err := d.Payload.Compile()
 	if err != nil {
-		return nil, 0, err
+		return r, err
 	}
 	if d.ListID == 0 || d.TargetCount == 0 {
-		return nil, 0, fieldErr("targets", "the draft has no targets: import a list first")
+		return r, fieldErr("targets", "the draft has no targets: import a list first")
 	}
 	fields := t.Fields()
 	if len(fields) == 0 {
+		return r, nil
+	}
+	broken, n, err := varProblems(ctx, db, d.ListID, t.SubjectFields(), varHasLineBreak, 0, 1)
+	if err != nil || n > 0 {
+		if err == nil {
+			first := broken[0]
+			err = &ListError{Line: first.Line, Reason: fmt.Sprintf(
+				"the merge variable %s of %s contains a line break, and the subject uses it (a subject is one line; %s in all)",
+				strings.Join(first.Vars, ", "), first.Target, plural(n, "target"))}
+		}
+		return r, err
+	}
+	missing, n, err := varProblems(ctx, db, d.ListID, fields, varMissing, 0, checkListMax)
+	if err != nil {
+		return r, err
+	}
+	r.MissingCount = n
+	for _, m := range missing {
+		r.Missing = append(r.Missing, MissingVar{Line: m.Line, Target: m.Target, Missing: m.Vars})
+	}
+	r.Empty, r.EmptyCount, err = EmptyVars(ctx, db, d.ListID, fields, 0, checkListMax)
+	return r, err
+}
+
+// EmptyVars lists the targets of a list, past ordinal after, whose
+// variables among fields are present but blank (the first limit of them,
+// and how many in all): the import's report and Check both ask it.
+func EmptyVars(ctx context.Context, db DB, listID int64, fields []string, after, limit int) ([]EmptyVar, int, error) {
+	if len(fields) == 0 {
 		return nil, 0, nil
 	}
+	found, n, err := varProblems(ctx, db, listID, fields, varBlank, after, limit)
+	var out []EmptyVar
+	for _, v := range found {
+		out = append(out, EmptyVar{Line: v.Line, Target: v.Target, Empty: v.Vars})
+	}
+	return out, n, err
+}
+
+// varCond is a condition on a target t's variable f (each), for
+// varProblems, and, where there is a cheaper way to say it, the same for
+// some f of the fields $2 (filter).
+type varCond struct{ each, filter string }
+
+var (
+	varMissing      = varCond{each: `NOT t.vars ? f`, filter: `NOT (t.vars ?& $2::text[])`}
+	varBlank        = varCond{each: `t.vars->>f ~ '^[[:space:]]*$'`}
+	varHasLineBreak = varCond{each: `t.vars->>f ~ E'[\r\n]'`}
+)
+
+// varProblem is a target and those of its variables a condition holds for.
+type varProblem struct {
+	Line   int
+	Target string
+	Vars   []string
+}
+
+// varProblems lists, in list order, the targets of list listID past
+// ordinal after with a variable among fields for which cond holds: the
+// first limit of them with those variables, and how many targets in all.
+func varProblems(ctx context.Context, db DB, listID int64, fields []string, cond varCond, after, limit int) ([]varProblem, int, error) {
+	if len(fields) == 0 {
+		return nil, 0, nil
+	}
+	filter := cond.filter
+	if filter == "" {
+		filter = `EXISTS (SELECT 1 FROM unnest($2::text[]) f WHERE ` + cond.each + `)`
+	}
 	rows, err := db.Query(ctx, `
-		SELECT line, target, array(SELECT f FROM unnest($2::text[]) f WHERE NOT vars ? f), count(*) OVER ()
-		FROM target WHERE list_id = $1 AND NOT (vars ?& $2::text[])
-		ORDER BY ordinal LIMIT 100`, d.ListID, fields)
+		SELECT t.line, t.target, array(SELECT f FROM unnest($2::text[]) f WHERE `+cond.each+`), count(*) OVER ()
+		FROM target t
+		WHERE t.list_id = $1 AND t.ordinal > $3 AND `+filter+`
+		ORDER BY t.ordinal LIMIT $4`, listID, fields, after, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	var m MissingVar
-	_, err = pgx.ForEachRow(rows, []any{&m.Line, &m.Target, &m.Missing, &total}, func() error {
-		missing = append(missing, m)
+	var (
+		out   []varProblem
+		p     varProblem
+		total int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&p.Line, &p.Target, &p.Vars, &total}, func() error {
+		out = append(out, p)
 		return nil
 	})
-	return missing, total, err
+	return out, total, err
 }
 
 // Preview renders the exact message one target of a draft would get: by

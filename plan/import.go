@@ -48,6 +48,10 @@ type ImportParams struct {
 	MaxTargets int   // default DefaultMaxTargets
 	MaxBytes   int64 // default DefaultMaxBytes
 	ActorID    int64
+	// Fields are the merge variables the draft's templates read
+	// (Templates.Fields): accepted rows where one is present but blank are
+	// listed in the report's Empty.
+	Fields []string
 }
 
 // Rejection is a line the import refused, and why.
@@ -72,7 +76,12 @@ type ImportReport struct {
 	RejectedCount int         `json:"rejected_count"`
 	Rejected      []Rejection `json:"rejected"`
 	Duplicates    []Duplicate `json:"duplicates"`
-	Truncated     bool        `json:"truncated,omitempty"`
+	// Empty lists accepted rows whose merge variables (ImportParams.Fields)
+	// are present but blank; EmptyCount is how many in all. A warning: the
+	// rows are imported.
+	Empty      []EmptyVar `json:"empty"`
+	EmptyCount int        `json:"empty_count"`
+	Truncated  bool       `json:"truncated,omitempty"`
 	// TargetCount is the draft's list size after the import (with Append,
 	// the earlier targets too).
 	TargetCount int           `json:"target_count"`
@@ -204,7 +213,7 @@ func (s *importSource) Err() error             { return s.err }
 // The draft's previous list, when no plan froze it, is deleted.
 func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport, error) {
 	start := time.Now()
-	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}}
+	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}, Empty: []EmptyVar{}}
 	if p.MaxTargets <= 0 {
 		p.MaxTargets = DefaultMaxTargets
 	}
@@ -253,6 +262,7 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 			return report, err
 		}
 	}
+	carried := src.ordinal
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"target"},
 		[]string{"list_id", "ordinal", "target", "key", "vars", "line"}, src); err != nil {
 		if src.err != nil {
@@ -263,6 +273,13 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	if src.ordinal == 0 {
 		return report, &ListError{Reason: noTargetsReason(&report)}
 	}
+	empty, n, err := EmptyVars(ctx, tx, listID, p.Fields, carried, reportListMax)
+	if err != nil {
+		return report, err
+	}
+	report.Empty = append(report.Empty, empty...)
+	report.EmptyCount = n
+	report.Truncated = report.Truncated || n > len(empty)
 	if _, err := tx.Exec(ctx, `INSERT INTO target_list (id, campaign_id, target_count, digest, created_by) VALUES ($1, $2, $3, $4, $5)`,
 		listID, p.CampaignID, src.ordinal, src.digest.Sum(), p.ActorID); err != nil {
 		return report, err

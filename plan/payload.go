@@ -45,6 +45,15 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// noNUL refuses a NUL character in a field: PostgreSQL's text cannot hold
+// one, and no name, header or message body needs it.
+func noNUL(field, value string) error {
+	if strings.IndexByte(value, 0) >= 0 {
+		return fieldErr(field, "contains a NUL character (\\u0000); remove it")
+	}
+	return nil
+}
+
 // Payload is a draft's message: merge templates over each target's
 // variables ({{.first_name}}). Subject and text are text/template, HTML is
 // html/template (escaped by context); a variable a target lacks is an
@@ -63,6 +72,9 @@ type Templates struct {
 	text    *texttemplate.Template
 	html    *htmltemplate.Template // nil when the payload has no HTML body
 	fields  []string
+	// subjectFields are the fields the subject reads: a line break in one
+	// of them breaks the Subject header.
+	subjectFields []string
 }
 
 // Validate checks the payload on its own (templates parse, From is an
@@ -75,6 +87,11 @@ func (p Payload) Validate() error {
 // Compile parses the payload's templates.
 func (p Payload) Compile() (*Templates, error) {
 	t := &Templates{}
+	for _, f := range []struct{ name, value string }{{"from", p.From}, {"subject", p.Subject}, {"text", p.Text}, {"html", p.HTML}} {
+		if err := noNUL(f.name, f.value); err != nil {
+			return nil, err
+		}
+	}
 	from, err := mail.ParseAddress(strings.TrimSpace(p.From))
 	if err != nil {
 		if strings.TrimSpace(p.From) == "" {
@@ -138,10 +155,12 @@ func (p Payload) Compile() (*Templates, error) {
 			return nil, fieldErr(tree.ParseName, "%v", err)
 		}
 	}
-	for f := range seen {
-		t.fields = append(t.fields, f)
+	t.fields = sortedKeys(seen)
+	if t.subject.Tree != nil {
+		subject := map[string]bool{}
+		collectFields(t.subject.Tree.Root, subject) // checked above
+		t.subjectFields = sortedKeys(subject)
 	}
-	slices.Sort(t.fields)
 	return t, nil
 }
 
@@ -367,6 +386,9 @@ func checkFormat(c *parse.CommandNode) error {
 // Fields returns the merge variables the payload reads, sorted. Every
 // target must carry each of them.
 func (t *Templates) Fields() []string { return slices.Clone(t.fields) }
+
+// SubjectFields returns the merge variables the subject reads, sorted.
+func (t *Templates) SubjectFields() []string { return slices.Clone(t.subjectFields) }
 
 // Message is the rendered message for one target, as it will be sent.
 type Message struct {

@@ -75,6 +75,9 @@ func (n *NewCampaign) Validate() error {
 	if n.RequiredApprovals == 0 {
 		n.RequiredApprovals = 1
 	}
+	if err := noNUL("name", n.Name); err != nil {
+		return err
+	}
 	switch {
 	case len(n.Name) == 0 || len(n.Name) > 200 || n.Name != strings.TrimSpace(n.Name):
 		return fieldErr("name", "must be 1 to 200 characters without surrounding spaces")

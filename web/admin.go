@@ -80,10 +80,16 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 	return p, nil
 }
 
+// handleAdmin shows the admin page, with the secret a creation just made
+// when the redirect names it (shown once).
 func (s *Server) handleAdmin(c echo.Context) error {
 	p, err := s.adminPage(c)
 	if err != nil {
 		return err
+	}
+	if r, ok := s.shownFor(c); ok {
+		p.NewToken, p.NewTokenName = r.token, r.name
+		p.NewUser, p.NewPassword = r.newUser, r.password
 	}
 	return s.render(c, http.StatusOK, view.Admin(p))
 }
@@ -104,7 +110,8 @@ func readRoles(c echo.Context) ([]approval.Role, error) {
 	return roles, nil
 }
 
-// handleUserCreate adds a user with a generated password, shown once.
+// handleUserCreate adds a user with a generated password, shown once on
+// the page the redirect leads to.
 func (s *Server) handleUserCreate(c echo.Context) error {
 	roles, err := readRoles(c)
 	if err != nil {
@@ -126,12 +133,7 @@ func (s *Server) handleUserCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.adminPage(c)
-	if err != nil {
-		return err
-	}
-	p.NewUser, p.NewPassword = u.Email, password
-	return s.render(c, http.StatusCreated, view.Admin(p))
+	return s.redirectShowing(c, "/admin", "user-created", shownResult{newUser: u.Email, password: password})
 }
 
 // userByParam reads the user named by the route's :uid.
@@ -198,8 +200,8 @@ func (s *Server) handleUserEnable(c echo.Context) error {
 	return redirect(c, "/admin", "user-enabled")
 }
 
-// handleTokenCreate makes an API token and shows its secret once, in this
-// response only (it is stored as a hash).
+// handleTokenCreate makes an API token and shows its secret once, on the
+// page the redirect leads to (it is stored as a hash).
 func (s *Server) handleTokenCreate(c echo.Context) error {
 	var (
 		secret string
@@ -217,12 +219,7 @@ func (s *Server) handleTokenCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.adminPage(c)
-	if err != nil {
-		return err
-	}
-	p.NewToken, p.NewTokenName = secret, t.Name
-	return s.render(c, http.StatusCreated, view.Admin(p))
+	return s.redirectShowing(c, "/admin", "token-created", shownResult{token: secret, name: t.Name})
 }
 
 func (s *Server) handleTokenRevoke(c echo.Context) error {

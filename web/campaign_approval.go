@@ -32,6 +32,12 @@ func whyNot(err error) string {
 	return strings.ToUpper(msg[:1]) + msg[1:]
 }
 
+// errIsRefusal reports whether err is the workflow saying no (the role,
+// the state, authorship), rather than failing.
+func errIsRefusal(err error) bool {
+	return errors.Is(err, approval.ErrForbidden) || errors.Is(err, approval.ErrConflict)
+}
+
 // approvalPage gathers what an approver is shown: the hash the approve
 // button posts, the count, sample messages, the list, the quorum and what
 // changed since the last approved version.
@@ -64,12 +70,19 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 	switch err := s.cfg.Approval.ApproveAllowed(ctx, mustActor(c), camp); {
 	case err == nil:
 		p.CanApprove = true
-	case errors.Is(err, approval.ErrForbidden), errors.Is(err, approval.ErrConflict):
+	case errIsRefusal(err):
 		p.WhyNot = whyNot(err)
 		if contains(p.Approvers, mustActor(c).Email) {
 			p.WhyNot += "; it needs " + strconv.Itoa(camp.RequiredApprovals-p.Approvals) + " more approver(s)"
 		}
 		p.WhyNot += "."
+		if camp.State == plan.StatePendingApproval {
+			hint, err := s.approverHint(ctx, mustActor(c), camp)
+			if err != nil {
+				return p, err
+			}
+			p.WhyNot += " " + hint
+		}
 	default:
 		return p, err
 	}

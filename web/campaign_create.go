@@ -55,7 +55,11 @@ func uploadedFile(c echo.Context, name string) (multipart.File, bool, error) {
 }
 
 // handleCampaignCreate makes a campaign and its first draft, importing the
-// target list when one was uploaded; a refused list creates nothing.
+// target list when one was uploaded; a refused list creates nothing. It
+// answers with a redirect to the draft (which shows the import report):
+// the form's one-time token is the workflow's idempotency key, so that the
+// form sent again — a reload, a double click, even after a restart —
+// finds the campaign the first one made.
 func (s *Server) handleCampaignCreate(c echo.Context) error {
 	f := readNewCampaignForm(c)
 	if err := f.Validate(s.providerNames()); err != nil {
@@ -71,9 +75,16 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	var listSize int64 = -1
 	if ok {
 		defer file.Close()
 		params.Targets = &approval.TargetsParams{Format: plan.FormatCSV, Body: file}
+		if fh, err := c.FormFile("targets"); err == nil {
+			listSize = fh.Size
+		}
+	}
+	if token := formTokenOf(c); token != "" {
+		params.IdempotencyKey, params.RequestHash = "form:"+token, f.hash(listSize)
 	}
 	res, err := s.cfg.Approval.Create(c.Request().Context(), mustActor(c), params)
 	if err != nil {
@@ -82,9 +93,9 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 		}
 		return err
 	}
+	draft := "/campaigns/" + res.Campaign.ID + "/draft"
 	if res.Import == nil {
-		return redirect(c, "/campaigns/"+res.Campaign.ID+"/draft", "created")
+		return redirect(c, draft, "created")
 	}
-	c.Response().Header().Set("Location", "/campaigns/"+res.Campaign.ID+"/draft")
-	return s.renderDraft(c, res.Campaign, http.StatusCreated, draftOpts{report: res.Import, flash: "created"})
+	return s.redirectShowing(c, draft, "created", shownResult{campaign: res.Campaign.ID, report: res.Import})
 }

@@ -1,8 +1,12 @@
 package web
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -18,7 +22,6 @@ type draftOpts struct {
 	payload     *payloadForm      // the form as submitted (when refused)
 	fieldErrors map[string]string // why it was refused
 	report      *plan.ImportReport
-	missing     *approval.MissingVarsError
 	flash       string
 	errMsg      string
 }
@@ -58,7 +61,11 @@ func (s *Server) previewOf(c echo.Context, camp plan.Campaign, d plan.Draft, add
 	return pv
 }
 
-// renderDraft shows the draft page of camp's current version.
+// renderDraft shows the draft page of camp's current version: the stored
+// draft (or the form as refused), the preview of one target's message
+// (the first unless the page asks for another), and what the submission
+// check finds in the list against the message now: a variable the
+// targets lack is shown beside the field that reads it, at save already.
 func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o draftOpts) error {
 	ctx := c.Request().Context()
 	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
@@ -66,12 +73,12 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 		return err
 	}
 	a := mustActor(c)
-	p := view.DraftPage{
+	p := view.DraftView{DraftPage: view.DraftPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp),
-		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: o.fieldErrors,
+		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: map[string]string{},
 		CanEdit: a.Has(approval.RoleProposer) && camp.State != plan.StateCancelled,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
-	}
+	}}
 	if o.payload != nil {
 		p.Payload = o.payload.view()
 	}
@@ -79,21 +86,28 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 		p.Flash = flashes[o.flash]
 	}
 	p.Error = o.errMsg
+	if o.report == nil {
+		if r, ok := s.shownFor(c); ok && r.campaign == camp.ID {
+			o.report = r.report
+		}
+	}
 	if o.report != nil {
 		p.Import = importView(o.report)
-	}
-	if o.missing != nil {
-		p.MissingTotal = o.missing.Total
-		for _, m := range o.missing.Missing {
-			p.Missing = append(p.Missing, view.MissingVar{Line: m.Line, Target: m.Target, Missing: strings.Join(m.Missing, ", ")})
-		}
 	}
 	if p.Targets, err = draftTargets(ctx, s.cfg.Pool, d.ListID, 0, 20); err != nil {
 		return err
 	}
+	if o.payload == nil && d.TargetCount > 0 {
+		if err := s.checkDraft(ctx, d, &p); err != nil {
+			return err
+		}
+	}
+	for k, v := range o.fieldErrors {
+		p.FieldErrors[k] = v
+	}
 	address := strings.TrimSpace(c.QueryParam("address"))
 	ordinal, _ := strconv.Atoi(c.QueryParam("preview"))
-	if d.TargetCount > 0 && (address != "" || ordinal > 0 || o.report != nil) {
+	if d.TargetCount > 0 {
 		if address == "" && ordinal <= 0 {
 			ordinal = 1
 		}
@@ -101,6 +115,119 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 		p.Preview = &pv
 	}
 	return s.render(c, status, view.Draft(p))
+}
+
+func missingView(ms []plan.MissingVar) []view.MissingVar {
+	out := make([]view.MissingVar, len(ms))
+	for i, m := range ms {
+		out[i] = view.MissingVar{Line: m.Line, Target: m.Target, Missing: strings.Join(m.Missing, ", ")}
+	}
+	return out
+}
+
+// checkDraft runs the submission's check (plan.Check) on the stored draft
+// for the page: targets that lack a variable the message reads, each
+// variable's error beside the field that reads it; blank variables, a
+// warning; a refused list line, the page's error.
+func (s *Server) checkDraft(ctx context.Context, d plan.Draft, p *view.DraftView) error {
+	r, err := plan.Check(ctx, s.cfg.Pool, d)
+	if err != nil {
+		if errs, ok := fieldErrors(err); ok {
+			for k, v := range errs {
+				p.FieldErrors[k] = v
+			}
+			return nil
+		}
+		return err
+	}
+	p.MissingTotal, p.Missing = r.MissingCount, missingView(r.Missing)
+	for field, msg := range missingFieldErrors(d.Payload, r, listVariables(p.Targets)) {
+		p.FieldErrors[field] = msg
+	}
+	if len(p.Missing) > 0 && p.Flash == flashes["saved"] {
+		p.Flash = flashes["saved-incomplete"]
+	}
+	if r.EmptyCount > 0 {
+		p.EmptyTotal, p.EmptyWarning = r.EmptyCount, plan.EmptyWarning(r.Empty[0], r.EmptyCount)
+		for _, e := range r.Empty {
+			p.Empty = append(p.Empty, view.EmptyVar{Line: e.Line, Target: e.Target, Empty: strings.Join(e.Empty, ", ")})
+		}
+	}
+	return nil
+}
+
+// missingFieldErrors words, for each payload field, the variables it reads
+// that targets lack: "{{.frist_name}}: 2 targets have no such variable
+// (first: line 2, ann@example.com); the list's variables are first_name".
+// A variable goes beside each field whose template names it (the text
+// when none seems to). have are the list's variable names (of its first
+// target).
+func missingFieldErrors(pl plan.Payload, r plan.CheckReport, have []string) map[string]string {
+	if r.MissingCount == 0 {
+		return nil
+	}
+	lacking := map[string]int{}
+	first := map[string]plan.MissingVar{}
+	var names []string
+	for _, m := range r.Missing {
+		for _, v := range m.Missing {
+			if lacking[v] == 0 {
+				first[v] = m
+				names = append(names, v)
+			}
+			lacking[v]++
+		}
+	}
+	sort.Strings(names)
+	fields := []struct{ name, text string }{{"subject", pl.Subject}, {"text", pl.Text}, {"html", pl.HTML}, {"from", pl.From}}
+	out := map[string]string{}
+	for _, v := range names {
+		n := strconv.Itoa(lacking[v])
+		if len(r.Missing) < r.MissingCount {
+			n = "at least " + n
+		}
+		msg := "{{." + v + "}}: " + n + " targets have no such variable (first: line " + strconv.Itoa(first[v].Line) + ", " + first[v].Target + ")"
+		if len(have) > 0 {
+			msg += "; the list's variables are " + strings.Join(have, ", ")
+		}
+		placed := false
+		reads := regexp.MustCompile(`\.` + regexp.QuoteMeta(v) + `\b`)
+		for _, f := range fields {
+			if reads.MatchString(f.text) {
+				out[f.name] = joinMsg(out[f.name], msg)
+				placed = true
+			}
+		}
+		if !placed {
+			out["text"] = joinMsg(out["text"], msg)
+		}
+	}
+	return out
+}
+
+func joinMsg(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + ". " + b
+}
+
+// listVariables names the variables of a list's first target (a list's
+// rows share its columns).
+func listVariables(ts []view.DraftTarget) []string {
+	if len(ts) == 0 {
+		return nil
+	}
+	var vars map[string]any
+	if json.Unmarshal([]byte(ts[0].Vars), &vars) != nil {
+		return nil
+	}
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 func (s *Server) handleDraft(c echo.Context) error {
@@ -132,7 +259,8 @@ func (s *Server) handlePayloadSave(c echo.Context) error {
 	return redirect(c, "/campaigns/"+camp.ID+"/draft", "saved")
 }
 
-// handleImport reads an uploaded CSV into the draft and shows its report.
+// handleImport reads an uploaded CSV into the draft, then redirects to the
+// draft, which shows its report.
 func (s *Server) handleImport(c echo.Context) error {
 	camp, err := s.campaignOf(c)
 	if err != nil {
@@ -157,7 +285,7 @@ func (s *Server) handleImport(c echo.Context) error {
 		}
 		return err
 	}
-	return s.renderDraft(c, res.Campaign, http.StatusOK, draftOpts{report: res.Import})
+	return s.redirectShowing(c, "/campaigns/"+camp.ID+"/draft", "imported", shownResult{campaign: camp.ID, report: res.Import})
 }
 
 // handleSubmit asks for approval of the draft the proposer was shown.
@@ -176,11 +304,12 @@ func (s *Server) handleSubmit(c echo.Context) error {
 			return echo.NewHTTPError(http.StatusConflict, "the draft changed since this page was loaded: review it again before submitting")
 		}
 	}
-	_, err = s.cfg.Approval.Submit(ctx, mustActor(c), camp.ID)
+	res, err := s.cfg.Approval.Submit(ctx, mustActor(c), camp.ID)
 	var mv *approval.MissingVarsError
 	switch {
 	case errors.As(err, &mv):
-		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{missing: mv, errMsg: mv.Error()})
+		// The page runs the same check and lists the targets.
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{errMsg: "Not submitted: " + mv.Error()})
 	case err != nil:
 		if errs, ok := fieldErrors(err); ok {
 			msg := ""
@@ -190,6 +319,9 @@ func (s *Server) handleSubmit(c echo.Context) error {
 			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{errMsg: "Not submitted: " + msg})
 		}
 		return err
+	}
+	if res.Check != nil && res.Check.EmptyCount > 0 {
+		return redirect(c, "/campaigns/"+camp.ID+"/approval", "submitted-empty")
 	}
 	return redirect(c, "/campaigns/"+camp.ID+"/approval", "submitted")
 }

@@ -2,7 +2,9 @@ package web
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,40 +21,80 @@ func validState(s string) bool {
 	return s == "" || contains(view.TargetStates, s)
 }
 
-func (s *Server) handleRun(c echo.Context) error {
+func (s *Server) handleRun(c echo.Context) error { return s.renderRun(c, false) }
+
+// handleRunLive answers the run page's live parts alone — its notes and
+// its page of the target table, with the page's filter and cursor — for
+// the live script to put in place of the page's.
+func (s *Server) handleRunLive(c echo.Context) error { return s.renderRun(c, true) }
+
+func (s *Server) renderRun(c echo.Context, liveParts bool) error {
 	camp, err := s.campaignOf(c)
 	if err != nil {
 		return err
 	}
+	p, err := s.runView(c, camp, !liveParts)
+	if err != nil {
+		return err
+	}
+	if liveParts {
+		return s.render(c, http.StatusOK, view.RunLive(p))
+	}
+	return s.render(c, http.StatusOK, view.Run(p))
+}
+
+// runView gathers the run page: the counts, one page of targets (the
+// request's filter and cursor), what a resume would queue and what a
+// stopped worker holds; with buttons (the full page, not the live parts),
+// the lifecycle's answer for each and who may decide when the user may not.
+func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view.RunView, error) {
 	ctx := c.Request().Context()
 	pl, err := s.planOf(ctx, camp)
 	if err != nil {
-		return err
+		return view.RunView{}, err
 	}
 	counts, err := s.planCounts(ctx, pl)
 	if err != nil {
-		return err
+		return view.RunView{}, err
 	}
 	f := view.TargetFilter{State: c.QueryParam("state"), Q: strings.TrimSpace(c.QueryParam("q")), After: c.QueryParam("after")}
 	if !validState(f.State) {
-		return echo.NewHTTPError(http.StatusBadRequest, "state must be one of "+strings.Join(view.TargetStates, ", "))
+		return view.RunView{}, echo.NewHTTPError(http.StatusBadRequest, "state must be one of "+strings.Join(view.TargetStates, ", "))
 	}
 	page, err := queryTargets(ctx, s.cfg.Pool, audit.TargetQuery{
 		ListID: pl.ListID, Count: pl.TargetCount, State: f.State, Prefix: normalizePrefix(f.Q),
 		After: f.After, Limit: runPageSize,
 	}, &counts)
 	if err != nil {
-		return err
+		return view.RunView{}, err
 	}
-	// The buttons are the campaign lifecycle's answer (approval.Allowed),
-	// the one the actions themselves check.
+	// What a resume would queue, and what a stopped worker holds, matter
+	// only where the lifecycle has a resume (running, paused, completed).
+	var rem approval.Remainder
+	if approval.Allowed(anOperator, camp, approval.ActionResume) == nil {
+		if rem, err = s.cfg.Approval.Remaining(ctx, camp); err != nil {
+			return view.RunView{}, err
+		}
+	}
+	serving, err := s.cfg.Approval.Serving(ctx, camp)
+	if err != nil {
+		return view.RunView{}, err
+	}
 	a := mustActor(c)
-	may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
-	p := view.RunPage{
+	p := view.RunView{WorkerNote: serving.Warning, RunPage: view.RunPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
 		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: approval.Authorize(a, approval.ActionResolve) == nil,
-		CanStart: may(approval.ActionStart), CanPause: may(approval.ActionPause),
-		CanResume: may(approval.ActionResume), CanCancel: may(approval.ActionCancel),
+	}, ResumeCount: rem.Queue, StalledNote: stalledNote(camp, rem)}
+	if buttons {
+		// The buttons are the campaign lifecycle's answer (approval.Allowed),
+		// the one the actions themselves check; resume only when it would
+		// do something: run a paused campaign again, or queue targets.
+		may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
+		p.CanStart, p.CanPause, p.CanCancel = may(approval.ActionStart), may(approval.ActionPause), may(approval.ActionCancel)
+		p.CanResume = may(approval.ActionResume) && (camp.State == plan.StatePaused || rem.Queue > 0)
+		if p.OperatorHint, err = s.operatorHint(ctx, a, camp); err != nil {
+			return view.RunView{}, err
+		}
 	}
 	if camp.Version != pl.Version {
 		// A newer version is being drafted: this plan's run still shows.
@@ -64,7 +106,32 @@ func (s *Server) handleRun(c echo.Context) error {
 	if page.ScannedTo > 0 {
 		p.Note = "Searched targets up to #" + itoa(page.ScannedTo) + " of " + itoa(pl.TargetCount) + " for this page; the next page searches on."
 	}
-	return s.render(c, http.StatusOK, view.Run(p))
+	return p, nil
+}
+
+// stalledNote says what happens to the targets a stopped worker holds
+// (approval.Remainder.Stalled), and when: "" when there are none.
+func stalledNote(camp plan.Campaign, rem approval.Remainder) string {
+	if rem.Stalled == 0 {
+		return ""
+	}
+	what := "A worker process stopped (not heard from for " + seconds(rem.SilentFor) + ") while it held " + view.Targets(rem.Stalled) + ": "
+	when := "within " + seconds(rem.RequeueIn) + ", once it has been silent for the owner timeout (" + seconds(rem.SilentFor+rem.RequeueIn) + ")"
+	if rem.RequeueIn <= 0 {
+		when = "at the next maintenance round, in a few seconds"
+	}
+	switch camp.State {
+	case plan.StateRunning:
+		return what + "they are requeued automatically " + when + ". There is nothing to press."
+	case plan.StatePaused:
+		return what + "once the campaign is resumed they are requeued automatically " + when + "."
+	}
+	return ""
+}
+
+// seconds words a duration for a person, in whole seconds ("22 s").
+func seconds(d time.Duration) string {
+	return strconv.Itoa(int((d+time.Second/2)/time.Second)) + " s"
 }
 
 // countsJSON is the live counts the run page polls.
@@ -117,10 +184,16 @@ func (s *Server) handlePause(c echo.Context) error {
 	return s.afterAction(c, res.Campaign, "paused")
 }
 
+// handleResume runs the remainder. A completed campaign with nothing left
+// to queue stays completed (the workflow makes it a no-op), and the flash
+// says so.
 func (s *Server) handleResume(c echo.Context) error {
 	res, err := s.cfg.Approval.Resume(c.Request().Context(), mustActor(c), c.Param("id"))
 	if err != nil {
 		return err
+	}
+	if res.Campaign.State == plan.StateCompleted {
+		return s.afterAction(c, res.Campaign, "nothing-to-resume")
 	}
 	return s.afterAction(c, res.Campaign, "resumed")
 }

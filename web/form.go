@@ -1,6 +1,9 @@
 package web
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/url"
 	"strconv"
@@ -62,6 +65,14 @@ func readNewCampaignForm(c echo.Context) newCampaignForm {
 		RequiredApprovals: n,
 		Payload:           readPayloadForm(c),
 	}
+}
+
+// hash identifies what the form asks for (with the size of the uploaded
+// list, -1 without one): the request hash beside its idempotency key.
+func (f newCampaignForm) hash(listSize int64) string {
+	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Validate checks the form against the configured providers.

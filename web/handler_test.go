@@ -101,8 +101,8 @@ func TestCreateUploadPreviewSubmit(t *testing.T) {
 	// The import report lists accepted, duplicate and rejected lines.
 	csv := "email,first_name\nann@example.com,Ann\nANN@example.com,Ann again\nnot-an-address,X\nbob@example.com,Bob\n"
 	rec = p.upload("/campaigns/"+id+"/import", nil, csv)
-	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	d = parse(t, rec)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	d = parse(t, p.follow(rec))
 	require.Equal(t, "4", tid(d, "import-rows").Text())
 	require.Equal(t, "2", tid(d, "import-accepted").Text())
 	require.Equal(t, "1", tid(d, "import-duplicate").Text())
@@ -421,13 +421,13 @@ func TestAdminUsersAndTokens(t *testing.T) {
 	require.Equal(t, 1, tid(d, "provider-row").Length())
 
 	rec := a.post("/admin/users", url.Values{"email": {"new@example.com"}, "roles": {"viewer", "operator"}})
-	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-	d = parse(t, rec)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	d = parse(t, a.follow(rec))
 	require.Len(t, tid(d, "new-password-value").Text(), 20)
 
 	rec = a.post("/admin/tokens", url.Values{"user": {"new@example.com"}, "name": {"ci"}, "agent": {"1"}})
-	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-	secret := tid(parse(t, rec), "new-token-value").Text()
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	secret := tid(parse(t, a.follow(rec)), "new-token-value").Text()
 	require.True(t, strings.HasPrefix(secret, "opa_"), secret)
 	// Shown once: the admin page lists the prefix, never the secret again.
 	body := a.get("/admin").Body.String()
@@ -465,7 +465,7 @@ func TestSignInIsThrottled(t *testing.T) {
 		req.AddCookie(&http.Cookie{Name: csrfCookie, Value: csrf})
 		return httptestDo(b.srv.Handler(), req)
 	}
-	for range auth.MaxFailuresPerEmail {
+	for range auth.FailuresBeforeDelay {
 		require.Equal(t, http.StatusUnauthorized, try("not the password").Code)
 	}
 	// Even the right password is refused now, with when to try again.

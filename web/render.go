@@ -3,12 +3,15 @@ package web
 import (
 	"net/http"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -18,7 +21,8 @@ func (s *Server) render(c echo.Context, status int, comp templ.Component) error 
 	h.Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
 	h.Set("Cache-Control", "no-store")
 	c.Response().WriteHeader(status)
-	return comp.Render(c.Request().Context(), c.Response())
+	ctx := view.WithFormTokens(c.Request().Context(), func() string { return randomToken(16) })
+	return comp.Render(ctx, c.Response())
 }
 
 // flashes are the confirmations a redirect may name (?flash=code): only
@@ -27,18 +31,24 @@ var flashes = map[string]string{
 	"signed-in":         "Signed in.",
 	"created":           "Draft created.",
 	"saved":             "Draft saved.",
+	"saved-incomplete":  "Draft saved; it cannot be submitted yet: targets lack merge variables it reads (see beside the fields).",
+	"imported":          "Targets imported: the report is below.",
 	"submitted":         "Submitted for approval.",
+	"submitted-empty":   "Submitted for approval, with targets whose merge variables are blank: the draft page lists them.",
 	"approved":          "Approved: the plan is frozen.",
 	"approval-recorded": "Your approval is recorded; more are needed.",
 	"rejected":          "Rejected: the draft is back with its proposer.",
 	"started":           "Started.",
 	"paused":            "Paused: calls in flight finish and are recorded.",
 	"resumed":           "Resumed: every target without an effect is queued once.",
+	"nothing-to-resume": "Nothing to resume: every target has an effect or a job, so the campaign stays completed.",
 	"cancelled":         "Cancelled.",
 	"resolved":          "Resolved.",
 	"superseded":        "Superseded: the key moved to a new epoch and the target is sent once more (resume the remainder first if the campaign is paused).",
 	"revoked":           "Revoked.",
 	"roles-saved":       "Roles saved.",
+	"user-created":      "User created.",
+	"token-created":     "Token created.",
 	"user-disabled":     "User disabled.",
 	"user-enabled":      "User enabled.",
 	"token-revoked":     "Token revoked.",
@@ -76,7 +86,54 @@ func userView(u auth.User, a approval.Actor) *view.User {
 // redirect answers a successful POST with 303 to target, naming a flash.
 func redirect(c echo.Context, target, flash string) error {
 	if flash != "" {
-		target += "?flash=" + flash
+		sep := "?"
+		if strings.Contains(target, "?") {
+			sep = "&"
+		}
+		target += sep + "flash=" + flash
 	}
 	return c.Redirect(http.StatusSeeOther, target)
+}
+
+// shownResult is what a POST's result page shows beyond the stored state,
+// kept for the page its redirect leads to (?shown=ID): an import report,
+// or a secret that is shown once.
+type shownResult struct {
+	user     int64  // only this user sees it
+	campaign string // the campaign whose page shows it
+	report   *plan.ImportReport
+	token    string // an API token's secret, and its name
+	name     string
+	newUser  string // a new user's email and generated password
+	password string
+}
+
+func (r shownResult) secret() bool { return r.token != "" || r.password != "" }
+
+// What a result page shows is kept this long, this many at most.
+const (
+	shownTTL = 30 * time.Minute
+	shownMax = 10_000
+)
+
+// redirectShowing is redirect, with r kept for the page it leads to.
+func (s *Server) redirectShowing(c echo.Context, target, flash string, r shownResult) error {
+	id := randomToken(16)
+	r.user = mustActor(c).UserID
+	s.shown.getOrPut(id, s.cfg.Now(), func() shownResult { return r })
+	return redirect(c, target+"?shown="+id, flash)
+}
+
+// shownFor returns what the request's ?shown= names for the signed-in
+// user. A secret is handed out once: a reload no longer shows it.
+func (s *Server) shownFor(c echo.Context) (shownResult, bool) {
+	id, now := c.QueryParam("shown"), s.cfg.Now()
+	r, ok := s.shown.get(id, now)
+	if !ok || r.user != mustActor(c).UserID {
+		return shownResult{}, false
+	}
+	if r.secret() {
+		s.shown.take(id, now)
+	}
+	return r, true
 }

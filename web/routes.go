@@ -50,6 +50,7 @@ func routeTable() []route {
 
 		{http.MethodGet, "/campaigns/:id/run", signedIn, "", h((*Server).handleRun)},
 		{http.MethodGet, "/campaigns/:id/counts", signedIn, "", h((*Server).handleCounts)},
+		{http.MethodGet, "/campaigns/:id/run/live", signedIn, "", h((*Server).handleRunLive)},
 		{http.MethodPost, "/campaigns/:id/start", operator, "", h((*Server).handleStart)},
 		{http.MethodPost, "/campaigns/:id/pause", operator, "", h((*Server).handlePause)},
 		{http.MethodPost, "/campaigns/:id/resume", operator, "", h((*Server).handleResume)},
@@ -93,7 +94,7 @@ func (s *Server) routes() {
 			if limit == "" {
 				limit = "1M"
 			}
-			h = middleware.BodyLimit(limit)(s.csrf(h))
+			h = middleware.BodyLimit(limit)(s.csrf(s.onceForm(h)))
 		}
 		e.Add(r.method, r.path, s.require(r.need, h))
 	}

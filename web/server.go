@@ -62,6 +62,11 @@ type Server struct {
 	counts  *approval.CountsCache
 	riverUI http.Handler
 	stopUI  context.CancelFunc
+	// forms are the one-time form tokens used (form_token.go); shown is
+	// what a POST's redirect shows on the page it leads to (an import
+	// report, a secret shown once).
+	forms *formTokens
+	shown *recent[shownResult]
 	// draining is set when shutdown begins: /readyz says so, so a load
 	// balancer stops sending before the listener closes.
 	draining atomic.Bool
@@ -84,7 +89,8 @@ func NewServer(cfg Config) *Server {
 	// Sign-in throttling counts per client address: never believe an
 	// X-Forwarded-For that anyone can send.
 	e.IPExtractor = echo.ExtractIPDirect()
-	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: cfg.Counts}
+	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: cfg.Counts,
+		forms: newFormTokens(), shown: newRecent[shownResult](shownTTL, shownMax)}
 	e.HTTPErrorHandler = s.handleError
 	if cfg.River != nil && cfg.Approval != nil {
 		if err := s.mountRiverUI(); err != nil {

@@ -1,8 +1,9 @@
 package main
 
 // End-to-end in a real headless Chromium: sign in, propose, approve, start,
-// kill -9 the server mid-run, restart it, resume, and see every target get
-// exactly one message — counted in the maildir, not in the ledger.
+// kill -9 the server mid-run, restart it, watch it requeue the dead
+// worker's targets by itself, and see every target get exactly one
+// message — counted in the maildir, not in the ledger.
 
 import (
 	"bufio"
@@ -69,13 +70,13 @@ func (s *liveServer) output() string {
 	return s.logs.String()
 }
 
-// serveUI starts `onceplan serve` with a slow maildir outbox and quick
-// recovery, and waits until it listens.
-func serveUI(t *testing.T, dir string) *liveServer {
+// serveUI starts `onceplan serve` with a slow maildir outbox and recovery
+// after ownerTimeout, and waits until it listens.
+func serveUI(t *testing.T, dir, ownerTimeout string) *liveServer {
 	t.Helper()
 	cmd := exec.Command(binary, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0",
 		"--provider", "outbox=maildir://"+filepath.Join(dir, "outbox")+"?rate="+browserRate,
-		"--owner-timeout", "3s", "--maintenance-interval", "1s", "--job-timeout", "20s", "--rescue-after", "30s")
+		"--owner-timeout", ownerTimeout, "--maintenance-interval", "1s", "--job-timeout", "20s", "--rescue-after", "30s")
 	cmd.Env = append(os.Environ(), "DATABASE_URL=", "ONCEPLAN_ADMIN_EMAIL="+adminEmail, "ONCEPLAN_ADMIN_PASSWORD="+adminPassword)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -251,7 +252,7 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx)) // starts the browser
 	b := &browser{t: t, ctx: ctx, shots: shots}
 
-	s1 := serveUI(t, dir)
+	s1 := serveUI(t, dir, "3s")
 	base := s1.url
 
 	// The admin (from ONCEPLAN_ADMIN_*) adds a proposer and an approver
@@ -266,7 +267,16 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	b.do(chromedp.Navigate(base+"/campaigns"), chromedp.WaitVisible(css("sign-out")))
 	b.signOut()
 
-	// The proposer drafts, uploads the list and submits.
+	// The proposer drafts with the list attached, reloads the page it
+	// lands on, uploads the list again and submits.
+	var csv strings.Builder
+	csv.WriteString("email,first_name\n")
+	for i := 1; i <= browserTargets; i++ {
+		fmt.Fprintf(&csv, "customer%03d@example.com,Customer %d\n", i, i)
+	}
+	csv.WriteString("CUSTOMER001@example.com,Duplicate\nnot an address,Broken\n")
+	csvPath := filepath.Join(t.TempDir(), "customers.csv")
+	require.NoError(t, os.WriteFile(csvPath, []byte(csv.String()), 0o644))
 	b.signIn(base, "proposer@example.com", proposerPW)
 	b.do(
 		chromedp.Click(css("new-campaign")),
@@ -276,20 +286,22 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 		chromedp.SendKeys(css("field-subject"), "Your invoice, {{.first_name}}"),
 		chromedp.SetValue(css("field-text"), "Dear {{.first_name}},\nyour invoice is attached."),
 		chromedp.SetValue(css("field-html"), "<p>Dear <b>{{.first_name}}</b>,</p><p>your invoice is attached.</p>"),
+		chromedp.SetUploadFiles(css("field-targets"), []string{csvPath}),
 		chromedp.Click(css("create-campaign")),
-		chromedp.WaitVisible(css("import-form")),
+		chromedp.WaitVisible(css("import-report")),
 	)
+	require.Equal(t, fmt.Sprint(browserTargets), b.text("import-accepted"))
+	// A reload shows the draft again: the form is not sent a second time.
+	b.do(chromedp.Reload(), chromedp.WaitVisible(css("import-form")))
 	campaignURL := strings.TrimSuffix(strings.SplitN(b.location(), "?", 2)[0], "/draft")
 	campaignPath := strings.TrimPrefix(campaignURL, base)
-	var csv strings.Builder
-	csv.WriteString("email,first_name\n")
-	for i := 1; i <= browserTargets; i++ {
-		fmt.Fprintf(&csv, "customer%03d@example.com,Customer %d\n", i, i)
-	}
-	csv.WriteString("CUSTOMER001@example.com,Duplicate\nnot an address,Broken\n")
-	csvPath := filepath.Join(t.TempDir(), "customers.csv")
-	require.NoError(t, os.WriteFile(csvPath, []byte(csv.String()), 0o644))
+	b.do(chromedp.Navigate(base+"/campaigns"), chromedp.WaitVisible(css("campaigns")))
+	campaigns, err := chromedp.Run(b.ctx, chromedp.Evaluate[int64](`document.querySelectorAll('[data-testid="campaign-row"]').length`))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, campaigns, "one campaign after a reload of the page Create draft led to")
 	b.do(
+		chromedp.Navigate(base+campaignPath+"/draft"),
+		chromedp.WaitVisible(css("import-form")),
 		chromedp.SetUploadFiles(css("import-file"), []string{csvPath}),
 		chromedp.Click(css("import-submit")),
 		chromedp.WaitVisible(css("import-report")),
@@ -312,9 +324,14 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	b.do(chromedp.Click(css("approve")), chromedp.WaitVisible(css("action-start")))
 	b.do(chromedp.Click(css("action-start")), chromedp.WaitVisible(css("action-pause")))
 
-	// The counts move without a reload; kill the server mid-run.
+	// The counts and the target table move without a reload; kill the
+	// server mid-run.
+	_, err = chromedp.Run(b.ctx, chromedp.Evaluate[bool](`window.onceplanSameDocument = true`))
+	require.NoError(t, err)
 	b.waitJS(`Number(document.querySelector('[data-testid="count-done"]').textContent.replace(/,/g, '')) >= 20`,
 		60*time.Second, "20 targets done (live)")
+	b.waitJS(`window.onceplanSameDocument === true && document.querySelector('[data-testid="target-row"][data-ordinal="1"]').dataset.state === 'done'`,
+		30*time.Second, "the first target's row done (live, without a reload)")
 	b.shot("run")
 	require.NoError(t, s1.cmd.Process.Signal(syscall.SIGKILL))
 	s1.cmd.Wait()
@@ -323,18 +340,41 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	require.Less(t, atKill, browserTargets, "the run was still going when killed")
 	t.Logf("killed the server with %d of %d messages delivered", atKill, browserTargets)
 
-	// Restart on the same data: the session survives (it is in the
-	// database) and the run page shows where each target stands.
-	s2 := serveUI(t, dir)
+	// Restart on the same data, with a longer owner timeout, so that the
+	// dead process's targets wait long enough to be seen: the session
+	// survives (it is in the database), and the run page shows where each
+	// target stands and says that the dead worker's targets are requeued
+	// by themselves, and when — with nothing to press.
+	s2 := serveUI(t, dir, "20s")
 	base = s2.url
-	b.do(chromedp.Navigate(base+campaignPath+"/run"), chromedp.WaitVisible(css("targets")))
+	deadline := time.Now().Add(25 * time.Second)
+	for {
+		b.do(chromedp.Navigate(base+campaignPath+"/run"), chromedp.WaitVisible(css("targets")))
+		found, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid="restart-note"]') !== null`))
+		require.NoError(t, err)
+		if found {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no restart note on the run page after the restart")
+		time.Sleep(time.Second)
+	}
+	note := b.text("restart-note")
+	t.Logf("after the restart the page shows %s done and says: %s", b.text("count-done"), note)
+	require.Contains(t, note, "requeued automatically within")
 	require.NotEmpty(t, b.text("target-row"))
-	t.Logf("after the restart the page shows %s done", b.text("count-done"))
+	resume, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid="action-resume"]') !== null`))
+	require.NoError(t, err)
+	require.False(t, resume, "no resume offered while the dead worker's targets wait to be requeued")
 	b.shot("run-after-restart")
-	// Resume the remainder (idempotent: the run also continues by itself).
-	b.do(chromedp.Click(css("action-resume")), chromedp.WaitVisible(css("flash")))
+	// Nobody presses anything: the run finishes by itself.
 	b.waitJS(`document.querySelector('[data-testid="count-done"]') !== null && document.querySelector('[data-testid="count-done"]').textContent.replace(/,/g, '') === '`+fmt.Sprint(browserTargets)+`'`,
 		3*time.Minute, "every target done")
+	// Completed, with nothing left: no resume is offered.
+	b.waitJS(`document.querySelector('.campaign-head [data-testid="state"]').dataset.state === 'completed'`, time.Minute, "the campaign completed")
+	b.do(chromedp.Navigate(base+campaignPath+"/run"), chromedp.WaitVisible(css("targets")))
+	resume, err = chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid="action-resume"]') !== null`))
+	require.NoError(t, err)
+	require.False(t, resume, "a completed campaign with nothing to resume offers no resume")
 	b.do(chromedp.Navigate(base+campaignPath+"/targets/1"), chromedp.WaitVisible(css("attempt")))
 	b.shot("target")
 	b.do(chromedp.Navigate(base+campaignPath+"/audit"), chromedp.WaitVisible(css("audit-headline")))

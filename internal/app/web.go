@@ -40,16 +40,24 @@ func EnsureAdmin(ctx context.Context, pool *pgxpool.Pool, who, email, password s
 // propose it) may approve it.
 const DemoProposer = "demo-proposer@onceplan.local"
 
+// DemoTargets is the demo campaign's size. `make run` slows the demo's
+// provider to 5 messages a second, so that the run lasts about a minute:
+// long enough to watch the counts, and to kill the process halfway.
+const DemoTargets = 300
+
 // DemoOptions shape the demo campaign.
 type DemoOptions struct {
 	Provider string
-	Targets  int
+	Targets  int // 0: DemoTargets
 }
 
 // EnsureDemo creates, on a database with no campaign yet, a demo campaign
 // of opts.Targets recipients on opts.Provider, submitted for approval. It
 // returns the campaign id, or "" when campaigns already existed.
 func EnsureDemo(ctx context.Context, pool *pgxpool.Pool, svc *approval.Service, opts DemoOptions) (string, error) {
+	if opts.Targets == 0 {
+		opts.Targets = DemoTargets
+	}
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM campaign)`).Scan(&exists); err != nil {
 		return "", err

@@ -109,6 +109,10 @@ func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.
 		return nil, fmt.Errorf("starting the workers: %w", err)
 	}
 	svc := approval.NewService(d.Pool, r.Enqueuer())
+	// A campaign on a provider this deployment does not send through would
+	// wait for a worker forever: the service refuses it at create and
+	// submit.
+	svc.Providers = reg.Names()
 	return &Workers{Runner: r, Approval: svc, Providers: reg}, nil
 }
 

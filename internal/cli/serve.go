@@ -26,7 +26,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	db.register(fs, env)
 	listen := fs.String("listen", "127.0.0.1:8080", "address for the web UI and the JSON API")
 	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto)")
-	demo := fs.Bool("demo", false, "on a database without campaigns, create a demo campaign (300 targets on the first provider) waiting for approval")
+	demo := fs.Bool("demo", false, fmt.Sprintf("on a database without campaigns, create a demo campaign (%d targets on the first provider) waiting for approval", app.DemoTargets))
 	var wf workerFlags
 	wf.register(fs)
 	if err := parse(fs, env, args); err != nil {
@@ -99,16 +99,16 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	if *demo {
 		names := ws.Providers.Names()
-		id, err := app.EnsureDemo(ctx, d.Pool, ws.Approval, app.DemoOptions{Provider: names[0], Targets: 300})
+		id, err := app.EnsureDemo(ctx, d.Pool, ws.Approval, app.DemoOptions{Provider: names[0], Targets: app.DemoTargets})
 		if err != nil {
 			srv.Shutdown(context.Background())
 			return err
 		}
 		if id != "" {
-			fmt.Fprintf(env.Stderr, "\nDemo: a campaign of 300 messages waits for your approval.\n"+
+			fmt.Fprintf(env.Stderr, "\nDemo: a campaign of %d messages waits for your approval.\n"+
 				"  1. sign in as %s and open %s/campaigns/%s/approval\n"+
 				"  2. press Approve, then Start, and watch the counts\n"+
-				"  3. the messages land in %s\n\n", boot.Email, url, id, demoWhere(ws, names[0]))
+				"  3. the messages land in %s\n\n", app.DemoTargets, boot.Email, url, id, demoWhere(ws, names[0]))
 		}
 	}
 

@@ -1,13 +1,13 @@
 // Package metrics is Onceplan's Prometheus instrumentation: counters and a
-// latency histogram the executor updates as it works (per process), and
-// gauges read from the database at scrape time (shared by every process):
-// effects by state, attempts in doubt, the oldest pending attempt, queue
-// depth and paused queues. `onceplan serve` exposes them at /metrics.
+// latency histogram the executor updates as it works (per process), the
+// live workers per provider its heartbeat reads, and gauges read from the
+// database at scrape time (shared by every process): effects by state,
+// attempts in doubt, the oldest pending attempt, queue depth and paused
+// queues. `onceplan serve` exposes them at /metrics.
 package metrics
 
 import (
 	"context"
-	"github.com/onceplan/onceplan/jobs/riverdb"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/onceplan/onceplan/jobs/riverdb"
 )
 
 var (
@@ -24,6 +26,16 @@ var (
 		Namespace: "onceplan", Name: "effects_settled_total",
 		Help: "Attempts this process settled, by provider and resulting ledger state.",
 	}, []string{"provider", "state"})
+
+	// LiveWorkers is, per provider, how many live worker processes serve
+	// it, across every process: 0 for one a running campaign sends through
+	// that none serves. Each heartbeat of this process's executor sets it
+	// (SetLiveWorkers) from the database, with the process's own
+	// --owner-timeout.
+	LiveWorkers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "onceplan", Name: "provider_live_workers",
+		Help: "Live worker processes (across every process) that serve the provider, as of this process's last heartbeat; 0 for a provider a running campaign sends through that no live process serves: its targets wait for nothing.",
+	}, []string{"provider"})
 
 	// CallSeconds is the latency of provider calls made by this process.
 	CallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -37,7 +49,7 @@ var (
 // database gauges read through pool.
 func Registry(pool *pgxpool.Pool, logger *slog.Logger) *prometheus.Registry {
 	r := prometheus.NewRegistry()
-	r.MustRegister(Settled, CallSeconds,
+	r.MustRegister(Settled, CallSeconds, LiveWorkers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&dbCollector{pool: pool, logger: logger})
 	return r
@@ -188,5 +200,15 @@ func Init(providers []string) {
 			Settled.WithLabelValues(p, state)
 		}
 		CallSeconds.WithLabelValues(p, "send")
+	}
+}
+
+// SetLiveWorkers replaces the LiveWorkers series with live (provider →
+// live worker processes serving it): a provider no longer counted loses
+// its series.
+func SetLiveWorkers(live map[string]int) {
+	LiveWorkers.Reset()
+	for provider, n := range live {
+		LiveWorkers.WithLabelValues(provider).Set(float64(n))
 	}
 }

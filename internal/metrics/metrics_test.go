@@ -94,3 +94,16 @@ func TestLedgerCountIsTakenAtMostEvery30s(t *testing.T) {
 	require.Equal(t, 1.0, gauge(t, reg, "onceplan_effects", pending))
 	require.Equal(t, 2.0, gauge(t, reg, "onceplan_effects_in_doubt", inDoubt))
 }
+
+// TestLiveWorkersPerProvider: /metrics says how many live worker processes
+// serve each provider, 0 for one a running campaign waits on; a provider
+// no longer counted loses its series.
+func TestLiveWorkersPerProvider(t *testing.T) {
+	reg := Registry(pgtest.AppPool(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	SetLiveWorkers(map[string]int{"outbox": 2, "nope": 0})
+	require.Equal(t, 2.0, gauge(t, reg, "onceplan_provider_live_workers", map[string]string{"provider": "outbox"}))
+	require.Equal(t, 0.0, gauge(t, reg, "onceplan_provider_live_workers", map[string]string{"provider": "nope"}))
+	SetLiveWorkers(map[string]int{"outbox": 1})
+	require.Equal(t, 1.0, gauge(t, reg, "onceplan_provider_live_workers", map[string]string{"provider": "outbox"}))
+	require.Equal(t, -1.0, gauge(t, reg, "onceplan_provider_live_workers", map[string]string{"provider": "nope"}))
+}

@@ -50,13 +50,14 @@ func newServer(t *testing.T, tweak func(*api.Config)) *server {
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	svc := approval.NewService(pool, jobs.NewEnqueuer(client))
+	svc.Providers = []string{"outbox"} // as serve's wiring sets them: its configured providers
 	cfg := api.Config{Pool: pool, Approval: svc, BaseURL: "https://onceplan.example"}
 	if tweak != nil {
 		tweak(&cfg)
 	}
 	e := echo.New()
 	api.Register(e, cfg)
-	ts := httptest.NewServer(e)
+	ts := httptest.NewServer(conforming(t, e))
 	t.Cleanup(ts.Close)
 	s := &server{t: t, url: ts.URL + api.Prefix, pool: pool, svc: svc, token: map[string]string{}}
 	for _, u := range []struct{ name, role string }{

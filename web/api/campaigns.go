@@ -40,7 +40,29 @@ type campaignView struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 	Import            *importView     `json:"import,omitempty"`
+	// ProviderWorkers is how many live worker processes serve the
+	// campaign's provider.
+	ProviderWorkers int `json:"provider_workers"`
+	// Warnings are what the caller may want to act on that stopped
+	// nothing: no live worker for an approved or started campaign's
+	// provider; blank merge variables in the answer of a submit.
+	Warnings []warning `json:"warnings"`
 }
+
+// warning is one entry of a campaign's warnings.
+type warning struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Targets lists the first targets concerned, Count how many in all.
+	Targets []plan.EmptyVar `json:"targets,omitempty"`
+	Count   int             `json:"count,omitempty"`
+}
+
+// Warning codes.
+const (
+	warnNoLiveWorker = "no_live_worker"
+	warnEmptyVars    = "empty_vars"
+)
 
 // importView is an import report as DESIGN §8 names it.
 type importView struct {
@@ -50,9 +72,14 @@ type importView struct {
 	Duplicates []plan.Duplicate `json:"duplicates"`
 	Rejected   []plan.Rejection `json:"rejected"`
 	// RejectedCount can exceed len(Rejected): the list names the first 1,000.
-	RejectedCount int  `json:"rejected_count"`
-	Truncated     bool `json:"truncated,omitempty"`
-	TargetCount   int  `json:"target_count"`
+	RejectedCount int `json:"rejected_count"`
+	// Empty lists accepted rows whose merge variables the draft reads are
+	// present but blank (the first 1,000; EmptyCount in all): imported,
+	// but their messages have nothing there.
+	Empty       []plan.EmptyVar `json:"empty"`
+	EmptyCount  int             `json:"empty_count"`
+	Truncated   bool            `json:"truncated,omitempty"`
+	TargetCount int             `json:"target_count"`
 }
 
 func viewImport(r *plan.ImportReport) *importView {
@@ -60,14 +87,34 @@ func viewImport(r *plan.ImportReport) *importView {
 		return nil
 	}
 	v := &importView{Rows: r.Rows, Accepted: r.Accepted, Duplicate: r.Duplicate, Duplicates: r.Duplicates,
-		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Truncated: r.Truncated, TargetCount: r.TargetCount}
+		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Empty: r.Empty, EmptyCount: r.EmptyCount,
+		Truncated: r.Truncated, TargetCount: r.TargetCount}
 	if v.Rejected == nil {
 		v.Rejected = []plan.Rejection{}
 	}
 	if v.Duplicates == nil {
 		v.Duplicates = []plan.Duplicate{}
 	}
+	if v.Empty == nil {
+		v.Empty = []plan.EmptyVar{}
+	}
 	return v
+}
+
+// warnings are the campaign's warnings after res (see campaignView).
+func (a *API) warnings(c echo.Context, res approval.Result) (int, []warning, error) {
+	out := []warning{}
+	serving, err := a.cfg.Approval.Serving(c.Request().Context(), res.Campaign)
+	if err != nil {
+		return 0, nil, err
+	}
+	if serving.Warning != "" {
+		out = append(out, warning{Code: warnNoLiveWorker, Message: serving.Warning})
+	}
+	if k := res.Check; k != nil && k.EmptyCount > 0 {
+		out = append(out, warning{Code: warnEmptyVars, Message: plan.EmptyWarning(k.Empty[0], k.EmptyCount), Targets: k.Empty, Count: k.EmptyCount})
+	}
+	return serving.Live, out, nil
 }
 
 func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
@@ -86,8 +133,13 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 	if err != nil {
 		return campaignView{}, err
 	}
+	live, warnings, err := a.warnings(c, res)
+	if err != nil {
+		return campaignView{}, err
+	}
 	cm := res.Campaign
 	return campaignView{
+		ProviderWorkers: live, Warnings: warnings,
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals, Approvals: n,
 		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,

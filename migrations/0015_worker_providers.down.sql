@@ -1,0 +1,1 @@
+ALTER TABLE worker_process DROP COLUMN providers;
