@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Role is a permission a user holds; a user may hold several.
@@ -86,6 +87,14 @@ const (
 	// ActionRevoke withdraws a done or stranded effect (it was reversed
 	// outside Onceplan); the key no longer blocks.
 	ActionRevoke Action = "revoke"
+	// ActionTestSend sends one target's rendered message to reviewers
+	// (package testsend); it touches no ledger key. Recorded in the trail.
+	ActionTestSend Action = "test_send"
+	// ActionSuppress adds an address to the suppression list and
+	// ActionUnsuppress takes one off (package suppression). They are not
+	// campaign events: the suppression rows are their record.
+	ActionSuppress   Action = "suppress"
+	ActionUnsuppress Action = "unsuppress"
 )
 
 // permission says which role an action needs and whether an agent token
@@ -107,6 +116,18 @@ var permission = map[Action]struct {
 	ActionResolve:   {RoleOperator, false},
 	ActionSupersede: {RoleApprover, false},
 	ActionRevoke:    {RoleOperator, false},
+	// Test sends: the proposer, approvers and operators (alsoRoles).
+	ActionTestSend: {RoleProposer, false},
+	// Adding an address only ever mails fewer people; taking one off is
+	// an admin's explicit decision.
+	ActionSuppress:   {RoleOperator, false},
+	ActionUnsuppress: {RoleAdmin, false},
+}
+
+// alsoRoles are further roles that allow an action besides its
+// permission's role (any one of them suffices).
+var alsoRoles = map[Action][]Role{
+	ActionTestSend: {RoleApprover, RoleOperator},
 }
 
 // Authorize reports whether actor may take action, with a reason when not.
@@ -118,8 +139,15 @@ func Authorize(a Actor, action Action) error {
 	if a.Agent && !p.agentMayDo {
 		return fmt.Errorf("%w: an agent token may not %s a campaign; a person must", ErrForbidden, action)
 	}
-	if !a.Has(p.role) {
-		return fmt.Errorf("%w: %s needs the %s role", ErrForbidden, action, p.role)
+	if a.Has(p.role) || slices.ContainsFunc(alsoRoles[action], a.Has) {
+		return nil
 	}
-	return nil
+	if also := alsoRoles[action]; len(also) > 0 {
+		names := []string{string(p.role)}
+		for _, r := range also {
+			names = append(names, string(r))
+		}
+		return fmt.Errorf("%w: %s needs one of the roles %s", ErrForbidden, action, strings.Join(names, ", "))
+	}
+	return fmt.Errorf("%w: %s needs the %s role", ErrForbidden, action, p.role)
 }

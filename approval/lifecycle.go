@@ -44,6 +44,9 @@ var lifecycle = map[Action]struct {
 	ActionResolve:   {allStates, ""},
 	ActionSupersede: {allStates, ""},
 	ActionRevoke:    {allStates, ""},
+	// A test send renders the current version, whatever its state, until
+	// the campaign is cancelled.
+	ActionTestSend: {editableStates, ""},
 }
 
 var (

@@ -16,6 +16,7 @@ import (
 
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/suppression"
 )
 
 // Enqueuer puts a plan's remaining targets on the queue inside the caller's
@@ -87,8 +88,11 @@ type CreateParams struct {
 	ScheduledAt       *time.Time
 	StartOnApproval   bool
 	RequiredApprovals int
-	Payload           plan.Payload
-	Targets           *TargetsParams // optional
+	// Transactional: the messages carry no one-click unsubscribe link
+	// (plan.NewCampaign.Transactional); covered by the plan hash.
+	Transactional bool
+	Payload       plan.Payload
+	Targets       *TargetsParams // optional
 	// IdempotencyKey, when set, makes Create safe to retry: the same actor
 	// with the same key gets the campaign the first call made (Result.Replayed),
 	// provided RequestHash matches; a different RequestHash is refused with
@@ -207,6 +211,7 @@ func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, 
 		c, err := plan.CreateCampaign(ctx, tx, plan.NewCampaign{
 			Name: p.Name, Provider: p.Provider, ScheduledAt: p.ScheduledAt, StartOnApproval: p.StartOnApproval,
 			RequiredApprovals: p.RequiredApprovals, Payload: p.Payload, CreatedBy: a.UserID, ViaAgent: a.Agent,
+			Transactional: p.Transactional,
 		})
 		if err != nil {
 			return err
@@ -326,17 +331,23 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a Actor, c plan.Cam
 	if err != nil {
 		return plan.ImportReport{}, err
 	}
+	// Suppressed addresses are left out of the list, and reported.
+	suppressed, err := suppression.ActiveSet(ctx, tx)
+	if err != nil {
+		return plan.ImportReport{}, err
+	}
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
 		AddressColumn: t.AddressColumn, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
-		ActorID: a.UserID, Fields: tpl.Fields(),
+		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {
 		return report, err
 	}
 	return report, s.event(ctx, tx, &a, c, ActionImport, "", "", map[string]any{
 		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
-		"rejected": report.RejectedCount, "empty": report.EmptyCount, "target_count": report.TargetCount, "append": t.Append,
+		"rejected": report.RejectedCount, "suppressed": report.SuppressedCount, "empty": report.EmptyCount,
+		"target_count": report.TargetCount, "append": t.Append,
 	})
 }
 
@@ -680,6 +691,22 @@ func (s *Service) Remaining(ctx context.Context, c plan.Campaign) (Remainder, er
 		return Remainder{}, err
 	}
 	return s.enqueuer.CountRemaining(ctx, s.pool, p)
+}
+
+// LeftOutAtImport is how many rows the imports that made the current
+// version's list left out because their address was suppressed: the
+// import events' counts, from the newest back to the last import that
+// replaced the list rather than appended to it.
+func (s *Service) LeftOutAtImport(ctx context.Context, c plan.Campaign) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `
+		WITH imports AS (
+		  SELECT id, coalesce((detail->>'suppressed')::int, 0) AS suppressed, coalesce((detail->>'append')::boolean, false) AS append
+		  FROM campaign_event WHERE campaign_id = $1 AND version = $2 AND action = $3
+		)
+		SELECT coalesce(sum(suppressed), 0) FROM imports
+		WHERE id >= coalesce((SELECT max(id) FROM imports WHERE NOT append), 0)`, c.ID, c.Version, string(ActionImport)).Scan(&n)
+	return n, err
 }
 
 // Serving is how many live worker processes serve a campaign's provider,

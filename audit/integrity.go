@@ -92,7 +92,7 @@ func readIntegrity(ctx context.Context, db DB, planID int64) (Integrity, error) 
 	in := &fp.hashInput
 	err := db.QueryRow(ctx, frozenPlanSQL, planID).Scan(&fp.campaignID, &in.Provider, &fp.tool,
 		&in.Payload.From, &in.Payload.Subject, &in.Payload.Text, &in.Payload.HTML,
-		&fp.listID, &in.TargetCount, &fp.hash, &fp.required, &fp.approvals)
+		&fp.listID, &in.TargetCount, &fp.hash, &fp.required, &in.Transactional, &fp.approvals)
 	if err != nil {
 		return Integrity{}, err
 	}

@@ -64,6 +64,12 @@ type Metric struct {
 	Failed   int `json:"failed"`
 	Stranded int `json:"stranded"`
 	Revoked  int `json:"revoked"`
+	// Suppressed: targets not sent because their address was suppressed
+	// (unsubscribed, bounced hard, complained, or an admin's entry) when
+	// their effect was about to be claimed. Consent overrides the plan:
+	// they do not make the audit fail, and Approved = ExactlyOnce +
+	// Suppressed + Missing + InDoubt + Failed + Stranded + Revoked.
+	Suppressed int `json:"suppressed"`
 	// Duplicates: key+epochs of the plan's targets with more than one
 	// effect in one evidence source (two maildir files, two log lines).
 	// Always 0 without evidence: the ledger itself cannot hold two.
@@ -173,6 +179,9 @@ func (m Metric) Headline() string {
 		}
 		verdict = "does not hold: " + strings.Join(why, ", ")
 	}
+	if m.Suppressed > 0 {
+		return fmt.Sprintf("%d/%d exactly once, %d suppressed; %s", m.ExactlyOnce, m.Approved, m.Suppressed, verdict)
+	}
 	return fmt.Sprintf("%d/%d exactly once; %s", m.ExactlyOnce, m.Approved, verdict)
 }
 
@@ -191,10 +200,10 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 		var listID int64
 		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID}).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
-			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Revoked); err != nil {
+			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Revoked, &m.Suppressed); err != nil {
 			return err
 		}
-		raw = m.Approved - m.ExactlyOnce - m.Pending - m.Unknown - m.Stranded - m.Failed - m.Revoked
+		raw = m.Approved - m.ExactlyOnce - m.Pending - m.Unknown - m.Stranded - m.Failed - m.Revoked - m.Suppressed
 		if raw <= 0 {
 			return nil
 		}

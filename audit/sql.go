@@ -5,8 +5,12 @@ package audit
 import "github.com/onceplan/onceplan/ledger"
 
 // metricSQL counts a plan's targets by the newest attempt at their key's
-// current epoch, in one statement (@plan is the plan's id). Missing is
-// what is left: approved minus the targets that have an attempt.
+// current epoch, in one statement (@plan is the plan's id), and those the
+// claim found suppressed (sup: recorded in target_suppressed for one of
+// the campaign's plans, and not held by a blocking attempt; a failed or
+// revoked attempt before the suppression counts as suppressed, as
+// TargetRow says). Missing is what is left: approved minus the targets
+// that have an attempt or were suppressed.
 //
 // The attempts are found two ways:
 //
@@ -44,7 +48,7 @@ import "github.com/onceplan/onceplan/ledger"
 // (the ledger's unique index), so those are counted as they come. A failed
 // or revoked attempt decides its target only when no newer attempt exists,
 // checked only for those rows, by the (key, epoch, id) index.
-const metricSQL = `
+var metricSQL = `
 WITH p AS MATERIALIZED (SELECT id, campaign_id, version, list_id, target_count FROM plan WHERE id = @plan),
 bumped AS (
   SELECT t.ordinal, max(b.epoch) AS epoch
@@ -63,19 +67,31 @@ attempt AS (
   WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
     AND EXISTS (SELECT 1 FROM plan v, p WHERE v.campaign_id = p.campaign_id AND v.list_id <> p.list_id)
 ),
+sup AS MATERIALIZED (
+  SELECT ts.ordinal, ts.key FROM target_suppressed ts
+  WHERE ts.plan_id = ANY (ARRAY(SELECT o.id FROM plan o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  UNION
+  SELECT t.ordinal, t.key FROM target_suppressed ts
+  JOIN plan o ON o.id = ts.plan_id
+  JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = ts.key
+  WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
+),
 counted AS (
   SELECT
     count(*) FILTER (WHERE a.state = 'done')     AS done,
     count(*) FILTER (WHERE a.state = 'pending')  AS pending,
     count(*) FILTER (WHERE a.state = 'unknown')  AS unknown,
     count(*) FILTER (WHERE a.state = 'stranded') AS stranded,
-    count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `)) AS failed,
-    count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `)) AS revoked
+    count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS failed,
+    count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS revoked
   FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
   WHERE a.epoch = coalesce(bu.epoch, 0)
 )
 SELECT p.campaign_id, p.version, p.target_count, p.list_id,
-       c.done, c.pending, c.unknown, c.stranded, c.failed, c.revoked
+       c.done, c.pending, c.unknown, c.stranded, c.failed, c.revoked,
+       (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
+          SELECT 1 FROM effect e WHERE e.key = s.key AND e.state IN ` + ledger.BlockingStates + `
+            AND e.epoch = ` + ledger.CurrentEpochOf("s.key") + `)) AS suppressed
 FROM p CROSS JOIN counted c`
 
 // newerAttempt finds an attempt at the same key and epoch as attempt a,
@@ -149,22 +165,38 @@ func decidingOrder(attempt string) string {
 // Per target, two index lookups: the key's bumps (primary key) and its
 // attempts at that epoch (effect_key_history).
 var targetRowSQL = `
-SELECT t.ordinal, t.target, t.key, cur.epoch, coalesce(e.state, '` + StateNotStarted + `'), coalesce(e.attempts, 0)::int,
-       coalesce(e.receipt, ''), e.first_at, e.last_at, coalesce(e.resolved_by, ''), coalesce(e.resolution, ''),
-       coalesce(e.reason, ''), coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text
+SELECT t.ordinal, t.target, t.key, cur.epoch, ` + targetState + `, coalesce(e.attempts, 0)::int,
+       coalesce(e.receipt, ''), e.first_at, coalesce(e.last_at, sup.at), coalesce(e.resolved_by, ''), coalesce(e.resolution, ''),
+       CASE WHEN ` + targetState + ` = '` + StateSuppressed + `' THEN sup.why ELSE coalesce(e.reason, '') END,
+       coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text
 FROM %s
 CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("t.key") + ` cur
 LEFT JOIN LATERAL (
-  SELECT ` + attemptState("x", "t.list_id") + ` AS state,
+  SELECT ` + attemptState("x", "t.list_id") + ` AS state, x.state IN ` + ledger.BlockingStates + ` AS blocking,
          x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,
          count(*) OVER () AS attempts, min(x.created_at) OVER () AS first_at, max(x.updated_at) OVER () AS last_at
   FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch AND ` + countedAttempt("x", "t.list_id") + `
   ORDER BY ` + decidingOrder("x") + `
   LIMIT 1
 ) e ON true
+LEFT JOIN LATERAL (
+  SELECT ts.created_at AS at,
+         s.reason || ' (' || replace(s.source, '_', ' ') || CASE WHEN s.actor <> '' THEN ', by ' || s.actor ELSE '' END || ')' AS why
+  FROM target_suppressed ts JOIN suppression s ON s.id = ts.suppression_id
+  WHERE ts.key = t.key AND ` + ownAttempt("ts", "t.list_id") + `
+  ORDER BY ts.created_at LIMIT 1
+) sup ON true
 WHERE %s
 ORDER BY %s
 LIMIT %s`
+
+// targetState is a target's state in targetRowSQL: the blocking attempt's
+// (or StateOutside) when one holds the key; else StateSuppressed when the
+// claim found its address suppressed (target_suppressed, for one of the
+// campaign's plans: consent overrides a failed or revoked attempt, and
+// the plan); else the newest counted attempt's; else StateNotStarted.
+const targetState = "CASE WHEN e.blocking THEN e.state WHEN sup.at IS NOT NULL THEN '" + StateSuppressed + "' " +
+	"ELSE coalesce(e.state, '" + StateNotStarted + "') END"
 
 // listCountsSQL counts the targets of list $1 by state, as targetRowSQL
 // would give them, in one aggregate statement: looking each target up
@@ -186,13 +218,21 @@ LIMIT %s`
 // The counts are cached (approval.CountsCache).
 var listCountsSQL = `
 WITH decided AS (
-  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state
+  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, e.state IN ` + ledger.BlockingStates + ` AS blocking
   FROM target t
   JOIN effect e ON e.key = t.key
   WHERE t.list_id = $1 AND ` + countedAttempt("e", "$1") + `
   ORDER BY e.key, e.epoch DESC, ` + decidingOrder("e") + `
+), current AS (
+  SELECT d.key, d.state, d.blocking FROM decided d WHERE d.epoch = ` + ledger.CurrentEpochOf("d.key") + `
+), suppressed AS (
+  SELECT DISTINCT t.key FROM target_suppressed ts JOIN target t ON t.list_id = $1 AND t.key = ts.key
+  WHERE ` + ownAttempt("ts", "$1") + `
 )
-SELECT d.state, count(*) FROM decided d WHERE d.epoch = ` + ledger.CurrentEpochOf("d.key") + ` GROUP BY d.state`
+SELECT CASE WHEN NOT c.blocking AND EXISTS (SELECT 1 FROM suppressed s WHERE s.key = c.key) THEN '` + StateSuppressed + `' ELSE c.state END, count(*)
+FROM current c GROUP BY 1
+UNION ALL
+SELECT '` + StateSuppressed + `', count(*) FROM suppressed s WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.key = s.key)`
 
 // planList reads the target list a plan froze, for the export.
 const planList = `SELECT list_id, target_count FROM plan WHERE id = $1`
@@ -226,7 +266,7 @@ author AS (
     WHERE d.campaign_id = p.campaign_id AND d.version = p.version AND NOT EXISTS (SELECT 1 FROM s)
 )
 SELECT p.campaign_id, p.provider, p.tool, p.from_addr, p.subject, p.text_body, p.html_body,
-       p.list_id, p.target_count, p.plan_hash, c.required_approvals,
+       p.list_id, p.target_count, p.plan_hash, c.required_approvals, NOT p.list_unsubscribe,
        (SELECT count(DISTINCT a.approver_id)::int FROM approval a
         WHERE a.campaign_id = p.campaign_id AND a.version = p.version AND a.plan_hash = p.plan_hash
           AND a.approver_id NOT IN (SELECT id FROM author))

@@ -32,8 +32,17 @@ const StateNotStarted = "not_started"
 // cannot get one.
 const StateOutside = "outside"
 
+// StateSuppressed is the state of a target whose address was suppressed
+// (it unsubscribed, bounced hard, complained, or an admin said so) when
+// its effect was about to be claimed: it was not sent, and never will be
+// for that plan. Its own outcome, not a ledger state: the target has no
+// attempt (or only failed or revoked ones), and a record in
+// target_suppressed says who, why and when. The metric counts it apart:
+// consent overrides the plan.
+const StateSuppressed = "suppressed"
+
 // ValidStates are the states a target can be in, as a filter accepts them.
-var ValidStates = []string{StateNotStarted, "pending", "done", "unknown", "failed", "stranded", "revoked", StateOutside}
+var ValidStates = []string{StateNotStarted, "pending", "done", "unknown", "failed", "stranded", "revoked", StateOutside, StateSuppressed}
 
 // TargetRow is one target of a plan's list as the ledger has it now: the
 // attempt that decides its state at its key's current epoch (the blocking
@@ -108,7 +117,7 @@ type shape struct{ from, where, order, limit string }
 
 // stateCond filters by the state in $4 (an empty one: all), in the shapes that
 // take one.
-const stateCond = "($4::text = '' OR coalesce(e.state, '" + StateNotStarted + "') = $4::text)"
+const stateCond = "($4::text = '' OR " + targetState + " = $4::text)"
 
 var (
 	// byOrdinal: the list's primary key (list_id, ordinal) from a cursor.
@@ -126,7 +135,13 @@ var (
 	fromLedger = shape{`(
 		SELECT DISTINCT t0.* FROM effect d JOIN target t0 ON t0.list_id = $1 AND t0.key = d.key
 		WHERE d.state = $2::text::effect_state AND t0.ordinal > $3
-	) t`, "coalesce(e.state, '" + StateNotStarted + "') = $2::text", "t.ordinal", "$4"}
+	) t`, targetState + " = $2::text", "t.ordinal", "$4"}
+	// fromSuppressed: the targets recorded as suppressed, joined to the
+	// list by (list_id, key) ($2 is the state, as in fromLedger).
+	fromSuppressed = shape{`(
+		SELECT DISTINCT t0.* FROM target_suppressed s0 JOIN target t0 ON t0.list_id = $1 AND t0.key = s0.key
+		WHERE t0.ordinal > $3
+	) t`, targetState + " = $2::text", "t.ordinal", "$4"}
 	// inWindow: the primary key between two ordinals, filtered.
 	inWindow = shape{"target t", "t.list_id = $1 AND t.ordinal > $2 AND t.ordinal <= $3 AND " + stateCond, "t.ordinal", "$5"}
 )
@@ -201,6 +216,8 @@ func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, e
 		}
 		return onePage(ctx, db, q.Limit, byPrefix, func(r TargetRow) string { return r.Target },
 			q.ListID, q.Prefix, from, q.State, q.Limit+1)
+	case q.State == StateSuppressed:
+		return onePage(ctx, db, q.Limit, fromSuppressed, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
 	case q.State == "pending" || q.State == "unknown" ||
 		(q.State != "" && q.State != StateNotStarted && q.State != StateOutside && q.StateCount >= 0 && q.StateCount*20 < q.Count):
 		return onePage(ctx, db, q.Limit, fromLedger, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
@@ -275,6 +292,9 @@ type Counts struct {
 	// Outside: held by an attempt that is not the campaign's own
 	// (StateOutside).
 	Outside int `json:"outside"`
+	// Suppressed: not sent because the address was suppressed
+	// (StateSuppressed).
+	Suppressed int `json:"suppressed"`
 }
 
 // Add counts n more targets in state (one of ValidStates; another is not
@@ -312,6 +332,8 @@ func (c *Counts) of(state string) *int {
 		return &c.Revoked
 	case StateOutside:
 		return &c.Outside
+	case StateSuppressed:
+		return &c.Suppressed
 	}
 	return nil
 }
@@ -332,7 +354,7 @@ func ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Cou
 		c.Add(state, n)
 		return nil
 	})
-	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked - c.Outside
+	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked - c.Outside - c.Suppressed
 	return c, err
 }
 

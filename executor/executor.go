@@ -21,6 +21,8 @@ import (
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // Job is one planned target to execute (River's job, without River): the
@@ -96,11 +98,16 @@ type Config struct {
 	QueueOf func(provider string) string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// PublicURL is where the messages' unsubscribe links point (package
+	// unsubscribe; unsubscribe.ParsePublicURL's form). Default
+	// unsubscribe.DefaultPublicURL.
+	PublicURL string
 }
 
 // Executor performs effects for one process.
 type Executor struct {
 	cfg    Config
+	links  *unsubscribe.Links
 	ledger *ledger.Store
 	batch  *batcher
 	owner  string
@@ -136,6 +143,7 @@ func New(cfg Config) (*Executor, error) {
 	rand.Read(b[:])
 	e := &Executor{
 		cfg:    cfg,
+		links:  unsubscribe.NewLinks(cfg.Pool, cfg.PublicURL),
 		ledger: ledger.NewStore(cfg.Pool),
 		batch:  newBatcher(cfg.Pool, gate, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
@@ -148,10 +156,15 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
-// gate is the claims' campaign gate (DESIGN §4): a plan target is claimed
-// only while its campaign runs that plan and its provider's queue is not
-// paused, checked in the statement that claims it.
-var gate = ledger.Gate(plan.RunsPlanSQL("r.campaign_id", "r.plan_id") + " AND " + riverdb.QueueOpen("r.queue"))
+// gate is the claims' gate (DESIGN §4): a plan target is claimed only
+// while its campaign runs that plan and its provider's queue is not
+// paused, and never while its address is suppressed (consent overrides
+// the plan: the target is recorded as suppressed instead), all checked in
+// the statement that claims it.
+var gate = ledger.Gate{
+	Open:       plan.RunsPlanSQL("r.campaign_id", "r.plan_id") + " AND " + riverdb.QueueOpen("r.queue"),
+	Suppressed: suppression.ActiveIDSQL(plan.TargetAddressSQL("r.plan_id", "r.ordinal")),
+}
 
 func (e *Executor) queueOf(provider string) string {
 	if e.cfg.QueueOf == nil {
@@ -368,6 +381,11 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if claim.Outcome == ledger.ClaimSuppressed {
+		e.cfg.Logger.InfoContext(ctx, "the target's address is suppressed; it is not sent",
+			"campaign", cp.plan.CampaignID, "plan", j.PlanID, "ordinal", j.Ordinal, "key", string(key), "suppression", claim.SuppressionID)
+		return Result{Action: Complete, Outcome: "suppressed"}, nil
+	}
 	if claim.Outcome == ledger.ClaimGateClosed {
 		res, open, err := e.campaignGate(ctx, cp.plan, queue)
 		if err == nil && open {
@@ -475,7 +493,15 @@ func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key
 	if key == "" {
 		key = ledger.Key(t.key)
 	}
-	msg, err := cp.templates.Render(t.to, t.vars)
+	// The link is a function of the campaign and the address alone, so a
+	// resend for recovery renders the same message.
+	var link string
+	if cp.plan.ListUnsubscribe {
+		if link, err = e.links.URL(ctx, cp.plan.CampaignID, t.to); err != nil {
+			return provider.Request{}, "", fmt.Errorf("unsubscribe link of target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+		}
+	}
+	msg, err := cp.templates.RenderWithLink(t.to, t.vars, link)
 	if err != nil {
 		return provider.Request{}, "", fmt.Errorf("rendering target %d of plan %d: %w", ordinal, cp.plan.ID, err)
 	}

@@ -97,6 +97,9 @@ type Config struct {
 	FetchCooldown time.Duration
 	// InsertOnly makes a client that only enqueues (serve with --no-workers).
 	InsertOnly bool
+	// PublicURL is where the messages' unsubscribe links point (the
+	// executor's Config.PublicURL). Default unsubscribe.DefaultPublicURL.
+	PublicURL string
 }
 
 // WithDefaults returns c with its zero values replaced by their defaults.

@@ -29,11 +29,13 @@ var liveJob = unfinishedJob + `
 	AND (j.state <> 'running' OR ` + executor.OwnerAlive(jobOwner, "@owner_timeout") + `)`
 
 // notBlocked is the SQL condition for "target t has no blocking ledger row
-// at its key's current epoch".
+// at its key's current epoch, and was not recorded as suppressed for plan
+// @plan" (a suppressed target is final for its plan: no job for it).
 var notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f
 	WHERE f.key = t.key AND f.state IN ` + ledger.BlockingStates + `
-	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)`
+	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)
+	AND NOT ` + ledger.SuppressedInPlan("@plan", "t.ordinal")
 
 // DefaultEnqueueBatchSize is Enqueuer.BatchSize's default.
 const DefaultEnqueueBatchSize = 10_000

@@ -58,6 +58,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		exec, err := executor.New(executor.Config{
 			Pool: cfg.Pool, Providers: cfg.Providers, Logger: cfg.Logger,
 			OwnerTimeout: cfg.OwnerTimeout, PausedSnooze: cfg.PausedSnooze, Pauser: r, Requeuer: r, QueueOf: QueueFor,
+			PublicURL: cfg.PublicURL,
 		})
 		if err != nil {
 			return nil, err

@@ -27,22 +27,58 @@ type ClaimRequest struct {
 	Queue    string // "" when no queue is checked
 }
 
-// Gate is an SQL condition on a claim request r, whose columns are key,
-// owner, job_id, plan_id, ordinal, campaign_id (uuid, NULL outside a
-// campaign) and queue: a request whose gate is false is not claimed, in
-// the same statement as the others, so that a pause or a cancel committed
-// before the claim is always seen (DESIGN §4: check the campaign, then
-// commit the pending row, as one step). "" claims every request.
-type Gate string
+// Gate is what a claim checks in its own statement, so that a pause, a
+// cancel or a suppression committed before the claim is always seen
+// (DESIGN §4: check, then commit the pending row, as one step). Its SQL
+// reads a claim request r, whose columns are key, owner, job_id, plan_id,
+// ordinal, campaign_id (uuid, NULL outside a campaign) and queue.
+type Gate struct {
+	// Open is the condition for claiming r at all: a request for which
+	// it is false is not claimed (ClaimGateClosed). "" claims every
+	// request.
+	Open string
+	// Suppressed is the SQL expression for the id of the suppression entry
+	// that keeps r's plan target from being mailed now, NULL when none
+	// (package suppression's rule, over the target's address). A plan
+	// request it names whose key is free is not claimed: the same
+	// statement records the target as suppressed for its plan
+	// (target_suppressed, write-once), and a target recorded so is never
+	// claimed for that plan again (ClaimSuppressed). "" checks nothing.
+	Suppressed string
+}
+
+// SuppressedInPlan is the SQL condition that the target the SQL
+// expressions plan and ordinal name was recorded as suppressed for that
+// plan (the claim's record in target_suppressed).
+func SuppressedInPlan(plan, ordinal string) string {
+	return `EXISTS (SELECT 1 FROM target_suppressed ts WHERE ts.plan_id = ` + plan + ` AND ts.ordinal = ` + ordinal + `)`
+}
 
 // claimSQL inserts a pending row for each request whose gate holds, at its
-// key's current epoch, unless a blocking row is there, and returns the
-// rows it inserted. Requests are taken in key order: every batch of every
-// process locks keys in the same order, so two never wait on each other.
+// key's current epoch, unless a blocking row is there or the target is
+// suppressed (then it records that instead), and returns the rows it
+// inserted. Requests are taken in key order: every batch of every process
+// locks keys in the same order, so two never wait on each other.
 func claimSQL(gate Gate) string {
 	cond := "true"
-	if gate != "" {
-		cond = string(gate)
+	if gate.Open != "" {
+		cond = gate.Open
+	}
+	suppressed, record, notSuppressed := "NULL::bigint", "", ""
+	if gate.Suppressed != "" {
+		suppressed = "CASE WHEN r.plan_id = 0 THEN NULL ELSE " + gate.Suppressed + " END"
+		record = `, suppressed AS (
+	INSERT INTO target_suppressed (plan_id, ordinal, key, suppression_id, job_id, owner)
+	SELECT o.plan_id, o.ordinal, o.key, o.suppression_id, nullif(o.job_id, 0), o.owner
+	FROM open o
+	CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur
+	WHERE o.suppression_id IS NOT NULL
+	  AND NOT EXISTS (SELECT 1 FROM effect b WHERE b.key = o.key AND b.epoch = cur.epoch AND b.state IN ` + BlockingStates + `)
+	ORDER BY o.plan_id, o.ordinal
+	ON CONFLICT (plan_id, ordinal) DO NOTHING
+)`
+		notSuppressed = `
+WHERE o.suppression_id IS NULL AND NOT ` + SuppressedInPlan("o.plan_id", "o.ordinal")
 	}
 	return `
 WITH req AS (
@@ -50,14 +86,14 @@ WITH req AS (
 	FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::int[], $6::text[], $7::text[])
 		AS r(key, owner, job_id, plan_id, ordinal, campaign_id, queue)
 ), open AS (
-	SELECT r.* FROM req r WHERE ` + cond + `
-)
+	SELECT r.*, ` + suppressed + ` AS suppression_id FROM req r WHERE ` + cond + `
+)` + record + `
 INSERT INTO effect (key, epoch, attempt, owner, job_id, plan_id, ordinal)
 SELECT o.key, cur.epoch,
        (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
        o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
 FROM open o
-CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur
+CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur` + notSuppressed + `
 ORDER BY o.key
 ON CONFLICT (key, epoch) WHERE state IN ` + BlockingStates + ` DO NOTHING
 RETURNING ` + effectCols
@@ -67,7 +103,8 @@ RETURNING ` + effectCols
 // whose gate holds and whose key is free at its current epoch, and
 // returns the rows it inserted (at most one per key: the ledger's unique
 // index decides between concurrent claims). A request it did not insert
-// was gated out or found its key held: ClaimOne says which.
+// was gated out, found its key held, or its target suppressed: ClaimOne
+// says which.
 func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, gate Gate) ([]Effect, error) {
 	for _, r := range reqs {
 		if err := r.validate(); err != nil {
@@ -102,10 +139,11 @@ func (p ClaimParams) validate() error {
 }
 
 // ClaimOne claims one request through ClaimMany, and says what kept it
-// out when it did not win: the row that holds the key, or the gate
-// (ClaimGateClosed). A blocking row may settle as failed between the
-// insert and the look at it; then the key is free and it tries again.
-// Bounded: each round needs another attempt to fail in between.
+// out when it did not win: the row that holds the key, the target's
+// suppression (ClaimSuppressed), or the gate (ClaimGateClosed). A
+// blocking row may settle as failed between the insert and the look at
+// it; then the key is free and it tries again. Bounded: each round needs
+// another attempt to fail in between.
 func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim, error) {
 	for range 5 {
 		won, err := s.ClaimMany(ctx, []ClaimRequest{r}, gate)
@@ -129,7 +167,7 @@ func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim,
 		case !errors.Is(err, ErrNotFound):
 			return Claim{}, err
 		}
-		if gate != "" {
+		if gate.Open != "" {
 			open, err := s.gateOpen(ctx, r, gate)
 			if err != nil {
 				return Claim{}, err
@@ -138,15 +176,26 @@ func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim,
 				return Claim{Outcome: ClaimGateClosed}, nil
 			}
 		}
+		if gate.Suppressed != "" && r.PlanID != 0 {
+			var id int64
+			err := s.db.QueryRow(ctx, `SELECT suppression_id FROM target_suppressed WHERE plan_id = $1 AND ordinal = $2`,
+				r.PlanID, r.Ordinal).Scan(&id)
+			switch {
+			case err == nil:
+				return Claim{Outcome: ClaimSuppressed, SuppressionID: id}, nil
+			case !errors.Is(err, pgx.ErrNoRows):
+				return Claim{}, translate(err)
+			}
+		}
 	}
 	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", ErrConflict, r.Key)
 }
 
-// gateOpen evaluates gate for r on its own.
+// gateOpen evaluates the gate's Open condition for r on its own.
 func (s *Store) gateOpen(ctx context.Context, r ClaimRequest, gate Gate) (bool, error) {
 	var open bool
 	err := s.db.QueryRow(ctx, `
-		SELECT `+string(gate)+` FROM (SELECT $1::text AS key, $2::text AS owner, $3::bigint AS job_id, $4::bigint AS plan_id,
+		SELECT `+gate.Open+` FROM (SELECT $1::text AS key, $2::text AS owner, $3::bigint AS job_id, $4::bigint AS plan_id,
 		       $5::int AS ordinal, nullif($6::text, '')::uuid AS campaign_id, $7::text AS queue) r`,
 		string(r.Key), r.Owner, r.JobID, r.PlanID, r.Ordinal, r.Campaign, r.Queue).Scan(&open)
 	return open, translate(err)

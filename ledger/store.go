@@ -117,6 +117,11 @@ const (
 	// ClaimGateClosed: the claim's gate kept it out (ClaimOne): its
 	// campaign does not run that plan now, or its queue is paused.
 	ClaimGateClosed
+	// ClaimSuppressed: the target's address is suppressed (it
+	// unsubscribed, bounced hard, complained, or an admin said so): it is
+	// recorded as suppressed for its plan and never claimed for it
+	// (Claim.SuppressionID names the entry).
+	ClaimSuppressed
 )
 
 func (o ClaimOutcome) String() string {
@@ -131,6 +136,8 @@ func (o ClaimOutcome) String() string {
 		return "blocked-stranded"
 	case ClaimGateClosed:
 		return "gate-closed"
+	case ClaimSuppressed:
+		return "suppressed"
 	}
 	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
 }
@@ -150,6 +157,9 @@ type Claim struct {
 	Outcome ClaimOutcome
 	// Effect is the new pending row when won, otherwise the row that blocks.
 	Effect Effect
+	// SuppressionID is the suppression entry that kept the target out
+	// (ClaimSuppressed).
+	SuppressionID int64
 }
 
 // Claim commits a pending row for key at its current epoch, unless a
@@ -157,7 +167,7 @@ type Claim struct {
 // concurrent callers: exactly one wins, the others learn what blocks them.
 // It is ClaimOne without a gate.
 func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claim, error) {
-	return s.ClaimOne(ctx, ClaimRequest{ClaimParams: p}, "")
+	return s.ClaimOne(ctx, ClaimRequest{ClaimParams: p}, Gate{})
 }
 
 // blocking returns the row holding key at its current epoch.

@@ -224,6 +224,13 @@ func TestAppRolePrivileges(t *testing.T) {
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
 		"admin_event": append_, "submission": append_,
+		// The unsubscribe links' secret: made once, on first use.
+		"unsubscribe_secret": append_,
+		// Provider events (bounces, complaints): write-once.
+		"inbound_event": append_,
+		// The suppression list and its removals, and the claim's record of
+		// a suppressed target: write-once.
+		"suppression": append_, "suppression_removal": append_, "target_suppressed": append_,
 		// A list is inserted (some columns only, below) and deleted whole;
 		// its targets are inserted (some columns only) and never deleted.
 		"target_list": "DELETE, SELECT", "target": read,

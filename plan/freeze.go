@@ -13,25 +13,28 @@ import (
 
 // Plan is an approved draft, frozen: its payload and its list never change.
 type Plan struct {
-	ID          int64     `json:"id"`
-	CampaignID  string    `json:"campaign_id"`
-	Version     int       `json:"version"`
-	Provider    string    `json:"provider"`
-	Tool        string    `json:"tool"`
-	Payload     Payload   `json:"payload"`
-	ListID      int64     `json:"-"`
-	TargetCount int       `json:"target_count"`
-	Hash        string    `json:"plan_hash"`
-	ProposedBy  int64     `json:"proposed_by"`
-	CreatedAt   time.Time `json:"created_at"`
+	ID         int64  `json:"id"`
+	CampaignID string `json:"campaign_id"`
+	Version    int    `json:"version"`
+	Provider   string `json:"provider"`
+	Tool       string `json:"tool"`
+	// ListUnsubscribe is the campaign's (PostgreSQL refuses another):
+	// each message carries a one-click unsubscribe link.
+	ListUnsubscribe bool      `json:"list_unsubscribe"`
+	Payload         Payload   `json:"payload"`
+	ListID          int64     `json:"-"`
+	TargetCount     int       `json:"target_count"`
+	Hash            string    `json:"plan_hash"`
+	ProposedBy      int64     `json:"proposed_by"`
+	CreatedAt       time.Time `json:"created_at"`
 }
 
-const planCols = `id, campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
+const planCols = `id, campaign_id, version, provider, tool, list_unsubscribe, from_addr, subject, text_body, html_body,
 	list_id, target_count, plan_hash, proposed_by, created_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
-	err := row.Scan(&p.ID, &p.CampaignID, &p.Version, &p.Provider, &p.Tool, &p.Payload.From, &p.Payload.Subject,
+	err := row.Scan(&p.ID, &p.CampaignID, &p.Version, &p.Provider, &p.Tool, &p.ListUnsubscribe, &p.Payload.From, &p.Payload.Subject,
 		&p.Payload.Text, &p.Payload.HTML, &p.ListID, &p.TargetCount, &p.Hash, &p.ProposedBy, &p.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, ErrNotFound
@@ -55,11 +58,11 @@ func Freeze(ctx context.Context, tx pgx.Tx, c Campaign, d Draft, hash string) (P
 	}
 	p, err := scanPlan(tx.QueryRow(ctx, `
 		INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
-		                  list_id, target_count, plan_hash, proposed_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		                  list_id, target_count, plan_hash, proposed_by, list_unsubscribe)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		RETURNING `+planCols,
 		c.ID, d.Version, c.Provider, c.Tool, d.Payload.From, d.Payload.Subject, d.Payload.Text, d.Payload.HTML,
-		d.ListID, d.TargetCount, hash, d.ProposedBy))
+		d.ListID, d.TargetCount, hash, d.ProposedBy, c.ListUnsubscribe))
 	if err != nil {
 		return p, err
 	}
@@ -274,9 +277,20 @@ func varProblems(ctx context.Context, db DB, listID int64, fields []string, cond
 	return out, total, err
 }
 
+// SampleUnsubscribeURL is the unsubscribe link Preview shows: shaped like
+// a real one, valid for nothing.
+const SampleUnsubscribeURL = "https://onceplan.invalid/u/sample"
+
 // Preview renders the exact message one target of a draft would get: by
-// ordinal (1-based) or by address.
+// ordinal (1-based) or by address, with SampleUnsubscribeURL as its
+// unsubscribe link (PreviewWithLink).
 func Preview(ctx context.Context, db DB, d Draft, address string, ordinal int) (Message, error) {
+	return PreviewWithLink(ctx, db, d, address, ordinal, SampleUnsubscribeURL)
+}
+
+// PreviewWithLink is Preview with the unsubscribe link unsubscribeURL (""
+// for none: a transactional campaign's message).
+func PreviewWithLink(ctx context.Context, db DB, d Draft, address string, ordinal int, unsubscribeURL string) (Message, error) {
 	t, err := d.Payload.Compile()
 	if err != nil {
 		return Message{}, err
@@ -296,5 +310,5 @@ func Preview(ctx context.Context, db DB, d Draft, address string, ordinal int) (
 	if err != nil {
 		return Message{}, err
 	}
-	return t.Render(to, vars)
+	return t.RenderWithLink(to, vars, unsubscribeURL)
 }

@@ -13,7 +13,8 @@ import (
 // The plan hash is what an approver approves: version 1 is
 //
 //	sha256( "onceplan-plan-v1\n"
-//	      + canonical JSON of {from, html, provider, subject, text, tool} + "\n"
+//	      + canonical JSON of {from, html, provider, subject, text, tool}
+//	        (+ "list_unsubscribe": false for a transactional campaign) + "\n"
 //	      + target count + "\n"
 //	      + list digest )
 //
@@ -21,8 +22,11 @@ import (
 //
 //	key + "\t" + canonical JSON of its variables + "\n"
 //
-// Canonical JSON is encoding/json's output for a map (keys sorted, no
-// whitespace). The same payload and the same ordered list always give the
+// The member list_unsubscribe is there only when it is false (the campaign
+// was created transactional: its messages carry no unsubscribe link), so
+// every plan made before it existed, all of which sent without asking,
+// keeps the hash it was approved with. Canonical JSON is encoding/json's
+// output for a map (keys sorted, no whitespace). The same payload and the same ordered list always give the
 // same hash; any change of text, target, order or variable changes it.
 // Changing this layout must change the version string.
 const planHashVersion = "onceplan-plan-v1"
@@ -84,18 +88,25 @@ type PlanHashInput struct {
 	Tool        string
 	TargetCount int
 	ListDigest  string
+	// Transactional: the messages carry no unsubscribe link (the
+	// campaign's list_unsubscribe is false).
+	Transactional bool
 }
 
 // PlanHash computes the plan hash (see planHashVersion for the layout).
 func PlanHash(in PlanHashInput) string {
-	head, err := json.Marshal(map[string]string{
+	members := map[string]any{
 		"from":     in.Payload.From,
 		"subject":  in.Payload.Subject,
 		"text":     in.Payload.Text,
 		"html":     in.Payload.HTML,
 		"provider": in.Provider,
 		"tool":     in.Tool,
-	})
+	}
+	if in.Transactional {
+		members["list_unsubscribe"] = false
+	}
+	head, err := json.Marshal(members)
 	if err != nil {
 		panic(err)
 	}

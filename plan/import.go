@@ -48,6 +48,10 @@ type ImportParams struct {
 	MaxTargets int   // default DefaultMaxTargets
 	MaxBytes   int64 // default DefaultMaxBytes
 	ActorID    int64
+	// Suppressed, when set, says whether a normalised address is on the
+	// suppression list now, and why (suppression.Set's Lookup): such a row
+	// is left out of the list and reported in Suppressed.
+	Suppressed func(address string) (reason string, ok bool)
 	// Fields are the merge variables the draft's templates read
 	// (Templates.Fields): accepted rows where one is present but blank are
 	// listed in the report's Empty.
@@ -60,6 +64,14 @@ type Rejection struct {
 	Reason string `json:"reason"`
 }
 
+// Suppressed is a line left out because its address is on the
+// suppression list (it unsubscribed, bounced hard, complained, or an admin
+// said so), and why.
+type Suppressed struct {
+	Line   int    `json:"line"`
+	Reason string `json:"reason"`
+}
+
 // Duplicate is a line whose target an earlier line already holds.
 type Duplicate struct {
 	Line        int `json:"line"`
@@ -67,7 +79,7 @@ type Duplicate struct {
 }
 
 // ImportReport accounts for every row of the input: Rows = Accepted +
-// Duplicate + Rejected. The lists name the lines (the first 1,000 of each;
+// Duplicate + Rejected + Suppressed. The lists name the lines (the first 1,000 of each;
 // Truncated says when there were more).
 type ImportReport struct {
 	Rows          int         `json:"rows"`
@@ -76,6 +88,10 @@ type ImportReport struct {
 	RejectedCount int         `json:"rejected_count"`
 	Rejected      []Rejection `json:"rejected"`
 	Duplicates    []Duplicate `json:"duplicates"`
+	// Suppressed lists rows left out because their address is suppressed
+	// (the first 1,000; SuppressedCount in all).
+	Suppressed      []Suppressed `json:"suppressed"`
+	SuppressedCount int          `json:"suppressed_count"`
 	// Empty lists accepted rows whose merge variables (ImportParams.Fields)
 	// are present but blank; EmptyCount is how many in all. A warning: the
 	// rows are imported.
@@ -139,6 +155,17 @@ func (s *importSource) Next() bool {
 		if err != nil {
 			s.reject(row.Line, err.Error())
 			continue
+		}
+		if s.p.Suppressed != nil {
+			if reason, ok := s.p.Suppressed(target.Value); ok {
+				s.report.SuppressedCount++
+				if len(s.report.Suppressed) < reportListMax {
+					s.report.Suppressed = append(s.report.Suppressed, Suppressed{Line: row.Line, Reason: reason})
+				} else {
+					s.report.Truncated = true
+				}
+				continue
+			}
 		}
 		var prefix [16]byte
 		hex.Decode(prefix[:], []byte(key[3:35]))
@@ -213,7 +240,7 @@ func (s *importSource) Err() error             { return s.err }
 // The draft's previous list, when no plan froze it, is deleted.
 func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport, error) {
 	start := time.Now()
-	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}, Empty: []EmptyVar{}}
+	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}, Suppressed: []Suppressed{}, Empty: []EmptyVar{}}
 	if p.MaxTargets <= 0 {
 		p.MaxTargets = DefaultMaxTargets
 	}
@@ -303,6 +330,9 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 func noTargetsReason(r *ImportReport) string {
 	if r.Rows == 0 {
 		return "the list has no targets"
+	}
+	if r.SuppressedCount > 0 {
+		return fmt.Sprintf("none of the list's %d rows is a usable target (%d rejected, %d duplicates, %d suppressed)", r.Rows, r.RejectedCount, r.Duplicate, r.SuppressedCount)
 	}
 	return fmt.Sprintf("none of the list's %d rows is a usable target (%d rejected, %d duplicates)", r.Rows, r.RejectedCount, r.Duplicate)
 }

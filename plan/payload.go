@@ -72,6 +72,8 @@ type Templates struct {
 	text    *texttemplate.Template
 	html    *htmltemplate.Template // nil when the payload has no HTML body
 	fields  []string
+	// unsubscribe: a body reads UnsubscribeURLVar, which Render fills in.
+	unsubscribe bool
 	// subjectFields are the fields the subject reads: a line break in one
 	// of them breaks the Subject header.
 	subjectFields []string
@@ -155,14 +157,26 @@ func (p Payload) Compile() (*Templates, error) {
 			return nil, fieldErr(tree.ParseName, "%v", err)
 		}
 	}
+	// The unsubscribe link is the message's, not a target's: no target
+	// needs to carry it (Check does not report it missing).
+	t.unsubscribe = seen[UnsubscribeURLVar]
+	delete(seen, UnsubscribeURLVar)
 	t.fields = sortedKeys(seen)
 	if t.subject.Tree != nil {
 		subject := map[string]bool{}
 		collectFields(t.subject.Tree.Root, subject) // checked above
+		delete(subject, UnsubscribeURLVar)
 		t.subjectFields = sortedKeys(subject)
 	}
 	return t, nil
 }
+
+// UnsubscribeURLVar is the reserved merge variable that places a message's
+// unsubscribe link in its text or HTML body ({{.unsubscribe_url}}): Render
+// fills it with the link it is given, whatever a target carries under that
+// name, and no target needs to carry it. In a transactional campaign's
+// message (no link) it renders empty.
+const UnsubscribeURLVar = "unsubscribe_url"
 
 // templateErr turns Go's "template: subject:3: unexpected ..." into
 // "line 3: unexpected ...": the template's internal name means nothing to
@@ -384,7 +398,7 @@ func checkFormat(c *parse.CommandNode) error {
 }
 
 // Fields returns the merge variables the payload reads, sorted. Every
-// target must carry each of them.
+// target must carry each of them (UnsubscribeURLVar is not among them).
 func (t *Templates) Fields() []string { return slices.Clone(t.fields) }
 
 // SubjectFields returns the merge variables the subject reads, sorted.
@@ -397,11 +411,33 @@ type Message struct {
 	Subject string `json:"subject"`
 	Text    string `json:"text"`
 	HTML    string `json:"html,omitempty"`
+	// ListUnsubscribe is the absolute one-click unsubscribe URL: a
+	// provider that writes the message sends it as
+	// "List-Unsubscribe: <URL>" with "List-Unsubscribe-Post:
+	// List-Unsubscribe=One-Click" (RFC 8058). Empty: a transactional
+	// message, without either header.
+	ListUnsubscribe string `json:"list_unsubscribe,omitempty"`
 }
 
-// Render renders the message for one target.
+// Render renders the message for one target, without an unsubscribe link
+// (RenderWithLink).
 func (t *Templates) Render(to string, vars map[string]string) (Message, error) {
-	m := Message{From: t.from, To: to}
+	return t.RenderWithLink(to, vars, "")
+}
+
+// RenderWithLink renders the message for one target with the unsubscribe
+// link unsubscribeURL ("" for none): it is the message's ListUnsubscribe
+// and what {{.unsubscribe_url}} renders.
+func (t *Templates) RenderWithLink(to string, vars map[string]string, unsubscribeURL string) (Message, error) {
+	m := Message{From: t.from, To: to, ListUnsubscribe: unsubscribeURL}
+	if t.unsubscribe {
+		withLink := make(map[string]string, len(vars)+1)
+		for k, v := range vars {
+			withLink[k] = v
+		}
+		withLink[UnsubscribeURLVar] = unsubscribeURL
+		vars = withLink
+	}
 	var buf limitedBuffer
 	if err := t.subject.Execute(buf.reset(), vars); err != nil {
 		return m, fieldErr("subject", "%s", execErr(err))

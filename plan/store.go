@@ -45,13 +45,17 @@ type Campaign struct {
 	ScheduledAt       *time.Time `json:"scheduled_at,omitempty"`
 	StartOnApproval   bool       `json:"start_on_approval"`
 	RequiredApprovals int        `json:"required_approvals"`
-	State             State      `json:"state"`
-	Version           int        `json:"version"`
-	PlanID            int64      `json:"plan_id,omitempty"`
-	CreatedBy         int64      `json:"created_by"`
-	CreatedByAgent    bool       `json:"created_by_agent"`
-	CreatedAt         time.Time  `json:"created_at"`
-	UpdatedAt         time.Time  `json:"updated_at"`
+	// ListUnsubscribe: its messages carry a one-click unsubscribe link
+	// (List-Unsubscribe, RFC 8058); false for a transactional campaign.
+	// Fixed at create.
+	ListUnsubscribe bool      `json:"list_unsubscribe"`
+	State           State     `json:"state"`
+	Version         int       `json:"version"`
+	PlanID          int64     `json:"plan_id,omitempty"`
+	CreatedBy       int64     `json:"created_by"`
+	CreatedByAgent  bool      `json:"created_by_agent"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
 }
 
 // NewCampaign is what creating a campaign takes.
@@ -62,9 +66,12 @@ type NewCampaign struct {
 	ScheduledAt       *time.Time
 	StartOnApproval   bool
 	RequiredApprovals int // default 1
-	Payload           Payload
-	CreatedBy         int64
-	ViaAgent          bool
+	// Transactional: the messages carry no unsubscribe link (the
+	// campaign's ListUnsubscribe is false).
+	Transactional bool
+	Payload       Payload
+	CreatedBy     int64
+	ViaAgent      bool
 }
 
 // Validate checks a new campaign's fields, naming the first at fault.
@@ -108,13 +115,13 @@ func validProviderName(s string) bool {
 	return true
 }
 
-const campaignCols = `id, name, provider, tool, scheduled_at, start_on_approval, required_approvals,
+const campaignCols = `id, name, provider, tool, scheduled_at, start_on_approval, required_approvals, list_unsubscribe,
 	state, version, coalesce(plan_id, 0), created_by, created_by_agent, created_at, updated_at`
 
 func scanCampaign(row pgx.Row) (Campaign, error) {
 	var c Campaign
 	var state string
-	err := row.Scan(&c.ID, &c.Name, &c.Provider, &c.Tool, &c.ScheduledAt, &c.StartOnApproval, &c.RequiredApprovals,
+	err := row.Scan(&c.ID, &c.Name, &c.Provider, &c.Tool, &c.ScheduledAt, &c.StartOnApproval, &c.RequiredApprovals, &c.ListUnsubscribe,
 		&state, &c.Version, &c.PlanID, &c.CreatedBy, &c.CreatedByAgent, &c.CreatedAt, &c.UpdatedAt)
 	c.State = State(state)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -129,10 +136,12 @@ func CreateCampaign(ctx context.Context, tx pgx.Tx, n NewCampaign) (Campaign, er
 		return Campaign{}, err
 	}
 	c, err := scanCampaign(tx.QueryRow(ctx, `
-		INSERT INTO campaign (name, provider, tool, scheduled_at, start_on_approval, required_approvals, created_by, created_by_agent)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		INSERT INTO campaign (name, provider, tool, scheduled_at, start_on_approval, required_approvals, created_by, created_by_agent,
+		                      list_unsubscribe)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		RETURNING `+campaignCols,
-		n.Name, n.Provider, n.Tool, n.ScheduledAt, n.StartOnApproval, n.RequiredApprovals, n.CreatedBy, n.ViaAgent))
+		n.Name, n.Provider, n.Tool, n.ScheduledAt, n.StartOnApproval, n.RequiredApprovals, n.CreatedBy, n.ViaAgent,
+		!n.Transactional))
 	if err != nil {
 		return c, err
 	}
@@ -175,6 +184,13 @@ func ListCampaigns(ctx context.Context, db DB, limit int) ([]Campaign, error) {
 // statement that claims.
 func RunsPlanSQL(campaignExpr, planExpr string) string {
 	return "EXISTS (SELECT 1 FROM campaign c WHERE c.id = " + campaignExpr + " AND c.state = 'running' AND c.plan_id = " + planExpr + ")"
+}
+
+// TargetAddressSQL is the SQL expression for the address of the target
+// ordinal ordinalExpr of plan planExpr (its normalised address, as the
+// import wrote it).
+func TargetAddressSQL(planExpr, ordinalExpr string) string {
+	return "(SELECT tt.target FROM plan tp JOIN target tt ON tt.list_id = tp.list_id AND tt.ordinal = " + ordinalExpr + " WHERE tp.id = " + planExpr + ")"
 }
 
 // SetState moves a campaign to another state (the caller checked the rule;
@@ -224,7 +240,8 @@ func (d Draft) Hash(c Campaign) string {
 	if digest == "" {
 		digest = NewListDigest().Sum()
 	}
-	return PlanHash(PlanHashInput{Payload: d.Payload, Provider: c.Provider, Tool: c.Tool, TargetCount: d.TargetCount, ListDigest: digest})
+	return PlanHash(PlanHashInput{Payload: d.Payload, Provider: c.Provider, Tool: c.Tool, TargetCount: d.TargetCount, ListDigest: digest,
+		Transactional: !c.ListUnsubscribe})
 }
 
 // UpdatePayload replaces a draft's payload, once it validates (see

@@ -16,7 +16,8 @@ import (
 const effectHeader gomail.Header = "X-Onceplan-Effect"
 
 // newMsg builds the RFC 5322 message of r: From, To, Subject, a Date, the
-// deterministic Message-ID, and a text/plain body, a text/html one, or both
+// deterministic Message-ID, the one-click unsubscribe headers when the
+// message has a link, and a text/plain body, a text/html one, or both
 // as multipart/alternative.
 func newMsg(r Request, now time.Time) (*gomail.Msg, error) {
 	m := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
@@ -38,6 +39,17 @@ func newMsg(r Request, now time.Time) (*gomail.Msg, error) {
 	m.SetDateWithValue(now)
 	m.SetUserAgent("onceplan")
 	m.SetGenHeader(effectHeader, EffectID(r.Key, r.Epoch))
+	if link := r.Message.ListUnsubscribe; link != "" {
+		// RFC 8058 one-click: the link (absolute, made by package
+		// unsubscribe) takes a POST with "List-Unsubscribe=One-Click".
+		// Written as is: a header break or an angle bracket in it would
+		// end the header or the URI early.
+		if strings.ContainsAny(link, "\r\n<> ") {
+			return nil, errors.New("the unsubscribe link contains a line break, a space or an angle bracket")
+		}
+		m.SetListUnsubscribe(link)
+		m.SetListUnsubscribePost()
+	}
 	switch {
 	case r.Message.HTML == "":
 		m.SetBodyString(gomail.TypeTextPlain, r.Message.Text)

@@ -27,7 +27,7 @@ func (s *Server) planOf(ctx context.Context, camp plan.Campaign) (plan.Plan, err
 func campaignView(c plan.Campaign) view.Campaign {
 	return view.Campaign{
 		ID: c.ID, Name: c.Name, State: string(c.State), Provider: c.Provider, Version: c.Version,
-		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0,
+		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0, ListUnsubscribe: c.ListUnsubscribe,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -86,6 +87,9 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 	default:
 		return p, err
 	}
+	if p.TestSend, err = s.testSendForm(ctx, mustActor(c), camp, d.TargetCount, "approval"); err != nil {
+		return p, err
+	}
 	for i := 1; i <= min(sampleCount, d.TargetCount); i++ {
 		p.Samples = append(p.Samples, s.previewOf(c, camp, d, "", i))
 	}
@@ -97,6 +101,12 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 	if len(p.Targets) > approvalPageSize {
 		p.Targets = p.Targets[:approvalPageSize]
 		p.Next = p.Targets[approvalPageSize-1].Ordinal
+	}
+	if p.LeftOut, err = s.cfg.Approval.LeftOutAtImport(ctx, camp); err != nil {
+		return p, err
+	}
+	if p.SuppressedNow, err = suppression.InList(ctx, s.cfg.Pool, d.ListID); err != nil {
+		return p, err
 	}
 	prev, ok, err := previousPlan(ctx, s.cfg.Pool, camp.ID, camp.Version)
 	if err != nil {

@@ -24,7 +24,7 @@ func (s *Server) metric(ctx context.Context, pl plan.Plan) (view.Metric, string,
 	}
 	return view.Metric{
 		Approved: m.Approved, ExactlyOnce: m.ExactlyOnce, Missing: m.Missing, InDoubt: m.InDoubt,
-		Failed: m.Failed, Stranded: m.Stranded, Revoked: m.Revoked, Duplicates: m.Duplicates, Outside: m.Outside,
+		Failed: m.Failed, Stranded: m.Stranded, Revoked: m.Revoked, Duplicates: m.Duplicates, Outside: m.Outside, Suppressed: m.Suppressed,
 		PlanIntact: m.PlanIntact, Holds: m.Holds, Reasons: m.Reasons,
 		Rows: m.Integrity.Rows, PlanHash: m.Integrity.PlanHash, ApprovedHash: m.Integrity.ApprovedHash,
 	}, "From the ledger and the frozen plan, read again in one snapshot; duplicates are measured against the provider's own evidence by `onceplan audit --maildir/--provider-log/--probe`.", nil

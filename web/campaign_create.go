@@ -23,6 +23,7 @@ func (s *Server) newCampaignPage(c echo.Context, f newCampaignForm, errs map[str
 	p := view.NewCampaignPage{
 		Page: s.page(c, "New campaign", "campaigns"), Name: f.Name, Provider: f.Provider,
 		Providers: s.providerNames(), RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.view(), FieldErrors: errs,
+		Transactional: f.Transactional,
 	}
 	if p.RequiredApprovals < 1 {
 		p.RequiredApprovals = 1
@@ -70,6 +71,7 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 	}
 	params := approval.CreateParams{
 		Name: f.Name, Provider: f.Provider, RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.payload(),
+		Transactional: f.Transactional,
 	}
 	file, ok, err := uploadedFile(c, "targets")
 	if err != nil {

@@ -37,6 +37,10 @@ func importView(r *plan.ImportReport) *view.ImportReport {
 	for _, x := range r.Duplicates {
 		v.Duplicates = append(v.Duplicates, view.Duplicate{Line: x.Line, DuplicateOf: x.DuplicateOf})
 	}
+	v.SuppressedCount = r.SuppressedCount
+	for _, x := range r.Suppressed {
+		v.Suppressed = append(v.Suppressed, view.Rejection{Line: x.Line, Reason: strings.ReplaceAll(x.Reason, "_", " ")})
+	}
 	return v
 }
 
@@ -44,7 +48,7 @@ func importView(r *plan.ImportReport) *view.ImportReport {
 // as text, the HTML body behind a URL for the sandboxed frame.
 func (s *Server) previewOf(c echo.Context, camp plan.Campaign, d plan.Draft, address string, ordinal int) view.Preview {
 	pv := view.Preview{Ordinal: ordinal}
-	m, err := plan.Preview(c.Request().Context(), s.cfg.Pool, d, address, ordinal)
+	m, err := plan.PreviewWithLink(c.Request().Context(), s.cfg.Pool, d, address, ordinal, s.sampleUnsubscribeURL(camp))
 	if err != nil {
 		_, _, msg := classify(err)
 		pv.Error = msg
@@ -113,6 +117,9 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 		}
 		pv := s.previewOf(c, camp, d, address, ordinal)
 		p.Preview = &pv
+	}
+	if p.TestSend, err = s.testSendForm(ctx, a, camp, d.TargetCount, "draft"); err != nil {
+		return err
 	}
 	return s.render(c, status, view.Draft(p))
 }
@@ -350,7 +357,7 @@ func (s *Server) handlePreviewHTML(c echo.Context) error {
 	if address == "" && ordinal < 1 {
 		ordinal = 1
 	}
-	m, err := plan.Preview(ctx, s.cfg.Pool, d, address, ordinal)
+	m, err := plan.PreviewWithLink(ctx, s.cfg.Pool, d, address, ordinal, s.sampleUnsubscribeURL(camp))
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/inbound"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -83,6 +84,14 @@ func (s *Server) handleTarget(c echo.Context) error {
 	}
 	if p.Bumps, err = bumps(ctx, s.cfg.Pool, t.Key); err != nil {
 		return err
+	}
+	events, err := inbound.EventsOf(ctx, s.cfg.Pool, t.Key)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		p.Events = append(p.Events, view.ProviderEvent{Kind: string(e.Kind), Type: string(e.Type), Epoch: e.Epoch,
+			Detail: e.Detail, MessageID: e.MessageID, At: e.At, Received: e.CreatedAt})
 	}
 	return s.render(c, http.StatusOK, view.Target(p))
 }

@@ -52,6 +52,9 @@ type newCampaignForm struct {
 	Provider          string
 	RequiredApprovals int
 	Payload           payloadForm
+	// Transactional: no unsubscribe link in the messages (the box
+	// "transactional" ticked).
+	Transactional bool
 }
 
 func readNewCampaignForm(c echo.Context) newCampaignForm {
@@ -64,13 +67,14 @@ func readNewCampaignForm(c echo.Context) newCampaignForm {
 		Provider:          strings.TrimSpace(c.FormValue("provider")),
 		RequiredApprovals: n,
 		Payload:           readPayloadForm(c),
+		Transactional:     c.FormValue("transactional") != "",
 	}
 }
 
 // hash identifies what the form asks for (with the size of the uploaded
 // list, -1 without one): the request hash beside its idempotency key.
 func (f newCampaignForm) hash(listSize int64) string {
-	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize})
+	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

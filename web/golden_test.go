@@ -31,7 +31,7 @@ func TestApprovalPageGolden(t *testing.T) {
 			User:   &view.User{Email: "approver@example.com", Roles: []string{"approver"}, CanApprove: true},
 		},
 		Campaign: view.Campaign{ID: "00000000-0000-4000-8000-000000000001", Name: "Invoice <reminder>", State: "pending_approval",
-			Provider: "outbox", Version: 2, RequiredApprovals: 2},
+			Provider: "outbox", Version: 2, RequiredApprovals: 2, ListUnsubscribe: true},
 		PlanHash: hash, TargetCount: 2, Required: 2, Approvals: 1,
 		Approvers:  []string{"first@example.com"},
 		ProposedBy: "proposer@example.com",

@@ -200,6 +200,12 @@ const (
 	approver access = access(approval.RoleApprover)
 	operator access = access(approval.RoleOperator)
 	admin    access = access(approval.RoleAdmin)
+	// testSender: whoever the permission table lets test-send (the
+	// proposer, approvers, operators: more than one role).
+	testSender access = "action:" + access(approval.ActionTestSend)
+	// link: anyone holding the link's token, which the handler checks
+	// itself (unsubscribe links): no session and no CSRF token needed.
+	link access = "link"
 )
 
 func actorOf(c echo.Context) (approval.Actor, bool) {
@@ -210,10 +216,12 @@ func actorOf(c echo.Context) (approval.Actor, bool) {
 // allowed reports whether a (signed in or not) may use a route needing need.
 func allowed(a approval.Actor, signed bool, need access) bool {
 	switch need {
-	case public:
+	case public, link:
 		return true
 	case signedIn:
 		return signed
+	case testSender:
+		return signed && approval.Authorize(a, approval.ActionTestSend) == nil
 	default:
 		return signed && a.Has(approval.Role(need))
 	}
@@ -234,6 +242,9 @@ func (s *Server) require(need access, h echo.HandlerFunc) echo.HandlerFunc {
 				return c.Redirect(http.StatusSeeOther, "/login?next="+url.QueryEscape(req.URL.RequestURI()))
 			}
 			return echo.NewHTTPError(http.StatusUnauthorized, "sign in first")
+		}
+		if need == testSender {
+			return echo.NewHTTPError(http.StatusForbidden, whyNot(approval.Authorize(a, approval.ActionTestSend)))
 		}
 		return echo.NewHTTPError(http.StatusForbidden, "this needs the "+string(need)+" role, which "+a.Email+" does not have")
 	}

@@ -52,6 +52,10 @@ var flashes = map[string]string{
 	"user-disabled":     "User disabled.",
 	"user-enabled":      "User enabled.",
 	"token-revoked":     "Token revoked.",
+	"test-sent":         "Test message sent to the reviewers chosen; no target was mailed and the campaign's counts are unchanged.",
+	"suppressed":        "Address suppressed: no campaign will mail it.",
+	"suppressed-before": "The address was already suppressed; its entry is unchanged.",
+	"unsuppressed":      "Address taken off the suppression list; the removal is recorded.",
 }
 
 // page fills the layout data every page needs.

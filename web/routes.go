@@ -31,6 +31,9 @@ func routeTable() []route {
 		{http.MethodGet, "/login", public, "", h((*Server).handleLoginForm)},
 		{http.MethodPost, "/login", public, "", h((*Server).handleLogin)},
 		{http.MethodPost, "/logout", signedIn, "", h((*Server).handleLogout)},
+		// Unsubscribe links: the token is the authentication (unsubscribe.go).
+		{http.MethodGet, "/u/:token", link, "", h((*Server).handleUnsubscribeForm)},
+		{http.MethodPost, "/u/:token", link, unsubscribeBodyLimit, h((*Server).handleUnsubscribe)},
 		{http.MethodGet, "/", signedIn, "", h((*Server).handleHome)},
 
 		{http.MethodGet, "/campaigns", signedIn, "", h((*Server).handleCampaignList)},
@@ -43,6 +46,7 @@ func routeTable() []route {
 		{http.MethodPost, "/campaigns/:id/import", proposer, uploadLimit, h((*Server).handleImport)},
 		{http.MethodGet, "/campaigns/:id/preview.html", signedIn, "", h((*Server).handlePreviewHTML)},
 		{http.MethodPost, "/campaigns/:id/submit", proposer, "", h((*Server).handleSubmit)},
+		{http.MethodPost, "/campaigns/:id/test", testSender, "", h((*Server).handleTestSend)},
 
 		{http.MethodGet, "/campaigns/:id/approval", signedIn, "", h((*Server).handleApproval)},
 		{http.MethodPost, "/campaigns/:id/approve", approver, "", h((*Server).handleApprove)},
@@ -64,6 +68,10 @@ func routeTable() []route {
 		{http.MethodGet, "/campaigns/:id/audit", signedIn, "", h((*Server).handleAudit)},
 		{http.MethodGet, "/campaigns/:id/audit.csv", signedIn, "", h((*Server).handleAuditCSV)},
 		{http.MethodGet, "/campaigns/:id/audit.json", signedIn, "", h((*Server).handleAuditJSON)},
+
+		{http.MethodGet, "/suppressions", signedIn, "", h((*Server).handleSuppressions)},
+		{http.MethodPost, "/suppressions", operator, "", h((*Server).handleSuppressionAdd)},
+		{http.MethodPost, "/suppressions/remove", admin, "", h((*Server).handleSuppressionRemove)},
 
 		{http.MethodGet, "/admin", admin, "", h((*Server).handleAdmin)},
 		{http.MethodPost, "/admin/users", admin, "", h((*Server).handleUserCreate)},
@@ -94,7 +102,12 @@ func (s *Server) routes() {
 			if limit == "" {
 				limit = "1M"
 			}
-			h = middleware.BodyLimit(limit)(s.csrf(s.onceForm(h)))
+			if r.need == link {
+				// No session, no CSRF: mail providers post without cookies.
+				h = middleware.BodyLimit(limit)(h)
+			} else {
+				h = middleware.BodyLimit(limit)(s.csrf(s.onceForm(h)))
+			}
 		}
 		e.Add(r.method, r.path, s.require(r.need, h))
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/testsend"
 )
 
 // Config is what the server needs. Pool is required; without Approval
@@ -46,6 +47,14 @@ type Config struct {
 	// Counts caches counts per list; share one with the API so that both
 	// see an action's effect at once. Nil: a cache of its own.
 	Counts *approval.CountsCache
+	// PublicURL is the base of the unsubscribe links (package
+	// unsubscribe): the preview shows a sample link under it. Default
+	// unsubscribe.DefaultPublicURL.
+	PublicURL string
+	// TestSend sends the draft and approval pages' test messages; share
+	// the API's, so that one user's rate limit covers both. Nil: one of
+	// its own on Providers (no allow-list).
+	TestSend *testsend.Sender
 	// Mount adds routes of other packages (the JSON API) to the server.
 	// They get the request id and security headers, and a session only
 	// when a cookie is sent; their own authentication is theirs.
@@ -70,6 +79,8 @@ type Server struct {
 	// draining is set when shutdown begins: /readyz says so, so a load
 	// balancer stops sending before the listener closes.
 	draining atomic.Bool
+	// unsub serves the unsubscribe links (unsubscribe.go).
+	unsub *unsubscribeRoutes
 }
 
 // NewServer builds the server and its routes.
@@ -83,6 +94,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Counts == nil {
 		cfg.Counts = approval.NewCountsCache()
 	}
+	if cfg.TestSend == nil && cfg.Pool != nil {
+		cfg.TestSend, _ = testsend.New(testsend.Config{DB: cfg.Pool, Providers: cfg.Providers}) // no allow-list: no error
+	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -90,7 +104,8 @@ func NewServer(cfg Config) *Server {
 	// X-Forwarded-For that anyone can send.
 	e.IPExtractor = echo.ExtractIPDirect()
 	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: cfg.Counts,
-		forms: newFormTokens(), shown: newRecent[shownResult](shownTTL, shownMax)}
+		forms: newFormTokens(), shown: newRecent[shownResult](shownTTL, shownMax),
+		unsub: newUnsubscribeRoutes(cfg.Pool, cfg.PublicURL)}
 	e.HTTPErrorHandler = s.handleError
 	if cfg.River != nil && cfg.Approval != nil {
 		if err := s.mountRiverUI(); err != nil {
@@ -106,19 +121,34 @@ func (s *Server) Handler() http.Handler { return s.echo }
 
 // Listen binds addr, saying in one sentence what to do when it cannot.
 func (s *Server) Listen(addr string) error {
+	ln, err := Listen(addr)
+	if err != nil {
+		return err
+	}
+	s.ln = ln
+	return nil
+}
+
+// UseListener makes the server serve on ln, bound beforehand (Listen):
+// serve binds first, so that the workers' unsubscribe links know the
+// port actually bound.
+func (s *Server) UseListener(ln net.Listener) { s.ln = ln }
+
+// Listen binds addr for a Server, saying in one sentence what to do when
+// it cannot.
+func Listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.EADDRINUSE):
-			return fmt.Errorf("cannot listen on %s: the address is already in use (is another onceplan serve running?); choose another with --listen", addr)
+			return nil, fmt.Errorf("cannot listen on %s: the address is already in use (is another onceplan serve running?); choose another with --listen", addr)
 		case errors.Is(err, syscall.EACCES):
-			return fmt.Errorf("cannot listen on %s: permission denied (ports below 1024 need privileges); choose another with --listen", addr)
+			return nil, fmt.Errorf("cannot listen on %s: permission denied (ports below 1024 need privileges); choose another with --listen", addr)
 		default:
-			return fmt.Errorf("cannot listen on %s: %w", addr, err)
+			return nil, fmt.Errorf("cannot listen on %s: %w", addr, err)
 		}
 	}
-	s.ln = ln
-	return nil
+	return ln, nil
 }
 
 // Addr is the address actually bound (useful with port 0).

@@ -198,7 +198,7 @@ func seedLedger(ctx context.Context, tx pgx.Tx, store *ledger.Store, planID, lis
 		for j, i := range ordinals {
 			reqs[j] = ledger.ClaimRequest{ClaimParams: ledger.ClaimParams{Key: keys[i], Owner: "audittest", PlanID: planID, Ordinal: i}}
 		}
-		won, err := store.ClaimMany(ctx, reqs, "")
+		won, err := store.ClaimMany(ctx, reqs, ledger.Gate{})
 		if err != nil {
 			return err
 		}

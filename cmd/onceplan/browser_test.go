@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/mail"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,6 +136,16 @@ func (b *browser) text(testid string) string {
 	s, err := chromedp.Run(ctx, chromedp.Text(css(testid)))
 	require.NoError(b.t, err, testid)
 	return strings.TrimSpace(s)
+}
+
+// attr is the attribute name of the element data-testid names.
+func (b *browser) attr(testid, name string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('[data-testid="`+testid+`"]').getAttribute("`+name+`")`))
+	require.NoError(b.t, err, testid)
+	return v
 }
 
 func (b *browser) location() string {
@@ -264,6 +275,18 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	// River's own UI is mounted for admins and runs under its CSP.
 	b.do(chromedp.Navigate(base + "/riverui/"))
 	b.waitJS(`document.body.innerText.includes('Queues') && document.body.innerText.includes('Jobs')`, 30*time.Second, "River UI")
+	// Someone asked, by email, never to be mailed again: the admin puts
+	// the address on the suppression list.
+	b.do(
+		chromedp.Navigate(base+"/suppressions"),
+		chromedp.WaitVisible(css("suppression-add-form")),
+		chromedp.SendKeys(css("suppression-address"), "Gone@Example.com"),
+		chromedp.SetValue(css("suppression-reason"), "unsubscribed"),
+		chromedp.Click(css("suppression-add")),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="suppression"][data-address="gone@example.com"]`)),
+	)
+	require.Equal(t, "1", b.text("suppression-active-count"))
+	b.shot("suppressions")
 	b.do(chromedp.Navigate(base+"/campaigns"), chromedp.WaitVisible(css("sign-out")))
 	b.signOut()
 
@@ -274,7 +297,7 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	for i := 1; i <= browserTargets; i++ {
 		fmt.Fprintf(&csv, "customer%03d@example.com,Customer %d\n", i, i)
 	}
-	csv.WriteString("CUSTOMER001@example.com,Duplicate\nnot an address,Broken\n")
+	csv.WriteString("CUSTOMER001@example.com,Duplicate\nnot an address,Broken\ngone@example.com,Gone\n")
 	csvPath := filepath.Join(t.TempDir(), "customers.csv")
 	require.NoError(t, os.WriteFile(csvPath, []byte(csv.String()), 0o644))
 	b.signIn(base, "proposer@example.com", proposerPW)
@@ -309,6 +332,7 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	require.Equal(t, fmt.Sprint(browserTargets), b.text("import-accepted"))
 	require.Equal(t, "1", b.text("import-duplicate"))
 	require.Equal(t, "1", b.text("import-rejected"))
+	require.Equal(t, "1", b.text("import-suppressed"), "the suppressed address is left out of the list")
 	require.Equal(t, "Your invoice, Customer 1", b.text("preview-subject"))
 	b.shot("draft")
 	b.do(chromedp.Click(css("submit-for-approval")), chromedp.WaitVisible(css("approval")))
@@ -318,6 +342,8 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 	b.signIn(base, "approver@example.com", approverPW)
 	b.do(chromedp.Navigate(base+campaignPath+"/approval"), chromedp.WaitVisible(css("approve")))
 	require.Equal(t, "0 of 1 approval", b.text("quorum"))
+	require.Contains(t, b.text("suppressed-count"), "1 left out of the list at import", "the approver sees who will not be mailed")
+	require.Equal(t, "true", b.attr("list-unsubscribe", "data-list-unsubscribe"))
 	shown := b.text("plan-hash")
 	require.Len(t, shown, 64)
 	b.shot("approval")
@@ -415,6 +441,32 @@ func TestBrowserApproveRunKillResume(t *testing.T) {
 		seen[to] = true
 	}
 	require.Len(t, seen, browserTargets)
+
+	// A recipient unsubscribes with the message's one-click link. Opening
+	// it shows a confirmation and changes nothing (mail scanners fetch
+	// links); the button unsubscribes. The link names the server that sent
+	// the message, maybe the one killed above: the token is what counts,
+	// so it is opened on the running one.
+	raw, err := os.Open(filepath.Join(dir, "outbox", "new", files[0]))
+	require.NoError(t, err)
+	msg, err := mail.ReadMessage(raw)
+	require.NoError(t, err)
+	raw.Close()
+	require.Equal(t, "List-Unsubscribe=One-Click", msg.Header.Get("List-Unsubscribe-Post"))
+	link := strings.Trim(msg.Header.Get("List-Unsubscribe"), "<>")
+	require.Contains(t, link, "/u/")
+	recipient := strings.ToLower(strings.Trim(strings.TrimSpace(msg.Header.Get("To")), "<>"))
+	b.do(chromedp.Navigate(base+"/u/"+strings.SplitN(link, "/u/", 2)[1]), chromedp.WaitVisible(css("unsubscribe-confirm")))
+	b.shot("unsubscribe")
+	b.do(chromedp.Navigate(base+"/suppressions?address="+recipient), chromedp.WaitVisible(css("suppression-search")))
+	listed, err := chromedp.Run(b.ctx, chromedp.Evaluate[int64](`document.querySelectorAll('[data-testid="suppression"]').length`))
+	require.NoError(t, err)
+	require.Zero(t, listed, "opening the link unsubscribed nobody")
+	b.do(chromedp.Navigate(base+"/u/"+strings.SplitN(link, "/u/", 2)[1]), chromedp.WaitVisible(css("unsubscribe-confirm")),
+		chromedp.Click(css("unsubscribe-confirm")), chromedp.WaitVisible(css("unsubscribe-done")))
+	b.do(chromedp.Navigate(base+"/suppressions?address="+recipient),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="suppression"][data-address="`+recipient+`"]`)))
+	require.Len(t, outboxFiles(t, dir), browserTargets, "unsubscribing sends nothing")
 
 	require.NoError(t, s2.cmd.Process.Signal(syscall.SIGINT))
 	require.NoError(t, s2.cmd.Wait(), s2.output())

@@ -67,6 +67,10 @@ type WorkerOptions struct {
 	RescueAfter         time.Duration
 	WorkersPerQueue     int
 	InsertOnly          bool
+	// PublicURL is where the messages' unsubscribe links point
+	// (--public-url, checked by unsubscribe.ParsePublicURL). Default
+	// unsubscribe.DefaultPublicURL.
+	PublicURL string
 }
 
 // Config is the jobs.Config the options ask for, without a process's pool,
@@ -76,7 +80,7 @@ func (o WorkerOptions) Config() jobs.Config {
 	c := jobs.Config{
 		OwnerTimeout: o.OwnerTimeout, MaintenanceInterval: o.MaintenanceInterval,
 		JobTimeout: o.JobTimeout, RescueAfter: o.RescueAfter, WorkersPerQueue: o.WorkersPerQueue,
-		InsertOnly: o.InsertOnly,
+		InsertOnly: o.InsertOnly, PublicURL: o.PublicURL,
 	}.WithDefaults()
 	// A zero given is a value for Validate to refuse, not a request for
 	// the default.

@@ -247,6 +247,7 @@ func printAudit(w io.Writer, out auditOutput) error {
 	}{
 		{"approved", m.Approved, ""},
 		{"exactly once", m.ExactlyOnce, ""},
+		{"suppressed", m.Suppressed, "not sent: the address was suppressed before its turn"},
 		{"missing", m.Missing, missingNote(m)},
 		{"in doubt", m.InDoubt, fmt.Sprintf("%d pending, %d unknown", m.Pending, m.Unknown)},
 		{"failed", m.Failed, ""},

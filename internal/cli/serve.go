@@ -14,10 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/inbound"
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/metrics"
+	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/unsubscribe"
 	"github.com/onceplan/onceplan/web"
 	"github.com/onceplan/onceplan/web/api"
+	"github.com/onceplan/onceplan/web/webhook"
 )
 
 func runServe(ctx context.Context, env Env, args []string) error {
@@ -27,15 +31,44 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address for the web UI and the JSON API")
 	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto)")
 	demo := fs.Bool("demo", false, fmt.Sprintf("on a database without campaigns, create a demo campaign (%d targets on the first provider) waiting for approval", app.DemoTargets))
+	testRecipients := fs.String("test-recipients", "", fmt.Sprintf("comma-separated addresses that may receive test sends besides the users' own (at most %d per test send, %v a minute per user)",
+		testsend.MaxRecipientsDefault, float64(testsend.RateDefault)*60))
+	var webhookFlags listFlag
+	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=[TOPIC-ARN;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
 	var wf workerFlags
 	wf.register(fs)
+	wf.registerPublicURL(fs, "http://<the --listen address>")
 	if err := parse(fs, env, args); err != nil {
 		return err
+	}
+	allowList, err := testsend.ParseAllowList(strings.Split(*testRecipients, ","))
+	if err != nil {
+		return fmt.Errorf("--test-recipients: %w", err)
 	}
 	if err := wf.check(); err != nil {
 		return err
 	}
+	webhooks, err := inbound.ParseEndpoints(webhookFlags, env.Getenv("ONCEPLAN_WEBHOOKS"))
+	if err != nil {
+		return err
+	}
 	logger := newLogger(env.Stderr)
+
+	// Bound first, before the workers render a message: the default
+	// public URL is the address actually bound (--listen may say port 0).
+	ln, err := web.Listen(*listen)
+	if err != nil {
+		return err
+	}
+	served := false
+	defer func() {
+		if !served {
+			ln.Close()
+		}
+	}()
+	if wf.opts.PublicURL == "" {
+		wf.opts.PublicURL = unsubscribe.PublicURLFromListen(ln.Addr().String())
+	}
 
 	d, err := app.OpenDB(ctx, app.DBOptions{
 		URL:      db.databaseURL,
@@ -70,11 +103,22 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	defer stopWorkers(ws, logger)
 
 	counts := approval.NewCountsCache() // shared by the UI and the API
+	// One sender for the UI and the API: one rate limit per user.
+	sender, err := testsend.New(testsend.Config{DB: d.Pool, Providers: ws.Providers, AllowList: allowList})
+	if err != nil {
+		return err
+	}
 	srv := web.NewServer(web.Config{
 		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
-		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts,
+		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts, PublicURL: wf.opts.PublicURL, TestSend: sender,
 		Mount: func(e *echo.Echo) {
-			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts})
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender})
+			// Bounces and complaints: no session, no CSRF; each kind authenticates
+			// its provider (package inbound). Only the kinds named, never secrets.
+			webhook.Register(e, webhook.Config{Pool: d.Pool, Endpoints: webhooks, Logger: logger})
+			if len(webhooks) > 0 {
+				logger.Info("webhooks configured", "kinds", webhooks.Names())
+			}
 			// Prometheus metrics, unauthenticated like /healthz: serve listens
 			// on loopback by default; expose it only to your scraper.
 			reg := metrics.Registry(d.Pool, logger)
@@ -82,12 +126,10 @@ func runServe(ctx context.Context, env Env, args []string) error {
 			e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)})))
 		},
 	})
-	if err := srv.Listen(*listen); err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
+	srv.UseListener(ln)
+	served = true // the server closes it now
 	url := "http://" + srv.Addr()
-	logger.Info("onceplan is serving", "url", url)
+	logger.Info("onceplan is serving", "url", url, "public_url", wf.opts.PublicURL)
 
 	if boot.Created {
 		fmt.Fprintf(env.Stderr, "\nFirst start: created the admin account.\n  sign in at: %s/login\n  email:      %s\n", url, boot.Email)

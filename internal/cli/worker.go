@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"time"
 
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // runWorker runs workers only: more machines (or processes) performing
@@ -16,6 +18,7 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 	db.register(fs, env)
 	var wf workerFlags
 	wf.register(fs)
+	wf.registerPublicURL(fs, unsubscribe.DefaultPublicURL+", serve's default address: set it wherever serve listens elsewhere")
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
@@ -36,7 +39,7 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("onceplan worker is running", "owner", ws.Runner.Executor().Owner())
+	logger.Info("onceplan worker is running", "owner", ws.Runner.Executor().Owner(), "public_url", cmp.Or(wf.opts.PublicURL, unsubscribe.DefaultPublicURL))
 	<-ctx.Done()
 	logger.Info("shutting down")
 	stopWorkers(ws, logger)

@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // listFlag collects a repeatable flag.
@@ -24,6 +25,8 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type workerFlags struct {
 	providers listFlag
 	opts      app.WorkerOptions
+	// publicURL is --public-url as given ("" when not).
+	publicURL string
 }
 
 func (w *workerFlags) register(fs *flag.FlagSet) {
@@ -34,6 +37,12 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	// No fixed default: left unset, it follows --job-timeout (jobs.Config).
 	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 0, fmt.Sprintf("River rescues a job still running after this long; must exceed --job-timeout (default: --job-timeout + %s)", jobs.DefaultRescueMargin))
 	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", jobs.DefaultWorkersPerQueue, fmt.Sprintf("effects one process works on at once per provider (1-%d); a provider's concurrency still bounds its calls", jobs.MaxWorkersPerQueue))
+}
+
+// registerPublicURL adds --public-url; def says what its default is for
+// this command.
+func (w *workerFlags) registerPublicURL(fs *flag.FlagSet, def string) {
+	fs.StringVar(&w.publicURL, "public-url", "", "the absolute http(s) URL people reach onceplan serve at: the base of the one-click unsubscribe link in every message (default "+def+")")
 }
 
 // workerFlagOf names the flag that sets each jobs.Config field, so that a
@@ -64,6 +73,13 @@ const workerPoolConns = 40
 // check refuses flag values that cannot work, before anything starts:
 // the options' one validation (jobs.Config's), in the flags' names.
 func (w *workerFlags) check() error {
+	if w.publicURL != "" {
+		u, err := unsubscribe.ParsePublicURL(w.publicURL)
+		if err != nil {
+			return err
+		}
+		w.opts.PublicURL = u
+	}
 	err := w.opts.Validate()
 	var ce *jobs.ConfigError
 	if errors.As(err, &ce) {

@@ -42,6 +42,7 @@ type ProposeInput struct {
 	RequiredApprovals int      `json:"required_approvals,omitempty" jsonschema:"how many distinct people must approve (default 1)"`
 	Targets           []Target `json:"targets,omitempty" jsonschema:"the recipients; more can be added with add_targets"`
 	IdempotencyKey    string   `json:"idempotency_key,omitempty" jsonschema:"reuse the same key when retrying after a timeout, so the campaign is created once"`
+	Transactional     bool     `json:"transactional,omitempty" jsonschema:"true for transactional mail (receipts, password resets): the messages carry no one-click unsubscribe link; the approver sees it. Default false: each message has one, and {{.unsubscribe_url}} places it in a body"`
 }
 
 // CampaignInput names a campaign.
@@ -84,7 +85,7 @@ func New(client *apiclient.Client, version string) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "add_targets", Description: "Add recipients to a draft campaign (or replace its list). Answers the import report: every recipient is accepted, a duplicate of an earlier one, or rejected with a reason." + humansDecide}, t.addTargets)
 	mcp.AddTool(s, &mcp.Tool{Name: "edit_draft", Description: "Change a draft's sender, subject or body templates. Editing an approved campaign starts a new version that needs a new approval." + humansDecide}, t.edit)
 	mcp.AddTool(s, &mcp.Tool{Name: "submit_for_approval", Description: "Submit a draft for approval. It checks every recipient has the merge variables the templates use; recipients whose variables are empty do not stop it, and the answer's warnings list them, so you can tell your user or correct the list (add_targets with replace) and submit again." + humansDecide}, t.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked, outside the plan), its approval_url, how many live worker processes serve its provider (provider_workers) and its warnings — when no live worker serves the provider, nothing is sent until someone runs one: tell your user." + humansDecide}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked, outside the plan, suppressed: not sent because they unsubscribed, bounced or complained), its approval_url, how many live worker processes serve its provider (provider_workers) and its warnings — when no live worker serves the provider, nothing is sent until someone runs one: tell your user." + humansDecide}, t.status)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_campaigns", Description: "List campaigns, newest first, with their state." + humansDecide}, t.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "audit", Description: "The exactly-once audit of an approved campaign: approved recipients, exactly once, missing, in doubt, failed, stranded, revoked, duplicates, whether the frozen plan is intact, whether exactly-once holds, and the reasons when it does not." + humansDecide}, t.audit)
 	return s
@@ -124,6 +125,9 @@ func (t *tools) propose(ctx context.Context, _ *mcp.CallToolRequest, in ProposeI
 	}
 	if in.RequiredApprovals > 0 {
 		body["required_approvals"] = in.RequiredApprovals
+	}
+	if in.Transactional {
+		body["list_unsubscribe"] = false
 	}
 	if len(in.Targets) > 0 {
 		body["targets"] = in.Targets

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +25,8 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/testsend"
 	"github.com/onceplan/onceplan/web/httperr"
 )
 
@@ -54,12 +55,16 @@ type Config struct {
 	// RatePerToken is the sustained requests per second one token may make
 	// (default 50, burst 100); beyond it the API answers 429.
 	RatePerToken rate.Limit
+	// TestSend sends test messages (POST /campaigns/{id}/test); share
+	// the UI's, so that one user's rate limit covers both. Nil: the route
+	// answers 503.
+	TestSend *testsend.Sender
 }
 
 // API serves the routes.
 type API struct {
-	cfg      Config
-	limiters sync.Map // token id → *rate.Limiter
+	cfg    Config
+	tokens *keyedrate.Limiter[int64] // per API token
 }
 
 // route is one endpoint; the table is what the OpenAPI test walks.
@@ -87,6 +92,10 @@ func routes() []route {
 		{http.MethodPost, "/effects/{key}/resolve", (*API).resolve},
 		{http.MethodPost, "/effects/{key}/supersede", (*API).supersede},
 		{http.MethodPost, "/effects/{key}/revoke", (*API).revoke},
+		{http.MethodPost, "/campaigns/{id}/test", (*API).testSend},
+		{http.MethodGet, "/suppressions", (*API).listSuppressions},
+		{http.MethodPost, "/suppressions", (*API).addSuppression},
+		{http.MethodPost, "/suppressions/{address}/remove", (*API).removeSuppression},
 	}
 }
 
@@ -114,13 +123,13 @@ func Register(e *echo.Echo, cfg Config) *API {
 	if cfg.Counts == nil {
 		cfg.Counts = approval.NewCountsCache()
 	}
-	a := &API{cfg: cfg}
+	a := &API{cfg: cfg, tokens: keyedrate.New[int64](cfg.RatePerToken, int(2*cfg.RatePerToken), 0)}
 	g := e.Group(Prefix)
 	g.GET("/openapi.yaml", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/yaml", openAPI)
 	})
 	for _, r := range routes() {
-		path := strings.NewReplacer("{id}", ":id", "{key}", ":key").Replace(r.Path)
+		path := strings.NewReplacer("{id}", ":id", "{key}", ":key", "{address}", ":address").Replace(r.Path)
 		g.Add(r.Method, path, a.authenticated(r.handler))
 	}
 	// Anything else under the prefix is a JSON 404 or 405, not HTML.
@@ -150,8 +159,7 @@ func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) ec
 			}
 			return a.fail(c, err)
 		}
-		lim, _ := a.limiters.LoadOrStore(tok.ID, rate.NewLimiter(a.cfg.RatePerToken, int(2*a.cfg.RatePerToken)))
-		if !lim.(*rate.Limiter).Allow() {
+		if !a.tokens.Allow(tok.ID) {
 			c.Response().Header().Set("Retry-After", "1")
 			return writeError(c, http.StatusTooManyRequests, "rate_limited", fmt.Sprintf("this token may make %v requests per second; retry after a second", a.cfg.RatePerToken))
 		}

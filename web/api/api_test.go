@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -29,6 +30,8 @@ import (
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/testsend"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -42,6 +45,8 @@ type server struct {
 	pool  *pgxpool.Pool
 	svc   *approval.Service
 	token map[string]string // proposer, approver, operator, viewer, agent
+	// outbox is the maildir of the "outbox" provider test sends go to.
+	outbox string
 }
 
 func newServer(t *testing.T, tweak func(*api.Config)) *server {
@@ -51,7 +56,15 @@ func newServer(t *testing.T, tweak func(*api.Config)) *server {
 	require.NoError(t, err)
 	svc := approval.NewService(pool, jobs.NewEnqueuer(client))
 	svc.Providers = []string{"outbox"} // as serve's wiring sets them: its configured providers
-	cfg := api.Config{Pool: pool, Approval: svc, BaseURL: "https://onceplan.example"}
+	outbox := filepath.Join(t.TempDir(), "outbox")
+	prov, err := provider.ParseFlag("outbox=maildir://" + outbox)
+	require.NoError(t, err)
+	reg, err := provider.NewRegistry(prov)
+	require.NoError(t, err)
+	t.Cleanup(func() { reg.Close() })
+	sender, err := testsend.New(testsend.Config{DB: pool, Providers: reg})
+	require.NoError(t, err)
+	cfg := api.Config{Pool: pool, Approval: svc, BaseURL: "https://onceplan.example", TestSend: sender}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -59,7 +72,7 @@ func newServer(t *testing.T, tweak func(*api.Config)) *server {
 	api.Register(e, cfg)
 	ts := httptest.NewServer(conforming(t, e))
 	t.Cleanup(ts.Close)
-	s := &server{t: t, url: ts.URL + api.Prefix, pool: pool, svc: svc, token: map[string]string{}}
+	s := &server{t: t, url: ts.URL + api.Prefix, pool: pool, svc: svc, token: map[string]string{}, outbox: outbox}
 	for _, u := range []struct{ name, role string }{
 		{"proposer", "proposer"}, {"approver", "approver"}, {"operator", "operator"}, {"viewer", "viewer"},
 	} {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -22,7 +23,7 @@ import (
 var routeAction = map[string]struct {
 	action approval.Action
 	state  string // see world.campaignIn; "" for routes on no campaign
-	body   string // %[1]s is the plan hash, %[2]s the first target
+	body   string // %[1]s is the plan hash, %[2]s the first target, %[3]d a number unique to the request
 	status int    // when allowed
 }{
 	"GET /api/v1/openapi.yaml":             {"public", "", "", 200},
@@ -43,7 +44,16 @@ var routeAction = map[string]struct {
 	"POST /api/v1/effects/{key}/resolve":   {approval.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
 	"POST /api/v1/effects/{key}/supersede": {approval.ActionSupersede, "done", `{"target":"%[2]s","reason":"asked again"}`, 200},
 	"POST /api/v1/effects/{key}/revoke":    {approval.ActionRevoke, "done", `{"reason":"reversed"}`, 200},
+	"POST /api/v1/campaigns/{id}/test":     {approval.ActionTestSend, "draft", `{"to":["decider@example.com"]}`, 200},
+	"GET /api/v1/suppressions":             {"", "", "", 200},
+	"POST /api/v1/suppressions":            {approval.ActionSuppress, "", `{"address":"blocked%[3]d@example.com","reason":"manual"}`, 201},
+	// {address} is suppressedAddress, suppressed before the matrix runs:
+	// only an admin may take it off (once: the admin column comes first).
+	"POST /api/v1/suppressions/{address}/remove": {approval.ActionUnsuppress, "", `{"reason":"asked to be mailed again"}`, 200},
 }
+
+// suppressedAddress is the address the matrix's remove route names.
+const suppressedAddress = "suppressed@example.com"
 
 // caller is one column of the matrix: a token of one role, an agent token
 // (whose owner holds proposer, approver and operator), or none.
@@ -79,7 +89,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 	require.Equal(t, routes, tabled, "every route has a row in routeAction, and only routes do")
 
 	w := newWorld(t)
+	_, _, err := suppression.Add(w.ctx, w.pool, suppression.AddParams{Address: suppressedAddress, Reason: suppression.Manual,
+		Source: suppression.FromActor, Actor: "matrix@example.com"})
+	require.NoError(t, err)
 	var matrix strings.Builder
+	requests := 0
 	for _, route := range routes {
 		row := routeAction[route]
 		method, path, _ := strings.Cut(route, " ")
@@ -101,10 +115,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 			if row.state != "" {
 				c = w.campaignIn(t, row.state)
 			}
-			p := strings.NewReplacer("{id}", c.id, "{key}", c.key).Replace(path)
+			p := strings.NewReplacer("{id}", c.id, "{key}", c.key, "{address}", suppressedAddress).Replace(path)
 			body := row.body
 			if strings.Contains(body, "%[") {
-				body = fmt.Sprintf(body, c.hash, c.target)
+				requests++
+				body = fmt.Sprintf(body, c.hash, c.target, requests)
 			}
 			ctype := ""
 			if body != "" {

@@ -40,6 +40,9 @@ type campaignView struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 	Import            *importView     `json:"import,omitempty"`
+	// ListUnsubscribe: each message carries a one-click unsubscribe link;
+	// false for a transactional campaign.
+	ListUnsubscribe bool `json:"list_unsubscribe"`
 	// ProviderWorkers is how many live worker processes serve the
 	// campaign's provider.
 	ProviderWorkers int `json:"provider_workers"`
@@ -73,6 +76,10 @@ type importView struct {
 	Rejected   []plan.Rejection `json:"rejected"`
 	// RejectedCount can exceed len(Rejected): the list names the first 1,000.
 	RejectedCount int `json:"rejected_count"`
+	// Suppressed lists rows left out because their address is on the
+	// suppression list (the first 1,000; SuppressedCount in all).
+	Suppressed      []plan.Suppressed `json:"suppressed"`
+	SuppressedCount int               `json:"suppressed_count"`
 	// Empty lists accepted rows whose merge variables the draft reads are
 	// present but blank (the first 1,000; EmptyCount in all): imported,
 	// but their messages have nothing there.
@@ -87,7 +94,8 @@ func viewImport(r *plan.ImportReport) *importView {
 		return nil
 	}
 	v := &importView{Rows: r.Rows, Accepted: r.Accepted, Duplicate: r.Duplicate, Duplicates: r.Duplicates,
-		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Empty: r.Empty, EmptyCount: r.EmptyCount,
+		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Suppressed: r.Suppressed, SuppressedCount: r.SuppressedCount,
+		Empty: r.Empty, EmptyCount: r.EmptyCount,
 		Truncated: r.Truncated, TargetCount: r.TargetCount}
 	if v.Rejected == nil {
 		v.Rejected = []plan.Rejection{}
@@ -97,6 +105,9 @@ func viewImport(r *plan.ImportReport) *importView {
 	}
 	if v.Empty == nil {
 		v.Empty = []plan.EmptyVar{}
+	}
+	if v.Suppressed == nil {
+		v.Suppressed = []plan.Suppressed{}
 	}
 	return v
 }
@@ -139,7 +150,7 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 	}
 	cm := res.Campaign
 	return campaignView{
-		ProviderWorkers: live, Warnings: warnings,
+		ProviderWorkers: live, Warnings: warnings, ListUnsubscribe: res.Campaign.ListUnsubscribe,
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals, Approvals: n,
 		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,
@@ -175,6 +186,9 @@ type createRequest struct {
 	ScheduledAt       *time.Time      `json:"scheduled_at"`
 	StartOnApproval   bool            `json:"start_on_approval"`
 	Targets           json.RawMessage `json:"targets"`
+	// ListUnsubscribe: each message carries a one-click unsubscribe link
+	// (default true); false makes the campaign transactional.
+	ListUnsubscribe *bool `json:"list_unsubscribe"`
 }
 
 func (a *API) createCampaign(c echo.Context, actor approval.Actor) error {
@@ -191,6 +205,7 @@ func (a *API) createCampaign(c echo.Context, actor approval.Actor) error {
 		Name: req.Name, Provider: req.Provider, ScheduledAt: req.ScheduledAt, StartOnApproval: req.StartOnApproval,
 		RequiredApprovals: req.RequiredApprovals,
 		Payload:           plan.Payload{From: req.From, Subject: req.Subject, Text: req.Text, HTML: req.HTML},
+		Transactional:     req.ListUnsubscribe != nil && !*req.ListUnsubscribe,
 	}
 	if t := bytes.TrimSpace(req.Targets); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 		p.Targets = &approval.TargetsParams{Format: plan.FormatJSON, Body: bytes.NewReader(t)}

@@ -122,7 +122,8 @@ func snapshot(t *testing.T, s *server) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, table := range []string{"campaign", "draft", "target_list", "target", "plan", "approval", "run", "campaign_event",
-		"effect", "effect_bump", "effect_response", "api_idempotency", "river_job", "app_user"} {
+		"effect", "effect_bump", "effect_response", "api_idempotency", "river_job", "app_user",
+		"suppression", "suppression_removal"} {
 		var rows string
 		require.NoError(t, s.pool.QueryRow(context.Background(),
 			`SELECT coalesce(string_agg(to_jsonb(x)::text, E'\n' ORDER BY to_jsonb(x)::text), '') FROM `+table+` x`).Scan(&rows))

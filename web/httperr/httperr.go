@@ -25,6 +25,8 @@ import (
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/testsend"
 )
 
 // Entry is one row of the table: an error for which errors.Is(err, Err)
@@ -64,6 +66,8 @@ var table = []Entry{
 	{Err: ledger.ErrConflict, Status: http.StatusConflict, Code: "conflict"},
 	{Err: ledger.ErrIllegalTransition, Status: http.StatusConflict, Code: "conflict"},
 	{Err: ledger.ErrWriteOnce, Status: http.StatusConflict, Code: "conflict"},
+	{Err: suppression.ErrNotSuppressed, Status: http.StatusNotFound, Code: "not_suppressed"},
+	{Err: testsend.ErrRateLimited, Status: http.StatusTooManyRequests, Code: "rate_limited"},
 	{Err: context.Canceled, Status: 499, Code: "cancelled", Message: "the request was cancelled"},
 	{Err: context.DeadlineExceeded, Status: http.StatusServiceUnavailable, Code: "timeout", Message: "the database did not answer in time: try again"},
 }

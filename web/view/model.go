@@ -45,10 +45,10 @@ type Page struct {
 type Counts = audit.Counts
 
 // CountStates lists the states a progress bar shows, in its order.
-var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "outside", "not_started"}
+var CountStates = []string{"done", "pending", "unknown", "failed", "stranded", "revoked", "outside", "suppressed", "not_started"}
 
 // TargetStates are the states the per-target filter offers.
-var TargetStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked", "outside"}
+var TargetStates = []string{"not_started", "pending", "done", "unknown", "failed", "stranded", "revoked", "outside", "suppressed"}
 
 // Campaign is a campaign's heading data.
 type Campaign struct {
@@ -59,6 +59,9 @@ type Campaign struct {
 	Version           int
 	RequiredApprovals int
 	HasPlan           bool
+	// ListUnsubscribe: each message carries a one-click unsubscribe link
+	// (false: a transactional campaign).
+	ListUnsubscribe bool
 }
 
 // CampaignRow is one line of the campaigns list.
@@ -93,6 +96,8 @@ type NewCampaignPage struct {
 	RequiredApprovals int
 	Payload           Payload
 	FieldErrors       map[string]string
+	// Transactional: the box "no unsubscribe link" is ticked.
+	Transactional bool
 }
 
 // Rejection is a CSV line an import refused.
@@ -116,7 +121,11 @@ type ImportReport struct {
 	TargetCount int
 	Rejections  []Rejection
 	Duplicates  []Duplicate
-	Truncated   bool
+	// Suppressed are the lines left out because their address is on the
+	// suppression list (Rejection's Reason: why it is).
+	SuppressedCount int
+	Suppressed      []Rejection
+	Truncated       bool
 }
 
 // Preview is one target's rendered message.
@@ -161,6 +170,8 @@ type DraftPage struct {
 	MissingTotal int
 	Targets      []DraftTarget
 	CanEdit      bool
+	// TestSend is the test-send form (nil when the user may not).
+	TestSend *TestSendForm
 }
 
 // DiffField compares one payload field with the previously approved plan.
@@ -193,6 +204,13 @@ type ApprovalPage struct {
 	PrevVersion     int
 	PrevTargetCount int
 	Diff            []DiffField
+	// LeftOut is how many rows the imports of this list left out because
+	// their address was suppressed; SuppressedNow how many of the list's
+	// targets are suppressed now (they will not be mailed).
+	LeftOut       int
+	SuppressedNow int
+	// TestSend is the test-send form (nil when the user may not).
+	TestSend *TestSendForm
 }
 
 // TargetRow is one target of a running plan.
@@ -278,6 +296,7 @@ type TargetPage struct {
 	Vars         string
 	Attempts     []Attempt
 	Bumps        []Bump
+	Events       []ProviderEvent // bounces and complaints reported (package inbound)
 	CanResolve   bool
 	CanSupersede bool
 	CanRevoke    bool
@@ -296,6 +315,7 @@ type Metric struct {
 	Revoked     int  `json:"revoked"`
 	Duplicates  int  `json:"duplicates"`
 	Outside     int  `json:"outside"`
+	Suppressed  int  `json:"suppressed"`
 	PlanIntact  bool `json:"plan_intact"`
 	Holds       bool `json:"holds"`
 	// Rows, PlanHash and ApprovedHash are what the audit read: the frozen

@@ -1,0 +1,281 @@
+package inbound
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Authentication errors. A request refused with one changes nothing.
+var (
+	// ErrUnauthenticated: the request carries no credentials (HTTP 401).
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrForbidden: credentials that are wrong (HTTP 403).
+	ErrForbidden = errors.New("forbidden")
+	// ErrUnavailable: a genuine request may be behind it, but it cannot be
+	// checked or acted on now (the SNS certificate could not be fetched):
+	// the provider should retry (HTTP 503).
+	ErrUnavailable = errors.New("unavailable")
+)
+
+// Header names.
+const (
+	SendGridSignatureHeader = "X-Twilio-Email-Event-Webhook-Signature"
+	SendGridTimestampHeader = "X-Twilio-Email-Event-Webhook-Timestamp"
+	GenericSignatureHeader  = "X-Onceplan-Signature"
+)
+
+// Endpoint is one configured webhook: a kind and the secret it is
+// authenticated with. Its String never shows the secret.
+type Endpoint struct {
+	Kind Kind
+
+	user, password string           // postmark: basic auth
+	sendgridKey    *ecdsa.PublicKey // sendgrid
+	hmacKey        []byte           // mailgun signing key, generic secret
+	sns            *SNSVerifier     // ses
+	topics         []string         // ses allow-list, as configured
+}
+
+// GoString is String: %#v shows no secret either.
+func (e Endpoint) GoString() string { return e.String() }
+
+// String is "kind=…": the spec redacted (value receiver, so that a
+// copy of an Endpoint printed with %v shows no secret either).
+func (e Endpoint) String() string {
+	if e.Kind == SES && len(e.topics) == 0 {
+		return string(e.Kind) + "="
+	}
+	if e.Kind == SES {
+		return string(e.Kind) + "=" + strings.Join(e.topics, ";")
+	}
+	return string(e.Kind) + "=<redacted>"
+}
+
+// SNS is an SES endpoint's verifier (nil for other kinds): tests point its
+// certificate and subscribe URL checks at their own server.
+func (e *Endpoint) SNS() *SNSVerifier { return e.sns }
+
+// ParseEndpoint reads "KIND=SPEC", the --webhook flag's value:
+//
+//	ses=[TOPIC-ARN[;TOPIC-ARN…]]   SNS signatures; optionally only these topics
+//	postmark=USER:PASSWORD          HTTP basic auth
+//	sendgrid=BASE64-PUBLIC-KEY      the Event Webhook's ECDSA verification key
+//	mailgun=SIGNING-KEY             the HTTP webhook signing key
+//	generic=SECRET                  HMAC-SHA256 key (at least 16 bytes)
+//
+// Errors name the kind, never the secret.
+func ParseEndpoint(s string) (*Endpoint, error) {
+	k, spec, ok := strings.Cut(strings.TrimSpace(s), "=")
+	kind := Kind(strings.ToLower(strings.TrimSpace(k)))
+	if !ok || !validKind(kind) {
+		return nil, fmt.Errorf("--webhook: %q must be KIND=SECRET with KIND one of %s", redactSpec(s), kindList())
+	}
+	e := &Endpoint{Kind: kind}
+	switch kind {
+	case SES:
+		for _, t := range strings.Split(spec, ";") {
+			if t = strings.TrimSpace(t); t != "" {
+				if !strings.HasPrefix(t, "arn:") {
+					return nil, fmt.Errorf("--webhook ses=: %q is not a topic ARN (arn:aws:sns:REGION:ACCOUNT:NAME)", t)
+				}
+				e.topics = append(e.topics, t)
+			}
+		}
+		e.sns = &SNSVerifier{TopicARNs: e.topics}
+	case Postmark:
+		u, p, ok := strings.Cut(spec, ":")
+		if !ok || u == "" || p == "" {
+			return nil, errors.New("--webhook postmark=: the secret must be USER:PASSWORD (the basic auth credentials in Postmark's webhook URL)")
+		}
+		e.user, e.password = u, p
+	case SendGrid:
+		der, err := base64.StdEncoding.DecodeString(strings.TrimSpace(spec))
+		if err != nil {
+			return nil, errors.New("--webhook sendgrid=: the secret must be the Event Webhook's verification key, base64 (as SendGrid shows it)")
+		}
+		pub, err := x509.ParsePKIXPublicKey(der)
+		if err != nil {
+			return nil, errors.New("--webhook sendgrid=: the verification key is not a public key (base64 of DER)")
+		}
+		ec, ok := pub.(*ecdsa.PublicKey)
+		if !ok {
+			return nil, errors.New("--webhook sendgrid=: the verification key is not an ECDSA key")
+		}
+		e.sendgridKey = ec
+	case Mailgun, Generic:
+		if len(spec) < 16 {
+			return nil, fmt.Errorf("--webhook %s=: the secret must be at least 16 characters", kind)
+		}
+		e.hmacKey = []byte(spec)
+	}
+	return e, nil
+}
+
+func redactSpec(s string) string {
+	k, _, ok := strings.Cut(s, "=")
+	if ok {
+		return oneLine(k, 40) + "=…"
+	}
+	return "…"
+}
+
+func kindList() string {
+	s := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Endpoints are the configured webhooks, one per kind.
+type Endpoints map[Kind]*Endpoint
+
+// ParseEndpoints reads the --webhook flags, or when there are none the
+// ONCEPLAN_WEBHOOKS variable (comma-separated KIND=SECRET), as --provider
+// and ONCEPLAN_PROVIDERS go. A kind given twice is refused.
+func ParseEndpoints(flags []string, env string) (Endpoints, error) {
+	specs, where := flags, "--webhook"
+	if len(flags) == 0 {
+		specs, where = strings.Split(env, ","), "ONCEPLAN_WEBHOOKS"
+	}
+	out := Endpoints{}
+	for _, f := range specs {
+		if len(flags) == 0 && strings.TrimSpace(f) == "" {
+			continue
+		}
+		e, err := ParseEndpoint(f)
+		if err != nil {
+			if where != "--webhook" {
+				return nil, fmt.Errorf("%s: %w", where, err)
+			}
+			return nil, err
+		}
+		if out[e.Kind] != nil {
+			return nil, fmt.Errorf("%s: %s is given twice", where, e.Kind)
+		}
+		out[e.Kind] = e
+	}
+	return out, nil
+}
+
+// Names lists the configured kinds, sorted (what the admin page may show).
+func (es Endpoints) Names() []string {
+	var out []string
+	for k := range es {
+		out = append(out, string(k))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Request is what authentication reads of an HTTP request.
+type Request struct {
+	Header http.Header
+	Body   []byte
+}
+
+// Authenticate checks that the request comes from the endpoint's provider.
+// For SES it verifies the SNS signature (fetching the certificate). The
+// error wraps ErrUnauthenticated, ErrForbidden, ErrUnavailable or
+// ErrMalformed (an SNS message that does not parse cannot be checked).
+func (e *Endpoint) Authenticate(ctx context.Context, r Request) error {
+	switch e.Kind {
+	case SES:
+		m, err := ParseSNS(r.Body)
+		if err != nil {
+			return err
+		}
+		return e.sns.Verify(ctx, m)
+	case Postmark:
+		u, p, ok := basicAuth(r.Header.Get("Authorization"))
+		if !ok {
+			return fmt.Errorf("%w: HTTP basic auth is required", ErrUnauthenticated)
+		}
+		// Both compared in full, whichever differs.
+		uOK := subtle.ConstantTimeCompare([]byte(u), []byte(e.user))
+		pOK := subtle.ConstantTimeCompare([]byte(p), []byte(e.password))
+		if uOK&pOK != 1 {
+			return fmt.Errorf("%w: wrong user or password", ErrForbidden)
+		}
+		return nil
+	case SendGrid:
+		sig, ts := r.Header.Get(SendGridSignatureHeader), r.Header.Get(SendGridTimestampHeader)
+		if sig == "" || ts == "" {
+			return fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, SendGridSignatureHeader, SendGridTimestampHeader)
+		}
+		der, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			return fmt.Errorf("%w: the signature is not base64", ErrForbidden)
+		}
+		sum := sha256.Sum256(append([]byte(ts), r.Body...))
+		if !ecdsa.VerifyASN1(e.sendgridKey, sum[:], der) {
+			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+		}
+		return nil
+	case Mailgun:
+		var b mailgunBody
+		if err := unmarshal(r.Body, &b, "a Mailgun webhook object"); err != nil {
+			return err
+		}
+		s := b.Signature
+		if s == nil || s.Signature == "" || s.Token == "" || s.Timestamp == "" {
+			return fmt.Errorf("%w: the body's signature {timestamp, token, signature} is required", ErrUnauthenticated)
+		}
+		if !hmacHexEqual(e.hmacKey, []byte(s.Timestamp+s.Token), s.Signature) {
+			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+		}
+		return nil
+	case Generic:
+		h := r.Header.Get(GenericSignatureHeader)
+		if h == "" {
+			return fmt.Errorf("%w: the %s header is required", ErrUnauthenticated, GenericSignatureHeader)
+		}
+		hexSig, ok := strings.CutPrefix(h, "sha256=")
+		if !ok || !hmacHexEqual(e.hmacKey, r.Body, hexSig) {
+			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unknown kind", ErrForbidden)
+}
+
+// Sign returns the X-Onceplan-Signature value of a generic body signed
+// with secret (for senders, and tests).
+func Sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+func hmacHexEqual(key, msg []byte, hexSig string) bool {
+	got, err := hex.DecodeString(strings.TrimSpace(hexSig))
+	if err != nil {
+		return false
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(msg)
+	return hmac.Equal(got, m.Sum(nil))
+}
+
+func basicAuth(h string) (user, pass string, ok bool) {
+	const prefix = "Basic "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(h[len(prefix):]))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(b), ":")
+}

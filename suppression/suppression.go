@@ -1,0 +1,386 @@
+// Package suppression is the list of addresses Onceplan must not mail: they
+// unsubscribed, bounced hard, complained, or an admin said so.
+//
+// The history is write-once (PostgreSQL refuses UPDATE and DELETE to every
+// role but the owner): adding an address already suppressed changes
+// nothing, and taking one off is a removal of its own, with who and why.
+// An address is suppressed while it has an entry without a removal
+// (ActiveSQL, the one statement of that rule: the import, the claim and
+// this package ask it).
+//
+// Addresses are normalised exactly like a target's (ledger.NormalizeEmail),
+// so "Ann@Example.com" and "ann@example.com" are one entry.
+package suppression
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// Reason is why an address is suppressed.
+type Reason string
+
+// Reasons.
+const (
+	Unsubscribed Reason = "unsubscribed"
+	HardBounce   Reason = "hard_bounce"
+	Complaint    Reason = "complaint"
+	Manual       Reason = "manual"
+)
+
+// Reasons lists every reason, in the order the UI offers them.
+var Reasons = []Reason{Unsubscribed, HardBounce, Complaint, Manual}
+
+// Source is where a suppression came from.
+type Source string
+
+// Sources.
+const (
+	FromUnsubscribe   Source = "unsubscribe"    // a message's unsubscribe link (CampaignID says which)
+	FromProviderEvent Source = "provider_event" // a bounce or complaint a provider reported (EventID)
+	FromActor         Source = "actor"          // a person or a script (Actor)
+	FromImport        Source = "import"         // a suppression file imported by Actor
+)
+
+// ErrInvalid wraps every refusal of bad input.
+var ErrInvalid = plan.ErrInvalid
+
+// ErrNotSuppressed: Remove found no active suppression of the address.
+var ErrNotSuppressed = errors.New("the address is not suppressed")
+
+// Entry is one suppression, with its removal when it was taken off.
+type Entry struct {
+	ID         int64     `json:"id"`
+	Address    string    `json:"address"`
+	Reason     Reason    `json:"reason"`
+	Source     Source    `json:"source"`
+	CampaignID string    `json:"campaign_id,omitempty"`
+	EventID    int64     `json:"event_id,omitempty"`
+	Actor      string    `json:"actor,omitempty"`
+	Note       string    `json:"note,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	Removed    *Removal  `json:"removed,omitempty"`
+}
+
+// Active reports whether the entry still suppresses its address.
+func (e Entry) Active() bool { return e.Removed == nil }
+
+// Removal is an entry's taking off.
+type Removal struct {
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ActiveSQL is the SQL condition "the address the SQL expression addr
+// names is suppressed now": an entry of it without a removal. The import
+// leaves such targets out of a draft's list; the claim records such a
+// target as suppressed instead of claiming its effect.
+func ActiveSQL(addr string) string {
+	return `EXISTS (SELECT 1 FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
+}
+
+// notRemoved is the SQL condition "entry s has no removal": it is active.
+const notRemoved = `NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id)`
+
+// ActiveIDSQL is the SQL expression for the id of the oldest active entry
+// of the address addr names (NULL when none): what a suppressed target's
+// outcome points at.
+func ActiveIDSQL(addr string) string {
+	return `(SELECT min(s.id) FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
+}
+
+// Normalize normalises an address as a target's is; the error names it.
+func Normalize(address string) (string, error) {
+	a, err := ledger.NormalizeEmail(address)
+	if err != nil {
+		return "", &plan.FieldError{Field: "address", Reason: strings.TrimPrefix(err.Error(), ledger.ErrInvalidTarget.Error()+": ")}
+	}
+	return a, nil
+}
+
+// AddParams is a suppression to add.
+type AddParams struct {
+	Address    string
+	Reason     Reason
+	Source     Source
+	CampaignID string // the campaign whose link was used, or whose message bounced
+	EventID    int64  // the provider event that reported it
+	Actor      string // who added it (a person's email, a token's name)
+	Note       string
+}
+
+func (p *AddParams) validate() error {
+	a, err := Normalize(p.Address)
+	if err != nil {
+		return err
+	}
+	p.Address = a
+	if !validReason(p.Reason) {
+		return &plan.FieldError{Field: "reason", Reason: fmt.Sprintf("must be one of %s, not %q", reasonList(), p.Reason)}
+	}
+	switch p.Source {
+	case FromUnsubscribe, FromProviderEvent:
+	case FromActor, FromImport:
+		if strings.TrimSpace(p.Actor) == "" {
+			return &plan.FieldError{Field: "actor", Reason: "is required for a suppression a person adds"}
+		}
+	default:
+		return &plan.FieldError{Field: "source", Reason: fmt.Sprintf("unknown source %q", p.Source)}
+	}
+	if len(p.Note) > 1000 {
+		return &plan.FieldError{Field: "note", Reason: "must be at most 1000 characters"}
+	}
+	return nil
+}
+
+func validReason(r Reason) bool {
+	for _, x := range Reasons {
+		if r == x {
+			return true
+		}
+	}
+	return false
+}
+
+func reasonList() string {
+	s := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// Add suppresses an address. An address already suppressed keeps its
+// entry: Add returns that entry and added false (a re-delivered bounce, a
+// second press of an unsubscribe link). Two concurrent Adds of one address
+// make one entry: the address is locked for the transaction first.
+func Add(ctx context.Context, db plan.DB, p AddParams) (e Entry, added bool, err error) {
+	if err := p.validate(); err != nil {
+		return Entry{}, false, err
+	}
+	err = inTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-suppression:' || $1, 0))`, p.Address); err != nil {
+			return err
+		}
+		cur, found, err := active(ctx, tx, p.Address)
+		if err != nil || found {
+			e = cur
+			return err
+		}
+		var id int64
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO suppression (address, reason, source, campaign_id, event_id, actor, note)
+			VALUES ($1, $2, $3, nullif($4, '')::uuid, nullif($5, 0), $6, $7)
+			RETURNING id`, p.Address, p.Reason, p.Source, p.CampaignID, p.EventID, p.Actor, p.Note).Scan(&id); err != nil {
+			return err
+		}
+		e, err = get(ctx, tx, id)
+		added = err == nil
+		return err
+	})
+	return e, added, err
+}
+
+// Remove takes an address off the list: its active entry gets a removal
+// by actor, for reason (both required). The entry itself stays, as history.
+func Remove(ctx context.Context, db plan.DB, address, actor, reason string) (Entry, error) {
+	a, err := Normalize(address)
+	if err != nil {
+		return Entry{}, err
+	}
+	if strings.TrimSpace(reason) == "" {
+		return Entry{}, &plan.FieldError{Field: "reason", Reason: "is required: say why the address may be mailed again"}
+	}
+	if strings.TrimSpace(actor) == "" {
+		return Entry{}, &plan.FieldError{Field: "actor", Reason: "is required"}
+	}
+	var e Entry
+	err = inTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan-suppression:' || $1, 0))`, a); err != nil {
+			return err
+		}
+		cur, found, err := active(ctx, tx, a)
+		if err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("%w: %s", ErrNotSuppressed, a)
+		}
+		// Every active entry of the address is taken off (there is one,
+		// unless the owner wrote more by hand).
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO suppression_removal (suppression_id, actor, reason)
+			SELECT s.id, $2, $3 FROM suppression s
+			WHERE s.address = $1 AND `+notRemoved,
+			a, actor, reason); err != nil {
+			return err
+		}
+		e, err = get(ctx, tx, cur.ID)
+		return err
+	})
+	return e, err
+}
+
+// Lookup returns the active entry of an address, if any.
+func Lookup(ctx context.Context, db plan.DB, address string) (Entry, bool, error) {
+	a, err := Normalize(address)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return active(ctx, db, a)
+}
+
+// ListParams select a page of entries, newest first.
+type ListParams struct {
+	Address        string // an address, or a prefix of one ("" for all)
+	IncludeRemoved bool   // also entries that were taken off
+	After          int64  // the previous page's Next
+	Limit          int    // default 100, at most 1000
+}
+
+// List returns a page of entries, newest first, and the After of the next
+// page (0 when this is the last).
+func List(ctx context.Context, db plan.DB, p ListParams) ([]Entry, int64, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	if p.Limit > 1000 {
+		return nil, 0, &plan.FieldError{Field: "limit", Reason: "must be at most 1000"}
+	}
+	if p.After < 0 {
+		return nil, 0, &plan.FieldError{Field: "after", Reason: "must not be negative"}
+	}
+	prefix := strings.ToLower(strings.TrimSpace(p.Address))
+	rows, err := db.Query(ctx, `
+		SELECT `+entryCols+` FROM suppression s
+		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
+		WHERE ($1 = 0 OR s.id < $1)
+		  AND ($2 = '' OR starts_with(s.address, $2))
+		  AND ($3 OR r.suppression_id IS NULL)
+		ORDER BY s.id DESC LIMIT $4`, p.After, prefix, p.IncludeRemoved, p.Limit+1)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	if err != nil {
+		return nil, 0, err
+	}
+	var next int64
+	if len(out) > p.Limit {
+		out = out[:p.Limit]
+		next = out[len(out)-1].ID
+	}
+	return out, next, nil
+}
+
+// Count is how many addresses are suppressed now.
+func Count(ctx context.Context, db plan.DB) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(DISTINCT s.address) FROM suppression s WHERE `+notRemoved).Scan(&n)
+	return n, err
+}
+
+const entryCols = `s.id, s.address, s.reason, s.source, coalesce(s.campaign_id::text, ''), coalesce(s.event_id, 0),
+	s.actor, s.note, s.created_at, r.actor, r.reason, r.created_at`
+
+func scanEntry(row pgx.Row) (Entry, error) {
+	var (
+		e               Entry
+		rActor, rReason *string
+		rAt             *time.Time
+	)
+	err := row.Scan(&e.ID, &e.Address, &e.Reason, &e.Source, &e.CampaignID, &e.EventID, &e.Actor, &e.Note, &e.CreatedAt,
+		&rActor, &rReason, &rAt)
+	if err != nil {
+		return Entry{}, err
+	}
+	if rActor != nil {
+		e.Removed = &Removal{Actor: *rActor, Reason: *rReason, CreatedAt: *rAt}
+	}
+	return e, nil
+}
+
+func active(ctx context.Context, db plan.DB, address string) (Entry, bool, error) {
+	e, err := scanEntry(db.QueryRow(ctx, `
+		SELECT `+entryCols+` FROM suppression s
+		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
+		WHERE s.address = $1 AND r.suppression_id IS NULL
+		ORDER BY s.id LIMIT 1`, address))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Entry{}, false, nil
+	}
+	return e, err == nil, err
+}
+
+func get(ctx context.Context, db plan.DB, id int64) (Entry, error) {
+	return scanEntry(db.QueryRow(ctx, `
+		SELECT `+entryCols+` FROM suppression s
+		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
+		WHERE s.id = $1`, id))
+}
+
+// inTx runs fn in a transaction of db (a savepoint when db is one).
+func inTx(ctx context.Context, db plan.DB, fn func(pgx.Tx) error) error {
+	b, ok := db.(interface {
+		Begin(context.Context) (pgx.Tx, error)
+	})
+	if !ok {
+		return errors.New("suppression: db cannot begin a transaction")
+	}
+	return pgx.BeginFunc(ctx, b, fn)
+}
+
+// Set is the suppression list as it stands, for checking many addresses
+// at once (an import of a million rows asks it once per row).
+type Set map[string]Reason
+
+// ActiveSet reads every address suppressed now (ActiveSQL's rule), with
+// the reason of its oldest active entry.
+func ActiveSet(ctx context.Context, db plan.DB) (Set, error) {
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT ON (s.address) s.address, s.reason FROM suppression s
+		WHERE `+notRemoved+`
+		ORDER BY s.address, s.id`)
+	if err != nil {
+		return nil, err
+	}
+	set := Set{}
+	var (
+		a string
+		r Reason
+	)
+	_, err = pgx.ForEachRow(rows, []any{&a, &r}, func() error {
+		set[a] = r
+		return nil
+	})
+	return set, err
+}
+
+// Lookup says whether a normalised address is in the set, and why.
+func (s Set) Lookup(address string) (string, bool) {
+	r, ok := s[address]
+	return string(r), ok
+}
+
+// InList counts the targets of a target list whose address is suppressed
+// now: the approval page shows it, since they will not be mailed.
+func InList(ctx context.Context, db plan.DB, listID int64) (int, error) {
+	if listID == 0 {
+		return 0, nil
+	}
+	var n int
+	err := db.QueryRow(ctx, `
+		SELECT count(DISTINCT t.ordinal) FROM suppression s
+		JOIN target t ON t.list_id = $1 AND t.target = s.address
+		WHERE `+notRemoved, listID).Scan(&n)
+	return n, err
+}

@@ -1,0 +1,62 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// testSendForm is the draft and approval pages' test-send form for the
+// signed-in user, or nil when they may not test-send this campaign now.
+func (s *Server) testSendForm(ctx context.Context, a approval.Actor, camp plan.Campaign, targets int, back string) (*view.TestSendForm, error) {
+	if s.cfg.TestSend == nil || approval.Allowed(a, camp, approval.ActionTestSend) != nil {
+		return nil, nil
+	}
+	reviewers, err := s.cfg.TestSend.Reviewers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &view.TestSendForm{CampaignID: camp.ID, Back: back, Reviewers: reviewers, Me: a.Email,
+		Max: s.cfg.TestSend.MaxRecipients(), TargetCount: targets, Ordinal: 1}, nil
+}
+
+// handleTestSend sends one target's message to the reviewers ticked, then
+// returns to the page the form was on.
+func (s *Server) handleTestSend(c echo.Context) error {
+	if s.cfg.TestSend == nil {
+		return echo.NewHTTPError(http.StatusServiceUnavailable, "test sends are not configured on this server")
+	}
+	id := c.Param("id")
+	form, err := c.FormParams()
+	if err != nil {
+		return err
+	}
+	var to []string
+	for _, t := range form["to"] {
+		if t = strings.TrimSpace(t); t != "" {
+			to = append(to, t)
+		}
+	}
+	ordinal := 0
+	if v := strings.TrimSpace(c.FormValue("ordinal")); v != "" {
+		if ordinal, err = strconv.Atoi(v); err != nil {
+			return &plan.FieldError{Field: "ordinal", Reason: "must be a target's number"}
+		}
+	}
+	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), testsend.Params{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {
+		return err
+	}
+	back := "draft"
+	if c.FormValue("back") == "approval" {
+		back = "approval"
+	}
+	return redirect(c, "/campaigns/"+id+"/"+back, "test-sent")
+}

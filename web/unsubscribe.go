@@ -1,0 +1,116 @@
+package web
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"golang.org/x/time/rate"
+
+	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/unsubscribe"
+	"github.com/onceplan/onceplan/web/view"
+)
+
+// The unsubscribe links (GET|POST /u/{token}) are open to anyone holding
+// one: mail providers send the RFC 8058 one-click POST with no cookie, so
+// these routes need no session and no CSRF token; the token's MAC is their
+// authentication (package unsubscribe). GET only shows the confirm button
+// (mail scanners fetch links); POST with List-Unsubscribe=One-Click
+// unsubscribes. The body is bounded (unsubscribeBodyLimit) and each client
+// address is rate-limited.
+const (
+	unsubscribeBodyLimit = "1K"
+	// unsubscribeRate and unsubscribeBurst bound one client address: a
+	// person needs a few requests; a mail provider posting its users'
+	// one-click unsubscribes from one address needs more, and gets them.
+	unsubscribeRate  = rate.Limit(5)
+	unsubscribeBurst = 50
+)
+
+// unsubscribeRoutes is the state of the /u routes: the links (for the
+// secret) and the per-client limiters.
+type unsubscribeRoutes struct {
+	links   *unsubscribe.Links
+	clients *keyedrate.Limiter[string]
+}
+
+func newUnsubscribeRoutes(pool *pgxpool.Pool, publicURL string) *unsubscribeRoutes {
+	return &unsubscribeRoutes{links: unsubscribe.NewLinks(pool, publicURL),
+		clients: keyedrate.New[string](unsubscribeRate, unsubscribeBurst, 0)}
+}
+
+func (u *unsubscribeRoutes) allow(client string, now time.Time) bool {
+	return u.clients.AllowAt(client, now)
+}
+
+// errUnsubscribeBusy: a client over its rate.
+var errUnsubscribeBusy = errors.New("too many requests from your address: wait a minute and try again")
+
+// errOneClick: a POST without the RFC 8058 body.
+var errOneClick = errors.New("an unsubscribe request carries List-Unsubscribe=One-Click (RFC 8058): nothing was changed")
+
+// handleUnsubscribeForm shows the confirm button of a link; it never
+// unsubscribes.
+func (s *Server) handleUnsubscribeForm(c echo.Context) error {
+	return s.unsubscribe(c, false)
+}
+
+// handleUnsubscribe unsubscribes the link's address: the one-click POST
+// of a mail provider or the confirm button's.
+func (s *Server) handleUnsubscribe(c echo.Context) error {
+	return s.unsubscribe(c, true)
+}
+
+func (s *Server) unsubscribe(c echo.Context, post bool) error {
+	page := view.UnsubscribePage{Page: view.Page{Title: "Unsubscribe", Assets: s.assets.view()}}
+	refuse := func(status int, err error) error {
+		page.Refusal = err.Error()
+		return s.render(c, status, view.Unsubscribe(page))
+	}
+	if !s.unsub.allow(c.RealIP(), s.cfg.Now()) {
+		c.Response().Header().Set("Retry-After", "60")
+		return refuse(http.StatusTooManyRequests, errUnsubscribeBusy)
+	}
+	token := c.Param("token")
+	ctx := c.Request().Context()
+	var (
+		sub unsubscribe.Subscription
+		err error
+	)
+	if post {
+		if c.FormValue("List-Unsubscribe") != "One-Click" {
+			return refuse(http.StatusBadRequest, errOneClick)
+		}
+		sub, err = s.unsub.links.Unsubscribe(ctx, token)
+	} else {
+		sub, err = s.unsub.links.Check(ctx, token)
+	}
+	switch {
+	case errors.Is(err, unsubscribe.ErrMalformed):
+		return refuse(http.StatusBadRequest, err)
+	case errors.Is(err, unsubscribe.ErrUnknown):
+		return refuse(http.StatusNotFound, err)
+	case err != nil:
+		return err
+	}
+	page.Address = sub.Address
+	page.Done = post
+	// Relative (the token alone): the page's own URL, also behind a
+	// proxy that serves Onceplan under a path.
+	page.Action = token
+	return s.render(c, http.StatusOK, view.Unsubscribe(page))
+}
+
+// sampleUnsubscribeURL is the unsubscribe link a preview of camp's
+// messages shows: a sample under the public URL, or none for a
+// transactional campaign.
+func (s *Server) sampleUnsubscribeURL(camp plan.Campaign) string {
+	if !camp.ListUnsubscribe {
+		return ""
+	}
+	return s.unsub.links.SampleURL()
+}
