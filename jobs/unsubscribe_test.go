@@ -143,6 +143,17 @@ func TestUnsubscribeLinkEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, entries, 1)
 
+	// A second campaign's list with her address: the import leaves the
+	// line out and names it.
+	second, err := w.svc.Create(w.ctx, w.proposer, approval.CreateParams{
+		Name: "next newsletter", Provider: "outbox",
+		Payload: plan.Payload{From: "sender@example.com", Subject: "Hello {{.name}}", Text: "Hi {{.name}}"},
+		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader("email,name\nbob@example.com,Bob\nANN@example.com,Ann\n")},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []plan.Suppressed{{Line: 3, Reason: "unsubscribed"}}, second.Import.Suppressed)
+	require.Equal(t, 1, second.Import.TargetCount)
+
 	// The transactional campaign's message: no unsubscribe headers, and
 	// {{.unsubscribe_url}} renders empty. (Its address is suppressed
 	// now; take it off first, so it is sent.)

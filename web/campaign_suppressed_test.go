@@ -53,3 +53,28 @@ func (b *bundle) campaignTargets(id string) int {
 		JOIN target_list l ON l.id = d.list_id WHERE c.id = $1`, id).Scan(&n))
 	return n
 }
+
+// TestSuppressedTargetSaysWhyOnItsPage: a target the claim found
+// suppressed shows as suppressed in the run page's counts and table, and
+// its page says who suppressed it, why and when.
+func TestSuppressedTargetSaysWhyOnItsPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	c, p := b.started(campaignOpts{Targets: csvOf(3)})
+	e, _, err := suppression.Add(ctx, b.pool, suppression.AddParams{Address: "user0002@example.com", Reason: suppression.Complaint,
+		Source: suppression.FromActor, Actor: "ops@example.com"})
+	require.NoError(t, err)
+	// As the claim records it (ledger.Gate.Suppressed).
+	_, err = b.pool.Exec(ctx, `INSERT INTO target_suppressed (plan_id, ordinal, key, suppression_id, owner) VALUES ($1, 2, $2, $3, 'w/1/x')`,
+		p.ID, b.keyOf(p, 2), e.ID)
+	require.NoError(t, err)
+
+	op := b.as["operator"]
+	d := parse(t, op.get("/campaigns/"+c.ID+"/run"))
+	require.Equal(t, "1", tid(d, "count-suppressed").Text())
+	require.Equal(t, "suppressed", d.Find(`[data-testid="target-row"][data-ordinal="2"]`).AttrOr("data-state", ""))
+	d = parse(t, op.get("/campaigns/"+c.ID+"/targets/2"))
+	why := strings.Join(strings.Fields(tid(d, "target-suppressed").Text()), " ")
+	require.Contains(t, why, "its address was suppressed before its turn: complaint (actor, by ops@example.com)")
+}

@@ -34,6 +34,9 @@ func toView(rs []audit.TargetRow) []targetRow {
 	for i, r := range rs {
 		out[i] = targetRow{TargetRow: view.TargetRow{Ordinal: r.Ordinal, Target: r.Target, Key: r.Key, Epoch: r.Epoch,
 			State: r.State, Attempts: r.Attempts, Receipt: r.Receipt}, Vars: r.Vars}
+		if r.State == audit.StateSuppressed {
+			out[i].Suppressed = r.Reason
+		}
 		if r.LastAt != nil {
 			out[i].Changed = *r.LastAt
 		}

@@ -223,6 +223,9 @@ type TargetRow struct {
 	Attempts int
 	Receipt  string
 	Changed  time.Time
+	// Suppressed says why a suppressed target was not sent (the entry's
+	// reason, source and actor); "" for any other state.
+	Suppressed string
 }
 
 // TargetFilter is the run page's per-target table query.
