@@ -1,3 +1,2 @@
 ALTER TABLE suppression DROP CONSTRAINT suppression_event_fk;
-DROP INDEX target_address_any;
 DROP TABLE inbound_event;

@@ -33,10 +33,6 @@ CREATE TABLE inbound_event (
 CREATE INDEX inbound_event_key ON inbound_event (key, id) WHERE key IS NOT NULL;
 CREATE INDEX inbound_event_address ON inbound_event (address, id);
 
--- An event names its recipient, not a campaign: the candidates it may be
--- tied to are found by address across every list.
-CREATE INDEX target_address_any ON target (target);
-
 CREATE TRIGGER inbound_event_created_at BEFORE INSERT ON inbound_event
     FOR EACH ROW EXECUTE FUNCTION onceplan_db_created_at();
 CREATE TRIGGER inbound_event_write_once BEFORE UPDATE OR DELETE ON inbound_event
