@@ -292,6 +292,14 @@ func TestDecisionsOnAHeldKey(t *testing.T) {
 		}, p: &scripted{}, action: executor.Complete, state: ledger.StateDone, attempts: 1, outcome: "held outside the plan"},
 		{name: "pending, dead owner, provider deduplicates", setup: func(t *testing.T, o int, k ledger.Key) { tb.dead(t, o, k, ledger.StatePending, "") },
 			p: &scripted{caps: provider.Capabilities{Dedupe: true}, sends: []string{"done:again"}}, action: executor.Complete, state: ledger.StateDone, attempts: 1, sent: 1},
+		{name: "pending, dead owner, inside the dedupe window", setup: func(t *testing.T, o int, k ledger.Key) { tb.dead(t, o, k, ledger.StatePending, "") },
+			p: &scripted{caps: provider.Capabilities{Dedupe: true, DedupeWindow: 24 * time.Hour}, sends: []string{"done:again"}}, action: executor.Complete, state: ledger.StateDone, attempts: 1, sent: 1},
+		{name: "pending, dead owner, dedupe window closed: unknown, never sent again", setup: func(t *testing.T, o int, k ledger.Key) { tb.dead(t, o, k, ledger.StatePending, "") },
+			p: &scripted{caps: provider.Capabilities{Dedupe: true, DedupeWindow: time.Nanosecond}, sends: []string{"done:again"}}, action: executor.Complete, state: ledger.StateUnknown, attempts: 1},
+		{name: "pending, dead owner, dedupe window closed, the probe still may ask", setup: func(t *testing.T, o int, k ledger.Key) { tb.dead(t, o, k, ledger.StatePending, "") },
+			p: &scripted{caps: provider.Capabilities{Dedupe: true, DedupeWindow: time.Nanosecond, Probe: true}, probe: found}, action: executor.Complete, state: ledger.StateDone, attempts: 1, probed: 1},
+		{name: "unknown, past the probe's retention: waits for a person", setup: func(t *testing.T, o int, k ledger.Key) { tb.dead(t, o, k, ledger.StateUnknown, "") },
+			p: &scripted{caps: provider.Capabilities{Probe: true, ProbeRetention: time.Nanosecond}, probe: found}, action: executor.Complete, state: ledger.StateUnknown, attempts: 1},
 		{name: "pending, dead owner, answer recorded before it died", setup: func(t *testing.T, o int, k ledger.Key) {
 			tb.dead(t, o, k, ledger.StatePending, "done:recorded")
 		}, p: &scripted{}, action: executor.Complete, state: ledger.StateDone, attempts: 1},

@@ -671,8 +671,20 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 			}
 		}
 	}
+	// A dedupe key, and a probe, hold only within the provider's window,
+	// measured from the first call with the effect id (DESIGN §4): past
+	// it, a re-send could be a second effect and "not found" proves
+	// nothing.
+	first := eff.CreatedAt
+	if eff.Attempt > 1 && (caps.DedupeWindow > 0 || caps.ProbeRetention > 0) {
+		var err error
+		if first, err = e.ledger.FirstAttemptAt(ctx, eff.Key, eff.Epoch); err != nil {
+			return Result{}, err
+		}
+	}
+	now := e.cfg.Now()
 	switch {
-	case caps.Dedupe:
+	case caps.CanResend(first, now):
 		req, _, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
 		if err != nil {
 			return Result{}, err
@@ -698,7 +710,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		}
 		return e.resolveUnknown(context.WithoutCancel(ctx), cp, eff, prov.Classify(raw), "recovery:resend")
 
-	case caps.Probe:
+	case caps.CanProbe(first, now):
 		probed := time.Now()
 		pr, err := prov.Probe(ctx, string(eff.Key), eff.Epoch)
 		metrics.CallSeconds.WithLabelValues(prov.Name(), string(ledger.ResponseProbe)).Observe(time.Since(probed).Seconds())
@@ -727,9 +739,13 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		if eff.State == ledger.StateUnknown {
 			return Result{Action: Complete, Outcome: "unknown: waits for a human"}, nil
 		}
-		log.Warn("in doubt: the worker died during a call this provider cannot confirm; a human must resolve it")
-		_, err := e.ledger.Settle(context.WithoutCancel(ctx), ledger.SettleParams{EffectID: eff.ID, State: ledger.StateUnknown,
-			Reason: fmt.Sprintf("the worker %s stopped during the call and %s (%s) can neither deduplicate nor be asked", eff.Owner, prov.Name(), prov.Kind())})
+		reason := fmt.Sprintf("the worker %s stopped during the call and %s (%s) can neither deduplicate nor be asked", eff.Owner, prov.Name(), prov.Kind())
+		if caps.Dedupe || caps.Probe {
+			reason = fmt.Sprintf("the worker %s stopped during the call, and %s's window to deduplicate or be asked about it, from the first call at %s, has closed: sending again could be a second message",
+				eff.Owner, prov.Name(), first.UTC().Format(time.RFC3339))
+		}
+		log.Warn("in doubt: the worker died during a call this provider cannot confirm now; a human must resolve it", "reason", reason)
+		_, err := e.ledger.Settle(context.WithoutCancel(ctx), ledger.SettleParams{EffectID: eff.ID, State: ledger.StateUnknown, Reason: reason})
 		if err != nil {
 			return Result{}, err
 		}

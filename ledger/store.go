@@ -196,6 +196,16 @@ func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
 	return out, translate(err)
 }
 
+// FirstAttemptAt is when the first attempt at key and epoch was claimed:
+// the first call with that effect id can be no earlier, so a provider's
+// dedupe window or probe retention measured from it closes no later than
+// the provider's own.
+func (s *Store) FirstAttemptAt(ctx context.Context, key Key, epoch int) (time.Time, error) {
+	var at time.Time
+	err := s.db.QueryRow(ctx, `SELECT min(created_at) FROM effect WHERE key = $1 AND epoch = $2`, string(key), epoch).Scan(&at)
+	return at, translate(err)
+}
+
 // BlockingStates is the SQL list of the states that hold a key at its
 // epoch (DESIGN §3: pending, done, unknown, stranded), as the ledger's
 // unique index names them.

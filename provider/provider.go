@@ -104,6 +104,47 @@ type Capabilities struct {
 	// SettleWindow is how long after a send a probe's "not found" may still
 	// be an effect in flight (0: not found is final at once).
 	SettleWindow time.Duration
+	// DedupeWindow is how long the provider honours the effect id as a
+	// deduplication key, from the first call with it (Resend: 24 h); 0:
+	// for ever. Past it a repeat would be a second effect, so recovery
+	// never sends again once it has closed (CanResend).
+	DedupeWindow time.Duration
+	// ProbeRetention is how long the provider can still be asked about an
+	// effect, from the first call (Postmark keeps outbound messages 45
+	// days); 0: for ever. Past it "not found" proves nothing, so recovery
+	// no longer probes (CanProbe).
+	ProbeRetention time.Duration
+}
+
+// windowMargin is kept free at the end of a dedupe window or a probe's
+// retention: a recovery that starts this close to the end might reach the
+// provider after it, so it counts as closed.
+const windowMargin = time.Minute
+
+// CanResend reports whether recovery may send an effect again with its
+// effect id, first sent at first, at time now: the provider deduplicates,
+// and its window, measured from the first call, is still open.
+func (c Capabilities) CanResend(first, now time.Time) bool {
+	return c.Dedupe && open(c.DedupeWindow, first, now)
+}
+
+// CanProbe reports whether recovery may ask the provider about an effect
+// first sent at first, at time now: it can be asked, and the effect is
+// still within its retention.
+func (c Capabilities) CanProbe(first, now time.Time) bool {
+	return c.Probe && open(c.ProbeRetention, first, now)
+}
+
+// open reports whether a window of length w (0: for ever) from first is
+// open at now, with windowMargin kept free at its end (or a tenth of a
+// window shorter than ten margins, so a short window in a test behaves
+// alike).
+func open(w time.Duration, first, now time.Time) bool {
+	if w <= 0 {
+		return true
+	}
+	margin := min(windowMargin, w/10)
+	return now.Before(first.Add(w - margin))
 }
 
 // ProbeResult is the answer of [Provider.Probe].
