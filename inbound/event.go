@@ -16,6 +16,12 @@
 // which; a hard bounce or a complaint suppresses the address
 // (package suppression) in the same transaction.
 //
+// It also reads the same providers' event exports as evidence for the
+// targets whose effect is unknown (export.go, ReadExport): there a
+// delivery or an acceptance counts too, and Propose matches what each
+// event proves to the unknown targets, for a person to confirm. It
+// proposes; it never resolves.
+//
 // The package knows no HTTP framework: web/webhook is the route.
 package inbound
 

@@ -117,18 +117,7 @@ func parseSES(m SNSMessage, raw []byte) ([]Event, error) {
 	if kind == "" {
 		kind = n.EventType
 	}
-	// SES rewrites the Message-ID it sends with; mail.headers keeps the
-	// original headers, ours among them.
-	msgID := ""
-	for _, h := range n.Mail.Headers {
-		if strings.EqualFold(h.Name, "Message-ID") {
-			msgID = h.Value
-			break
-		}
-	}
-	if msgID == "" {
-		msgID = n.Mail.CommonHeaders.MessageID
-	}
+	msgID := sesMessageID(n) // one rule, shared with the evidence reader (export.go)
 	var out []Event
 	add := func(t Type, addr, detail, at string) {
 		out = append(out, Event{
@@ -360,10 +349,7 @@ func parseSendGrid(body []byte) ([]Event, error) {
 		default:
 			continue // processed, delivered, dropped, open, click, unsubscribe…
 		}
-		msgID := s.SMTPID
-		if s.OnceplanMsgID != "" {
-			msgID = s.OnceplanMsgID
-		}
+		msgID := s.messageID() // shared with the evidence reader (export.go)
 		out = append(out, Event{
 			Kind: SendGrid, ProviderEventID: s.SgEventID, Type: t, Address: s.Email,
 			MessageID: msgID, ProviderMessageID: s.SgMessageID, Detail: detail,

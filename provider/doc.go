@@ -31,7 +31,27 @@
 //     target is sent again; not found inside it → ask later. This is exactly
 //     once if the endpoint's probe is truthful and an effect becomes visible
 //     to it within the settle window.
-//   - http with neither, and smtp: no way to ask. An attempt in doubt (a
+//   - postmark (Postmark's API, postmark.go): the effect id is sent as
+//     Metadata onceplan_effect; recovery asks the outbound search by it:
+//     found → done; not found after the settle window (default 2m) →
+//     failed and sent again. Only within Postmark's retention (default 45
+//     days, probe_retention=): past it recovery leaves the attempt
+//     unknown for a person, never sends again. Postmark does not dedupe.
+//   - smtp with probe=postmark or probe=mailjet (smtp_probe.go): the same
+//     through the relay's API, the effect id in X-PM-Metadata-onceplan_effect
+//     or X-MJ-CustomID; within the retention (Postmark 45 days, Mailjet an
+//     assumed 30) it is exactly once as the probe is truthful.
+//   - resend (Resend's API, resend.go): the effect id is the
+//     Idempotency-Key, which Resend honours for 24 hours from the first
+//     request (dedupe_window=): recovery sends again with it while that
+//     window is open and Resend answers the first email's id without
+//     sending again; past it recovery leaves the attempt unknown for a
+//     person, never sends again.
+//   - smtp with idempotency_header=NAME (smtp_dedupe.go): the same through
+//     a relay that deduplicates by a message header (Resend's
+//     Resend-Idempotency-Key, EmailEngine's X-EE-Idempotency-Key, 24 hours
+//     each; another header needs dedupe_window=).
+//   - http with neither, and smtp without probe: no way to ask. An attempt in doubt (a
 //     crash during the call, a timeout or reset after the request left, an
 //     HTTP 5xx) becomes unknown and waits for a human, who says whether it
 //     arrived. SMTP has no dedupe and no probe: a relay keeps no record it

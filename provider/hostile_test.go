@@ -91,7 +91,7 @@ func FuzzParseFlag(f *testing.F) {
 		name, _, _ := strings.Cut(strings.TrimSpace(flag), "=")
 		require.True(t, strings.HasPrefix(shown, strings.TrimSpace(name)+"="), shown)
 		require.Equal(t, strings.TrimSpace(name), p.Name())
-		require.Contains(t, []string{"maildir", "smtp", "http"}, p.Kind())
+		require.Contains(t, []string{"maildir", "smtp", "http", "postmark", "resend"}, p.Kind())
 		requireNoSecret(t, rawURL, shown)
 
 		// What String() shows is a valid configuration of the same kind

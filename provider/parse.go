@@ -24,7 +24,7 @@ const (
 	maxConcurrency          = 1024
 	maxNameLen              = 40
 	redactedPasswordMarker  = "xxxxx"
-	knownSchemesDescription = "maildir, smtp, http or https"
+	knownSchemesDescription = "maildir, smtp, http, https, postmark or resend"
 )
 
 type parseError struct{ msg string }
@@ -49,14 +49,24 @@ type options struct {
 	settleSet   bool
 	tls         string // smtp
 	dedupe      bool   // http
-	probe       string // http
+	probe       string // http: a URL; smtp: "postmark" or "mailjet"
+	// postmark (and smtp with probe=…)
+	endpoint          string // postmark: the API base URL (tests)
+	messageStream     string // postmark: MessageStream
+	probeEndpoint     string // smtp probe=…: the API base URL (tests)
+	probeRetention    time.Duration
+	probeRetentionSet bool
+	// resend, and smtp with idempotency_header=…
+	dedupeWindow      time.Duration
+	dedupeWindowSet   bool
+	idempotencyHeader string // smtp
 }
 
 // Options each kind accepts, in the order error messages list them.
 var (
 	commonOptions  = []string{"rate", "concurrency", "timeout", "settle"}
-	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls"}, "http": {"dedupe", "probe"}}
-	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http"}
+	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe"}, "resend": {"endpoint", "dedupe_window"}, "postmark": {"endpoint", "message_stream", "probe_retention"}}
+	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http", "postmark": "postmark", "resend": "resend"}
 	rateUnitPerSec = map[string]float64{"s": 1, "m": 1.0 / 60, "h": 1.0 / 3600}
 )
 
@@ -65,6 +75,8 @@ var (
 //	maildir:///absolute/path
 //	smtp://[user:pass@]host[:port][?tls=none|starttls|tls]
 //	http(s)://host/path[?dedupe=true][&probe=URL]
+//	postmark://SERVER_TOKEN@[api.postmarkapp.com][?message_stream=ID][&probe_retention=D][&endpoint=URL]
+//	resend://API_KEY@[api.resend.com][?dedupe_window=D][&endpoint=URL]
 //
 // Options every kind takes:
 //   - rate=N/s (or N/m, N/h; N may have a fraction): at most N sends per
@@ -82,6 +94,26 @@ var (
 // Without tls, port 465 means tls, port 587 starttls and any other port
 // none. Without a port, tls=tls means 465, tls=starttls 587, otherwise 25.
 // Credentials are sent only over TLS, or in clear to localhost.
+//
+// SMTP probe=postmark|mailjet: the relay is Postmark's or Mailjet's and can
+// be asked through its API (smtp_probe.go), with the SMTP credentials;
+// probe_retention=DURATION overrides the service's retention,
+// probe_endpoint=URL its API's address (tests).
+//
+// Postmark: the server token is the whole userinfo and is redacted like a
+// password; message_stream= names the MessageStream (sent and searched);
+// probe_retention= overrides the 45 days; endpoint=URL replaces
+// https://HOST (plain http only to 127.0.0.1 or localhost).
+//
+// SMTP idempotency_header=NAME: the relay deduplicates by header NAME,
+// which carries the effect id in every message (smtp_dedupe.go); its window
+// is dedupe_window=DURATION, or the documented one of a known header
+// (Resend-Idempotency-Key 24h, X-EE-Idempotency-Key 24h); another header
+// name needs dedupe_window=.
+//
+// Resend: the API key is the whole userinfo and is redacted like a
+// password; dedupe_window= overrides Resend's 24 hours; endpoint=URL
+// replaces https://HOST (plain http only to 127.0.0.1 or localhost).
 //
 // HTTP: dedupe=true says the endpoint ignores a repeated Idempotency-Key;
 // probe=URL says GET URL/{EffectID} tells whether an effect exists. The
@@ -129,6 +161,10 @@ func Parse(name, rawURL string) (Provider, error) {
 		return newMaildirFromURL(name, u, opts)
 	case "smtp":
 		return newSMTPFromURL(name, u, opts)
+	case "postmark":
+		return newPostmarkFromURL(name, u, opts)
+	case "resend":
+		return newResendFromURL(name, u, opts)
 	default:
 		return newWebhookFromURL(name, u, opts)
 	}
@@ -149,6 +185,9 @@ func ParseFlag(s string) (Provider, error) {
 // hand: everything between "://" and the last '@' of the authority loses
 // its password.
 func Redacted(rawURL string) string {
+	if r, ok := redactTokenUserinfo(rawURL); ok {
+		return r // the whole userinfo is the token (postmark://TOKEN@…)
+	}
 	if u, err := url.Parse(rawURL); err == nil {
 		u.RawQuery = redactQuery(u.RawQuery)
 		return u.Redacted()
@@ -279,11 +318,48 @@ func parseOptions(name, kind, rawQuery string) (options, error) {
 			}
 			o.dedupe = b
 		case "probe":
+			if kind == "smtp" {
+				if v != "postmark" && v != "mailjet" {
+					return o, errorf(name, "probe %q is not postmark or mailjet", v)
+				}
+				o.probe = v
+				continue
+			}
 			p, err := url.Parse(v)
 			if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" {
 				return o, errorf(name, "probe %q is not an http(s) URL without query", Redacted(v))
 			}
 			o.probe = v
+		case "endpoint":
+			if o.endpoint, err = apiEndpoint(name, k, v); err != nil {
+				return o, err
+			}
+		case "probe_endpoint":
+			if o.probeEndpoint, err = apiEndpoint(name, k, v); err != nil {
+				return o, err
+			}
+		case "message_stream":
+			if v == "" || strings.ContainsAny(v, " \t\r\n") {
+				return o, errorf(name, "message_stream %q is not a Postmark message stream id", v)
+			}
+			o.messageStream = v
+		case "dedupe_window":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return o, errorf(name, "dedupe_window %q is not a positive duration like 24h", v)
+			}
+			o.dedupeWindow, o.dedupeWindowSet = d, true
+		case "idempotency_header":
+			if !validHeaderName(v) {
+				return o, errorf(name, "idempotency_header %q is not a message header name", v)
+			}
+			o.idempotencyHeader = v
+		case "probe_retention":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return o, errorf(name, "probe_retention %q is not a positive duration like 1080h (45 days)", v)
+			}
+			o.probeRetention, o.probeRetentionSet = d, true
 		}
 	}
 	return o, nil

@@ -161,7 +161,8 @@ var ErrNoProbe = errors.New("provider cannot be probed")
 type Provider interface {
 	// Name is the configured name, e.g. "outbox".
 	Name() string
-	// Kind is "maildir", "smtp" or "http".
+	// Kind is "maildir", "smtp", "http" or "postmark" (or another kind
+	// added beside them, e.g. "resend").
 	Kind() string
 	// String is NAME=URL with any password redacted.
 	String() string

@@ -82,6 +82,11 @@ type smtpProvider struct {
 	user    string
 	pass    string
 	timeout time.Duration
+	probe   *smtpProbe // nil without probe=…
+	// idempotency_header=NAME: the header that carries the effect id,
+	// and how long the relay deduplicates by it (smtp_dedupe.go).
+	idemHeader   string
+	dedupeWindow time.Duration
 
 	mu     sync.Mutex
 	closed bool
@@ -107,8 +112,8 @@ func newSMTPFromURL(name string, u *url.URL, o options) (Provider, error) {
 	if u.Path != "" && u.Path != "/" {
 		return nil, errorf(name, "smtp URL must not have a path (got %q)", u.Path)
 	}
-	if o.settleSet {
-		return nil, errorf(name, "settle applies only to a provider that can be probed (maildir, or http with probe=URL)")
+	if o.settleSet && o.probe == "" {
+		return nil, errorf(name, "settle applies only to a provider that can be probed (maildir, http with probe=URL, smtp with probe=postmark|mailjet)")
 	}
 	p := &smtpProvider{
 		limiter: newLimiter(o.perSecond, o.concurrency),
@@ -118,6 +123,9 @@ func newSMTPFromURL(name string, u *url.URL, o options) (Provider, error) {
 		tlsMode: o.tls,
 		timeout: o.timeout,
 		slots:   make(chan *smtpSlot, o.concurrency),
+	}
+	if err := p.configureDedupe(o); err != nil {
+		return nil, err
 	}
 	if ps := u.Port(); ps != "" {
 		n, err := strconv.Atoi(ps)
@@ -147,6 +155,10 @@ func newSMTPFromURL(name string, u *url.URL, o options) (Provider, error) {
 	if u.User != nil {
 		p.user = u.User.Username()
 		p.pass, _ = u.User.Password()
+	}
+	var err error
+	if p.probe, err = newSMTPProbe(name, p.user, p.pass, o); err != nil {
+		return nil, err
 	}
 	for range o.concurrency {
 		c, err := p.newClient()
@@ -204,11 +216,15 @@ func (p *smtpProvider) String() string { return p.name + "=" + p.url }
 // questions about, and a repeat is a second message; so an attempt whose
 // worker died during the call, or whose answer was lost, is unknown until a
 // human says whether it arrived.
-func (p *smtpProvider) Capabilities() Capabilities { return Capabilities{} }
+//
+// With probe=postmark|mailjet the relay's API can be asked, within its
+// retention (smtp_probe.go). With idempotency_header=NAME the relay
+// deduplicates a repeat by that header, within its window (smtp_dedupe.go).
+func (p *smtpProvider) Capabilities() Capabilities { return p.withDedupe(p.probe.capabilities()) }
 
-// Probe is not possible over SMTP.
-func (p *smtpProvider) Probe(context.Context, string, int) (ProbeResult, error) {
-	return ProbeResult{}, ErrNoProbe
+// Probe asks the relay's API (probe=…); without it, SMTP cannot be asked.
+func (p *smtpProvider) Probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
+	return p.probe.probe(ctx, key, epoch)
 }
 
 // Send sends the message in one SMTP transaction over the slot's
@@ -225,6 +241,8 @@ func (p *smtpProvider) Send(ctx context.Context, r Request) ([]byte, error) {
 	if err != nil {
 		return smtpAnswer{stage: stageBuild, err: err.Error()}.encode(), nil
 	}
+	p.probe.addHeader(msg, r)
+	p.markIdempotency(msg, r)
 	from, err := msg.GetSender(false)
 	if err != nil {
 		return smtpAnswer{stage: stageBuild, err: err.Error()}.encode(), nil
@@ -333,6 +351,7 @@ func (p *smtpProvider) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.probe.close()
 	for range cap(p.slots) {
 		slot := <-p.slots
 		if slot.conn != nil {

@@ -135,28 +135,44 @@ func (p *webhookProvider) Send(ctx context.Context, r Request) ([]byte, error) {
 	if err != nil {
 		return encodeLine(transportErrorTag, field{"wrote-request", "false"}, field{"error", "encoding the request: " + err.Error()}), nil
 	}
+	return postOnce(ctx, p.client, p.endpoint, body, http.Header{"Idempotency-Key": {id}}, nil), nil
+}
+
+// postOnce POSTs a JSON body at most once — the request is not
+// replayable, so the transport never sends it twice — and returns the raw
+// answer as the ledger records it: the framed response (frameResponse), or
+// a transport error saying whether the request had been written (an
+// answer lost after that is unknown, not failed). scrub, when set, cleans
+// an error's text of a secret it should never hold. Every HTTP provider
+// sends through it.
+func postOnce(ctx context.Context, client *http.Client, endpoint string, body []byte, headers http.Header, scrub func(string) string) []byte {
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
 		if i.Err == nil {
 			wrote.Store(true)
 		}
 	}}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, p.endpoint, bytes.NewReader(body))
+	if scrub == nil {
+		scrub = func(s string) string { return s }
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
-		return encodeLine(transportErrorTag, field{"wrote-request", "false"}, field{"error", err.Error()}), nil
+		return encodeLine(transportErrorTag, field{"wrote-request", "false"}, field{"error", scrub(redactURLError(err))})
 	}
 	req.GetBody = nil // not replayable: the transport must not post twice
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Idempotency-Key", id)
 	req.Header.Set("User-Agent", "onceplan")
-	resp, err := p.client.Do(req)
+	for k, vs := range headers {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return encodeLine(transportErrorTag,
 			field{"wrote-request", strconv.FormatBool(wrote.Load())},
-			field{"error", redactURLError(err)}), nil
+			field{"error", scrub(redactURLError(err))})
 	}
-	return frameResponse(resp), nil
+	return frameResponse(resp)
 }
 
 // redactURLError is err's text with the URL's password hidden.

@@ -92,6 +92,7 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 		may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
 		p.CanStart, p.CanPause, p.CanCancel = may(approval.ActionStart), may(approval.ActionPause), may(approval.ActionCancel)
 		p.CanResume = may(approval.ActionResume) && (camp.State == plan.StatePaused || rem.Queue > 0)
+		p.CanEvidence = counts.Unknown > 0 && may(approval.ActionResolve) // campaign_evidence.go
 		if p.OperatorHint, err = s.operatorHint(ctx, a, camp); err != nil {
 			return view.RunView{}, err
 		}

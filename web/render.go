@@ -44,6 +44,8 @@ var flashes = map[string]string{
 	"nothing-to-resume": "Nothing to resume: every target has an effect or a job, so the campaign stays completed.",
 	"cancelled":         "Cancelled.",
 	"resolved":          "Resolved.",
+	"evidence-resolved": "The selected targets were resolved as the evidence says; the others stay unknown.",
+	"evidence-partial":  "The selected targets were resolved as the evidence says, except those no longer unknown (resolved meanwhile), which were left as they are; the others stay unknown.",
 	"superseded":        "Superseded: the key moved to a new epoch and the target is sent once more (resume the remainder first if the campaign is paused).",
 	"revoked":           "Revoked.",
 	"roles-saved":       "Roles saved.",
@@ -110,6 +112,7 @@ type shownResult struct {
 	name     string
 	newUser  string // a new user's email and generated password
 	password string
+	evidence *evidenceSet // proposals from evidence for unknowns (campaign_evidence.go)
 }
 
 func (r shownResult) secret() bool { return r.token != "" || r.password != "" }

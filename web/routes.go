@@ -59,6 +59,9 @@ func routeTable() []route {
 		{http.MethodPost, "/campaigns/:id/pause", operator, "", h((*Server).handlePause)},
 		{http.MethodPost, "/campaigns/:id/resume", operator, "", h((*Server).handleResume)},
 		{http.MethodPost, "/campaigns/:id/cancel", operator, "", h((*Server).handleCancel)},
+		{http.MethodPost, "/campaigns/:id/evidence", operator, evidenceUploadLimit, h((*Server).handleEvidenceUpload)},
+		{http.MethodGet, "/campaigns/:id/evidence", operator, "", h((*Server).handleEvidence)},
+		{http.MethodPost, "/campaigns/:id/evidence/confirm", operator, "", h((*Server).handleEvidenceConfirm)},
 
 		{http.MethodGet, "/campaigns/:id/targets/:ordinal", signedIn, "", h((*Server).handleTarget)},
 		{http.MethodPost, "/campaigns/:id/targets/:ordinal/resolve", operator, "", h((*Server).handleResolve)},

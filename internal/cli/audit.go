@@ -152,21 +152,29 @@ func auditCommand(ctx context.Context, env Env, args []string) error {
 
 // auditArgs parses flags given before and after the one CAMPAIGN argument.
 func auditArgs(fs *flag.FlagSet, env Env, args []string) (string, error) {
+	return campaignArg(fs, env, args, "audit", "onceplan audit CAMPAIGN (its id or its name)",
+		"Usage: onceplan audit CAMPAIGN [flags]\n\n"+
+			"Prints whether every approved target of the campaign's current plan got exactly one\n"+
+			"effect, from the ledger and from any evidence given (--maildir, --provider-log,\n"+
+			"--probe). CAMPAIGN is the campaign's id, or its name when no other campaign has it.\n"+
+			"Exits 0 when exactly-once holds, 1 when it does not, 2 when it could not tell (an error).\n\nFlags:\n")
+}
+
+// campaignArg parses the flags of command cmd given before and after its
+// one CAMPAIGN argument and returns that argument; --help prints usage and
+// the flags. form is how the missing argument is asked for.
+func campaignArg(fs *flag.FlagSet, env Env, args []string, cmd, form, usage string) (string, error) {
 	fs.SetOutput(io.Discard)
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(env.Stdout)
-				fmt.Fprint(env.Stdout, "Usage: onceplan audit CAMPAIGN [flags]\n\n"+
-					"Prints whether every approved target of the campaign's current plan got exactly one\n"+
-					"effect, from the ledger and from any evidence given (--maildir, --provider-log,\n"+
-					"--probe). CAMPAIGN is the campaign's id, or its name when no other campaign has it.\n"+
-					"Exits 0 when exactly-once holds, 1 when it does not, 2 when it could not tell (an error).\n\nFlags:\n")
+				fmt.Fprint(env.Stdout, usage)
 				fs.PrintDefaults()
 				return "", exitError{0}
 			}
-			return "", fmt.Errorf("audit: %v (see `onceplan audit --help`)", err)
+			return "", fmt.Errorf("%s: %v (see `onceplan %s --help`)", cmd, err, cmd)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -176,11 +184,11 @@ func auditArgs(fs *flag.FlagSet, env Env, args []string) (string, error) {
 	}
 	switch len(positional) {
 	case 0:
-		return "", errors.New("audit: name the campaign: onceplan audit CAMPAIGN (its id or its name)")
+		return "", fmt.Errorf("%s: name the campaign: %s", cmd, form)
 	case 1:
 		return positional[0], nil
 	}
-	return "", fmt.Errorf("audit: unexpected argument %q: give one campaign (see `onceplan audit --help`)", positional[1])
+	return "", fmt.Errorf("%s: unexpected argument %q: give one campaign (see `onceplan %s --help`)", cmd, positional[1], cmd)
 }
 
 func importLog(ev *audit.Evidence, env Env, name string) error {

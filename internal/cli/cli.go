@@ -40,6 +40,7 @@ func commands() []command {
 		{"policy", "manage bump policies (what may give a key a new epoch): add (as the schema's owner role, like migrate), list", runPolicy},
 		{"audit", "check that every approved target got exactly one effect (exit 0 only when it holds)", runAudit},
 		{"suppression", "manage the suppression list (addresses no campaign mails): add, remove, list, import", runSuppression},
+		{"resolve", "propose resolutions for a campaign's unknown targets from a provider's event export (--evidence FILE); --yes or --only to confirm", runResolve},
 		{"campaign", "create, import, submit, approve, start, pause, resume, cancel and show campaigns on a running server", runCampaign},
 		{"mcp", "serve the Model Context Protocol on stdin/stdout for an AI agent (with an agent token)", runMCP},
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,21 +48,54 @@ func newWorld(t *testing.T, kind string) *world {
 			return out
 		}}
 	case "smtp":
-		s, err := sink.NewSMTP()
-		require.NoError(t, err)
-		t.Cleanup(s.Close)
-		return &world{kind: kind, provider: "p=" + sink.WithOption(s.URL(), opts), effects: func() map[string]int {
-			out := map[string]int{}
-			for _, m := range s.Messages() {
-				for _, rcpt := range m.Rcpts {
-					out[rcpt]++
-				}
-			}
-			return out
-		}}
+		s := smtpSink(t)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(s.URL(), opts), effects: smtpCount(s)}
+	case "resend":
+		// Resend's API: deduplicates by Idempotency-Key for 24 h.
+		rs := sink.NewResend(sink.ResendOpts{})
+		t.Cleanup(rs.Close)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(rs.URL(), opts), effects: rs.CountByRecipient}
+	case "smtp-idempotency":
+		// An SMTP relay that deduplicates by a header (Resend's relay).
+		s := smtpSink(t)
+		s.DedupeByHeader("Resend-Idempotency-Key", 24*time.Hour)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(s.URL(), opts+"&idempotency_header=Resend-Idempotency-Key"), effects: smtpCount(s)}
+	case "postmark":
+		// Postmark's API: the effect id in Metadata, found by its search.
+		pm := sink.NewPostmark(sink.PostmarkOpts{})
+		t.Cleanup(pm.Close)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(pm.URL(), opts+"&settle=1s"), effects: pm.CountByRecipient}
+	case "smtp-probe-postmark":
+		// Postmark's SMTP relay, asked through Postmark's API.
+		s := smtpSink(t)
+		pm := sink.NewPostmark(sink.PostmarkOpts{SMTP: s})
+		t.Cleanup(pm.Close)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(pm.SMTPURL(), opts+"&settle=1s"), effects: smtpCount(s)}
 	}
 	t.Fatalf("unknown world %q", kind)
 	return nil
+}
+
+func smtpSink(t *testing.T) *sink.SMTP {
+	t.Helper()
+	s, err := sink.NewSMTP()
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// smtpCount counts what an SMTP relay delivered, per recipient (a repeat
+// it deduplicated is not delivered).
+func smtpCount(s *sink.SMTP) func() map[string]int {
+	return func() map[string]int {
+		out := map[string]int{}
+		for _, m := range s.Messages() {
+			for _, rcpt := range m.Rcpts {
+				out[rcpt]++
+			}
+		}
+		return out
+	}
 }
 
 // maildirCount counts delivered messages per recipient by reading every
@@ -116,15 +150,62 @@ func TestCrashMatrix(t *testing.T) {
 	if testing.Short() {
 		runs = 1
 	}
-	for _, kind := range []string{"maildir", "webhook-dedupe", "webhook-probe", "smtp"} {
+	for _, kind := range append([]string{"maildir", "webhook-dedupe", "webhook-probe", "smtp"}, emailServiceKinds...) {
 		for _, point := range []string{"before-claim", "after-claim", "after-send", "after-raw"} {
-			for run := range runs {
+			n := runs
+			if slices.Contains(emailServiceKinds, kind) {
+				n = min(runs, 2) // the same protocol as webhook-dedupe and webhook-probe, through the services' own APIs
+			}
+			for run := range n {
 				t.Run(fmt.Sprintf("%s/%s/%d", kind, point, run), func(t *testing.T) {
 					t.Parallel()
 					crashAndRecover(t, kind, point)
 				})
 			}
 		}
+	}
+}
+
+// emailServiceKinds are the email services' worlds (issue 18): each
+// deduplicates or can be asked, within its window, so every crash settles
+// without a person.
+var emailServiceKinds = []string{"resend", "smtp-idempotency", "postmark", "smtp-probe-postmark"}
+
+// TestCrashRecoveredAfterTheWindowIsUnknown: a worker killed after the
+// provider accepted, and recovery only after the provider's window has
+// closed (a dedupe window, a probe's retention, made short here): the
+// attempt is unknown for a person, and nothing is sent again — counted at
+// the service, requests included.
+func TestCrashRecoveredAfterTheWindowIsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ kind, option string }{
+		{"resend", "dedupe_window=2s"},
+		{"smtp-idempotency", "dedupe_window=2s"},
+		{"postmark", "probe_retention=2s"},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			w := newWorld(t, c.kind)
+			prov := sink.WithOption(w.provider, c.option)
+			id := e.campaign(t, "p", matrixTargets)
+			crashing := e.startWorker(t, []string{prov}, "ONCEPLAN_CRASH_AT=after-send:3")
+			crashing.waitExit(t, 60*time.Second)
+			before := w.effects()
+			time.Sleep(3 * time.Second) // the window closes
+			survivor := e.startWorker(t, []string{prov})
+			waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+				return e.campaignState(t, id) == plan.StateCompleted
+			}, survivor)
+			require.Equal(t, map[string]int{"done": matrixTargets - 1, "unknown": 1}, e.states(t, id))
+			requireNoDuplicates(t, w, "after recovery")
+			got := w.effects()
+			for target, n := range before {
+				require.Equal(t, n, got[target], "%s: nothing more after the window closed", target)
+			}
+			require.Len(t, got, matrixTargets, "the unknown one was sent once, before the crash")
+			require.Contains(t, survivor.Logs(), "has closed: sending again could be a second message")
+		})
 	}
 }
 

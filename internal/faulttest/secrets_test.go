@@ -122,6 +122,8 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 	}
 	wrongPass := secretValue("wrongpass")
 	smtpPass, hookPass, deadPass, dbPass := secretValue("smtppass"), secretValue("hookpass"), secretValue("deadpass"), secretValue("dbpass")
+	pmToken, mjSecret := secretValue("pmtoken"), secretValue("mjsecret")
+	resendKey := secretValue("re_resendkey")
 
 	// The database URL carries a password (the private socket trusts the
 	// connection, so PostgreSQL never asks for it; it must stay out of
@@ -154,7 +156,27 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 	require.NoError(t, err)
 	deadAddr := ln.Addr().String()
 	ln.Close() // nobody listens there: connection refused
+	// Postmark's API (its server token in postmark://TOKEN@) and Mailjet's
+	// SMTP relay with its probe (API key and secret as SMTP credentials),
+	// each with an answer lost, so that the probe runs with the secret.
+	pm := sink.NewPostmark(sink.PostmarkOpts{Token: pmToken})
+	t.Cleanup(pm.Close)
+	pm.AcceptThenFail(1, 500)
+	mjRelay, err := sink.NewSMTP()
+	require.NoError(t, err)
+	t.Cleanup(mjRelay.Close)
+	mj := sink.NewMailjet(sink.MailjetOpts{SMTP: mjRelay, APIKey: "mjkey", APISecret: mjSecret})
+	t.Cleanup(mj.Close)
+	mjRelay.DropAfterData(1)
+	// Resend's API (its API key in resend://KEY@), with an email created
+	// and then answered 500, so that recovery sends again with the key.
+	rs := sink.NewResend(sink.ResendOpts{APIKey: resendKey})
+	t.Cleanup(rs.Close)
+	rs.ApplyThenFail(1, 500)
 	providers := []string{
+		"rs=" + rs.URL(),
+		"pm=" + pm.URL(),
+		"mj=" + mj.SMTPURL() + "&timeout=5s",
 		"mail=smtp://mailuser:" + smtpPass + "@" + relay.Addr() + "?tls=none&concurrency=2",
 		"hook=http://hookuser:" + hookPass + "@" + hookHost + "/hook?dedupe=true&concurrency=2",
 		"dead=http://deaduser:" + deadPass + "@" + deadAddr + "/hook?timeout=2s",
@@ -198,6 +220,11 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 	mailID := create("mail", nMail)
 	hookID := create("hook", nHook)
 	deadID := create("dead", 1)
+	const nPM, nMJ = 5, 3
+	pmID := create("pm", nPM)
+	mjID := create("mj", nMJ)
+	const nRS = 5
+	rsID := create("rs", nRS)
 
 	// Failing API requests.
 	forged := tokens["operator"][:len(tokens["operator"])-4] + "abcd"
@@ -249,8 +276,11 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 	require.NotEmpty(t, session)
 
 	waitFor(t, time.Minute, "the mail and hook campaigns to complete with every target done", func() bool {
-		return db.completed(mailID, nMail) && db.completed(hookID, nHook)
+		return db.completed(mailID, nMail) && db.completed(hookID, nHook) && db.completed(pmID, nPM) && db.completed(mjID, nMJ) && db.completed(rsID, nRS)
 	}, serve)
+	require.Positive(t, pm.Searches(), "the Postmark probe ran")
+	require.Positive(t, mj.Searches(), "the Mailjet probe ran")
+	require.Len(t, rs.Effects(), nRS, "one Resend email per target, the one answered 500 included")
 	for _, m := range relay.Messages() {
 		require.Equal(t, "mailuser", m.User, "the relay authenticated the provider's user")
 	}
@@ -267,6 +297,8 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 		"/campaigns/" + deadID + "/run", "/campaigns/" + deadID + "/targets/0", "/campaigns/" + deadID + "/targets/1",
 		"/campaigns/" + hookID + "/targets/0", "/campaigns/" + hookID + "/targets/1", "/campaigns/" + deadID + "/audit",
 		"/campaigns/00000000-0000-0000-0000-000000000000", "/no-such-page", "/campaigns/new",
+		"/campaigns/" + rsID + "/run", "/campaigns/" + rsID + "/targets/0",
+		"/campaigns/" + pmID + "/run", "/campaigns/" + pmID + "/targets/0", "/campaigns/" + mjID + "/run", "/campaigns/" + mjID + "/targets/0",
 	} {
 		r.do("GET", path, nil, nil)
 	}
@@ -298,6 +330,8 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 		"ONCEPLAN_ADMIN_PASSWORD": adminPass, "a wrong password": wrongPass,
 		"the SMTP password": smtpPass, "the webhook password": hookPass, "the unreachable webhook's password": deadPass,
 		"the database password": dbPass, "the session token": session,
+		"the Postmark server token": pmToken, "the Mailjet API secret": mjSecret,
+		"the Resend API key": resendKey,
 	}
 	for role, p := range userPass {
 		secrets[role+"'s password"] = p
@@ -318,6 +352,11 @@ func TestSecretsNeverInLogsOrErrorPages(t *testing.T) {
 		shown = shown || strings.Contains(a.body, "deaduser:xxxxx@")
 	}
 	require.True(t, shown, "the unreachable provider's error is shown, with its URL's password redacted")
+	shown = false
+	for _, a := range answers {
+		shown = shown || (a.what == "GET /admin" && strings.Contains(a.body, "resend://xxxxx@"))
+	}
+	require.True(t, shown, "the admin page lists the Resend provider, with its API key redacted")
 	t.Logf("searched %d lines of logs and %d HTTP answers (%d of them errors) for %d secrets",
 		strings.Count(logs, "\n"), len(answers), errorBodies, len(secrets))
 	for what, s := range secrets {

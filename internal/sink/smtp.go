@@ -49,6 +49,13 @@ type SMTP struct {
 	delay       time.Duration
 	dropN       int
 	rejectRcpts map[string]int
+	// DedupeByHeader: a message whose header dedupeHeader repeats a value
+	// first seen less than dedupeWindow ago is answered 250 and not
+	// delivered again.
+	dedupeHeader string
+	dedupeWindow time.Duration
+	dedupeSeen   map[string]smtpSeen
+	deduped      int
 }
 
 // NewSMTP starts an SMTP sink on 127.0.0.1 on a free port.
@@ -139,6 +146,48 @@ func (s *SMTP) DropAfterData(n int) {
 	s.dropN = n
 }
 
+// DedupeByHeader makes the sink deduplicate as a relay with an
+// idempotency header does (Resend's Resend-Idempotency-Key, EmailEngine's
+// X-EE-Idempotency-Key): a message whose header name repeats a value first
+// delivered less than window ago is answered 250 and delivered nothing
+// new (not in Messages; counted by Deduplicated). A dropped message
+// (DropAfterData) was delivered, so its value counts as seen.
+func (s *SMTP) DedupeByHeader(name string, window time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dedupeHeader, s.dedupeWindow = name, window
+	if s.dedupeSeen == nil {
+		s.dedupeSeen = map[string]smtpSeen{}
+	}
+}
+
+// Deduplicated is the number of repeats DedupeByHeader answered 250
+// without delivering.
+func (s *SMTP) Deduplicated() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deduped
+}
+
+// CountByHeader counts accepted messages per value of header name.
+func (s *SMTP) CountByHeader(name string) map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, m := range s.msgs {
+		if parsed, err := mail.ReadMessage(bytes.NewReader(m.Data)); err == nil {
+			out[parsed.Header.Get(name)]++
+		}
+	}
+	return out
+}
+
+// smtpSeen is the first delivery of an idempotency header's value.
+type smtpSeen struct {
+	at      time.Time
+	receipt string
+}
+
 // RejectRcpt makes RCPT TO addr be answered code (0 stops rejecting it).
 func (s *SMTP) RejectRcpt(addr string, code int) {
 	s.mu.Lock()
@@ -223,13 +272,28 @@ func (ss *smtpSession) Data(r io.Reader) error {
 		Dropped: drop,
 		At:      time.Now(),
 	}
+	dedupeKey := ""
 	if parsed, err := mail.ReadMessage(bytes.NewReader(data)); err == nil {
 		m.MessageID = parsed.Header.Get("Message-ID")
+		s.mu.Lock()
+		if s.dedupeHeader != "" {
+			dedupeKey = parsed.Header.Get(s.dedupeHeader)
+		}
+		s.mu.Unlock()
 	}
 	s.mu.Lock()
+	if first, seen := s.dedupeSeen[dedupeKey]; dedupeKey != "" && seen && time.Since(first.at) < s.dedupeWindow {
+		s.deduped++
+		s.mu.Unlock()
+		return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "OK: duplicate of " + first.receipt + ", not delivered again"}
+	}
 	s.seq++
-	if !drop {
-		m.Receipt = fmt.Sprintf("S%06d", s.seq)
+	m.Receipt = fmt.Sprintf("S%06d", s.seq)
+	if dedupeKey != "" {
+		s.dedupeSeen[dedupeKey] = smtpSeen{at: time.Now(), receipt: m.Receipt}
+	}
+	if drop {
+		m.Receipt = ""
 	}
 	s.msgs = append(s.msgs, m)
 	s.mu.Unlock()

@@ -1,0 +1,476 @@
+package sink
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/mail"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// PostmarkToken is the server token a Postmark sink accepts when its opts
+// name none.
+const PostmarkToken = "sink-postmark-token"
+
+// DefaultPostmarkRetention is Postmark's default retention of outbound
+// messages: after it, the search no longer finds them.
+const DefaultPostmarkRetention = 45 * 24 * time.Hour
+
+// PostmarkOpts configure a Postmark sink.
+type PostmarkOpts struct {
+	// Token is the server token (X-Postmark-Server-Token) the sink
+	// accepts; "" means PostmarkToken.
+	Token string
+	// Retention: messages older than this are no longer found by the
+	// search (0: DefaultPostmarkRetention).
+	Retention time.Duration
+	// SMTP, when set, is Postmark's SMTP relay: the messages it accepted
+	// are outbound messages too, with the metadata of their
+	// X-PM-Metadata-* headers, and the search finds them.
+	SMTP *SMTP
+	// NowFunc is the sink's clock (nil: time.Now), for retention and lag.
+	NowFunc func() time.Time
+}
+
+// PostmarkMessage is one outbound message the sink accepted.
+type PostmarkMessage struct {
+	MessageID     string
+	From          string
+	To            string
+	Subject       string
+	TextBody      string
+	HTMLBody      string
+	MessageStream string
+	Headers       map[string]string
+	Metadata      map[string]string
+	ReceivedAt    time.Time
+	Via           string // "api" or "smtp"
+}
+
+// EffectID is the message's onceplan_effect metadata.
+func (m PostmarkMessage) EffectID() string { return m.Metadata["onceplan_effect"] }
+
+// Postmark is an HTTP server on 127.0.0.1 that behaves like the parts of
+// Postmark's API Onceplan relies on, as documented: POST /email
+// (X-Postmark-Server-Token; 200 {To, SubmittedAt, MessageID, ErrorCode 0,
+// Message "OK"}; 401 without the token; 422 {ErrorCode, Message} for a
+// message without From, To or a body) and GET /messages/outbound (count
+// and offset required, count at most 500; filters recipient, fromemail,
+// subject, messagestream, metadata_<k>=<v>; newest first; 200 {TotalCount,
+// Messages}). It fails on command: 429 with Retry-After, a 5xx after
+// accepting, a connection dropped after accepting (a lost answer), an
+// answer that never comes, a search that lags behind the sends.
+type Postmark struct {
+	srv  *httptest.Server
+	opts PostmarkOpts
+
+	mu        sync.Mutex
+	msgs      []PostmarkMessage
+	requests  int
+	searches  int
+	seq       int
+	lag       time.Duration
+	failN     int
+	failSt    int
+	failHdr   map[string]string
+	failBody  string
+	acceptSt  int
+	acceptN   int
+	dropN     int
+	hangN     int
+	hangFor   time.Duration
+	searchErr int
+}
+
+// NewPostmark starts a Postmark sink.
+func NewPostmark(opts PostmarkOpts) *Postmark {
+	if opts.Token == "" {
+		opts.Token = PostmarkToken
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = DefaultPostmarkRetention
+	}
+	if opts.NowFunc == nil {
+		opts.NowFunc = time.Now
+	}
+	p := &Postmark{opts: opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /email", p.email)
+	mux.HandleFunc("GET /messages/outbound", p.search)
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		p.count(false)
+		writeJSON(rw, http.StatusNotFound, postmarkError{ErrorCode: 0, Message: "no such endpoint"})
+	})
+	p.srv = httptest.NewServer(mux)
+	return p
+}
+
+// Endpoint is the API's base URL (http://127.0.0.1:PORT).
+func (p *Postmark) Endpoint() string { return p.srv.URL }
+
+// Token is the server token the sink accepts.
+func (p *Postmark) Token() string { return p.opts.Token }
+
+// URL is the provider URL of the sink:
+// postmark://TOKEN@api.postmarkapp.com?endpoint=http://127.0.0.1:PORT.
+func (p *Postmark) URL() string {
+	return "postmark://" + url.PathEscape(p.opts.Token) + "@api.postmarkapp.com?endpoint=" + url.QueryEscape(p.srv.URL)
+}
+
+// SMTPURL is the provider URL of Postmark's SMTP relay when the sink was
+// given one (opts.SMTP): the relay's address with the server token as
+// user and password, probe=postmark and probe_endpoint= this sink.
+func (p *Postmark) SMTPURL() string {
+	if p.opts.SMTP == nil {
+		return ""
+	}
+	tok := url.PathEscape(p.opts.Token)
+	return "smtp://" + tok + ":" + tok + "@" + p.opts.SMTP.Addr() + "?tls=none&probe=postmark&probe_endpoint=" + url.QueryEscape(p.srv.URL)
+}
+
+// Close stops the server.
+func (p *Postmark) Close() { p.srv.Close() }
+
+// Messages returns the outbound messages, in the order accepted: those of
+// POST /email, then those of the SMTP relay.
+func (p *Postmark) Messages() []PostmarkMessage {
+	p.mu.Lock()
+	out := make([]PostmarkMessage, len(p.msgs))
+	copy(out, p.msgs)
+	p.mu.Unlock()
+	return append(out, p.smtpMessages()...)
+}
+
+// Effects counts the outbound messages per onceplan_effect metadata.
+func (p *Postmark) Effects() map[string]int {
+	out := map[string]int{}
+	for _, m := range p.Messages() {
+		out[m.EffectID()]++
+	}
+	return out
+}
+
+// CountByRecipient counts the outbound messages per To address.
+func (p *Postmark) CountByRecipient() map[string]int {
+	out := map[string]int{}
+	for _, m := range p.Messages() {
+		out[strings.ToLower(m.To)]++
+	}
+	return out
+}
+
+// Requests is the number of POST /email requests received.
+func (p *Postmark) Requests() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.requests
+}
+
+// Searches is the number of GET /messages/outbound requests received.
+func (p *Postmark) Searches() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.searches
+}
+
+// SearchLag makes a message invisible to the search until d after it was
+// received (0: at once).
+func (p *Postmark) SearchLag(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lag = d
+}
+
+// FailNext answers the next n sends with status, headers and body without
+// accepting them (429 with Retry-After, 422 {"ErrorCode":406,…}, 500).
+func (p *Postmark) FailNext(n, status int, headers map[string]string, body string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failN, p.failSt, p.failBody = n, status, body
+	p.failHdr = make(map[string]string, len(headers))
+	for k, v := range headers {
+		p.failHdr[k] = v
+	}
+}
+
+// AcceptThenFail accepts the next n sends and answers status (500, 503):
+// sent, but the client cannot know.
+func (p *Postmark) AcceptThenFail(n, status int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.acceptN, p.acceptSt = n, status
+}
+
+// AcceptThenDrop accepts the next n sends and closes the connection
+// without an answer: the answer is lost.
+func (p *Postmark) AcceptThenDrop(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.dropN = n
+}
+
+// AcceptThenHang accepts the next n sends and answers only after d (or
+// when the client goes away): an answer that never comes in time.
+func (p *Postmark) AcceptThenHang(n int, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hangN, p.hangFor = n, d
+}
+
+// FailSearches answers the next n searches 500.
+func (p *Postmark) FailSearches(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.searchErr = n
+}
+
+type postmarkError struct {
+	ErrorCode int    `json:"ErrorCode"`
+	Message   string `json:"Message"`
+}
+
+func (p *Postmark) count(send bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if send {
+		p.requests++
+	} else {
+		p.searches++
+	}
+}
+
+func (p *Postmark) authorized(r *http.Request) bool {
+	return r.Header.Get("X-Postmark-Server-Token") == p.opts.Token
+}
+
+func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
+	p.count(true)
+	body, err := io.ReadAll(io.LimitReader(r.Body, 10<<20))
+	if err != nil {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
+		return
+	}
+	if !p.authorized(r) {
+		writeJSON(rw, http.StatusUnauthorized, postmarkError{ErrorCode: 10, Message: "Request does not contain a valid Server token."})
+		return
+	}
+	var in struct {
+		From, To, Subject, TextBody, HtmlBody, MessageStream string
+		Headers                                              []struct{ Name, Value string }
+		Metadata                                             map[string]string
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
+		return
+	}
+	switch {
+	case in.From == "":
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Invalid 'From' address: ''."})
+		return
+	case in.To == "":
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Zero recipients specified"})
+		return
+	case in.TextBody == "" && in.HtmlBody == "":
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Provide either email TextBody or HtmlBody or both."})
+		return
+	}
+
+	p.mu.Lock()
+	if p.failN > 0 {
+		p.failN--
+		status, hdr, fbody := p.failSt, p.failHdr, p.failBody
+		p.mu.Unlock()
+		for k, v := range hdr {
+			rw.Header().Set(k, v)
+		}
+		rw.Header().Set("Content-Type", "application/json")
+		rw.WriteHeader(status)
+		_, _ = io.WriteString(rw, fbody)
+		return
+	}
+	p.seq++
+	now := p.opts.NowFunc()
+	stream := in.MessageStream
+	if stream == "" {
+		stream = "outbound"
+	}
+	m := PostmarkMessage{
+		MessageID: fmt.Sprintf("b7bc2f4a-e38e-4336-af7d-%012d", p.seq),
+		From:      in.From, To: in.To, Subject: in.Subject, TextBody: in.TextBody, HTMLBody: in.HtmlBody,
+		MessageStream: stream, Headers: map[string]string{}, Metadata: map[string]string{},
+		ReceivedAt: now, Via: "api",
+	}
+	for _, h := range in.Headers {
+		m.Headers[h.Name] = h.Value
+	}
+	for k, v := range in.Metadata {
+		m.Metadata[k] = v
+	}
+	p.msgs = append(p.msgs, m)
+	failSt := 0
+	if p.acceptN > 0 {
+		p.acceptN--
+		failSt = p.acceptSt
+	}
+	drop := failSt == 0 && p.dropN > 0
+	if drop {
+		p.dropN--
+	}
+	var hang time.Duration
+	if failSt == 0 && !drop && p.hangN > 0 {
+		p.hangN--
+		hang = p.hangFor
+	}
+	p.mu.Unlock()
+
+	switch {
+	case failSt != 0:
+		writeJSON(rw, failSt, postmarkError{ErrorCode: 0, Message: "the sink accepted the message and then failed"})
+		return
+	case drop:
+		if hj, ok := rw.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		panic(http.ErrAbortHandler) // closes the connection without an answer
+	}
+	sleepCtx(r, hang)
+	writeJSON(rw, http.StatusOK, map[string]any{
+		"To": m.To, "SubmittedAt": now.Format("2006-01-02T15:04:05.0000000-07:00"),
+		"MessageID": m.MessageID, "ErrorCode": 0, "Message": "OK",
+	})
+}
+
+// smtpMessages are the messages Postmark's SMTP relay (opts.SMTP)
+// accepted, as outbound messages: X-PM-Metadata-<k> headers are metadata.
+func (p *Postmark) smtpMessages() []PostmarkMessage {
+	if p.opts.SMTP == nil {
+		return nil
+	}
+	var out []PostmarkMessage
+	for i, sm := range p.opts.SMTP.Messages() {
+		m := PostmarkMessage{
+			MessageID: fmt.Sprintf("5e7a8b1c-0000-4000-8000-%012d", i+1), From: sm.From,
+			To: strings.Join(sm.Rcpts, ", "), MessageStream: "outbound",
+			Headers: map[string]string{}, Metadata: map[string]string{}, ReceivedAt: sm.At, Via: "smtp",
+		}
+		if parsed, err := mail.ReadMessage(bytes.NewReader(sm.Data)); err == nil {
+			m.Subject = parsed.Header.Get("Subject")
+			for k, vs := range parsed.Header {
+				if len(vs) == 0 {
+					continue
+				}
+				if name, ok := cutPrefixFold(k, "X-PM-Metadata-"); ok {
+					m.Metadata[name] = vs[0]
+					continue
+				}
+				m.Headers[k] = vs[0]
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// cutPrefixFold is strings.CutPrefix ignoring case; the rest keeps the
+// case it was written in (textproto canonicalises header names, so the
+// metadata name is taken lower-case, as Onceplan writes it).
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return "", false
+	}
+	return strings.ToLower(s[len(prefix):]), true
+}
+
+// visible: the messages the search can see now (after the lag, within the
+// retention), newest first.
+func (p *Postmark) visible() []PostmarkMessage {
+	all := p.Messages()
+	p.mu.Lock()
+	lag := p.lag
+	p.mu.Unlock()
+	now := p.opts.NowFunc()
+	out := make([]PostmarkMessage, 0, len(all))
+	for i := len(all) - 1; i >= 0; i-- {
+		m := all[i]
+		if now.Sub(m.ReceivedAt) < lag || now.Sub(m.ReceivedAt) >= p.opts.Retention {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (p *Postmark) search(rw http.ResponseWriter, r *http.Request) {
+	p.count(false)
+	if !p.authorized(r) {
+		writeJSON(rw, http.StatusUnauthorized, postmarkError{ErrorCode: 10, Message: "Request does not contain a valid Server token."})
+		return
+	}
+	p.mu.Lock()
+	fail := p.searchErr > 0
+	if fail {
+		p.searchErr--
+	}
+	p.mu.Unlock()
+	if fail {
+		writeJSON(rw, http.StatusInternalServerError, postmarkError{Message: "the sink's search failed on command"})
+		return
+	}
+	q := r.URL.Query()
+	count, err1 := strconv.Atoi(q.Get("count"))
+	offset, err2 := strconv.Atoi(q.Get("offset"))
+	if err1 != nil || err2 != nil || count < 1 || count > 500 || offset < 0 {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 701, Message: "count (1-500) and offset are required"})
+		return
+	}
+	stream := q.Get("messagestream")
+	if stream == "" {
+		stream = "outbound"
+	}
+	var match []PostmarkMessage
+	for _, m := range p.visible() {
+		if m.MessageStream != stream {
+			continue
+		}
+		if v := q.Get("recipient"); v != "" && !strings.EqualFold(v, m.To) {
+			continue
+		}
+		if v := q.Get("fromemail"); v != "" && !strings.Contains(strings.ToLower(m.From), strings.ToLower(v)) {
+			continue
+		}
+		if v := q.Get("subject"); v != "" && v != m.Subject {
+			continue
+		}
+		ok := true
+		for k, vs := range q {
+			if name, isMeta := strings.CutPrefix(k, "metadata_"); isMeta && m.Metadata[name] != vs[0] {
+				ok = false
+			}
+		}
+		if ok {
+			match = append(match, m)
+		}
+	}
+	page := []map[string]any{}
+	for i := offset; i < len(match) && i < offset+count; i++ {
+		m := match[i]
+		page = append(page, map[string]any{
+			"Tag": "", "MessageID": m.MessageID, "MessageStream": m.MessageStream,
+			"To": []map[string]any{{"Email": m.To, "Name": nil}}, "Cc": []any{}, "Bcc": []any{},
+			"Recipients": []string{m.To}, "ReceivedAt": m.ReceivedAt.Format(time.RFC3339Nano),
+			"From": m.From, "Subject": m.Subject, "Attachments": []any{}, "Status": "Sent",
+			"TrackOpens": false, "TrackLinks": "None", "Metadata": m.Metadata, "Sandboxed": false,
+		})
+	}
+	writeJSON(rw, http.StatusOK, map[string]any{"TotalCount": len(match), "Messages": page})
+}

@@ -1,0 +1,192 @@
+package jobs_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/provider"
+)
+
+// requireOncePerTarget asserts, from the service's own records (effects
+// per effect id, messages per recipient), that each of the campaign's n
+// targets got exactly one message.
+func requireOncePerTarget(t *testing.T, w *world, campaign string, n int, effects, recipients map[string]int) {
+	t.Helper()
+	rows, err := w.pool.Query(w.ctx, `
+		SELECT t.key, t.target FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
+		WHERE c.id = $1`, campaign)
+	require.NoError(t, err)
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var key, target string
+		require.NoError(t, rows.Scan(&key, &target))
+		require.Equal(t, 1, effects[provider.EffectID(key, 0)], "messages for the effect of %s", target)
+		require.Equal(t, 1, recipients[target], "messages to %s", target)
+		seen++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, n, seen)
+	require.Len(t, effects, n, "no message for anything else")
+}
+
+// TestPostmarkExactlyOnceThroughAnswersLost: through postmark://, a 5xx
+// after Postmark accepted and a lost answer each leave the attempt unknown;
+// recovery asks Postmark's search, finds the message and settles done —
+// no second message. Every target gets exactly one.
+func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	pm.AcceptThenFail(1, 500)
+	pm.AcceptThenDrop(1)
+	w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "concurrency=1"))
+	w.start(t)
+	id := w.running(t, "pm", 12)
+
+	waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 12 })
+	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	requireOncePerTarget(t, w, id, 12, pm.Effects(), pm.CountByRecipient())
+	require.Equal(t, 12, pm.Requests(), "one POST /email per target: the two in doubt were not sent again")
+	require.Positive(t, pm.Searches(), "recovery asked Postmark")
+	var probed int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(DISTINCT effect_id) FROM effect_response WHERE kind = 'probe'`).Scan(&probed))
+	require.Equal(t, 2, probed, "the two attempts in doubt were settled by the probe")
+}
+
+// TestSMTPProbeExactlyOnceThroughALostAnswer: smtp:// with probe=postmark
+// (and probe=mailjet) through the in-repo relay, whose first answer to the
+// end of DATA is lost: the attempt is unknown, the probe asks the service's
+// API, which sees what the relay accepted, and settles done — one message
+// per target.
+func TestSMTPProbeExactlyOnceThroughALostAnswer(t *testing.T) {
+	t.Parallel()
+	for _, service := range []string{"postmark", "mailjet"} {
+		t.Run(service, func(t *testing.T) {
+			t.Parallel()
+			relay, err := sink.NewSMTP()
+			require.NoError(t, err)
+			t.Cleanup(relay.Close)
+			var u string
+			var effects func() map[string]int
+			if service == "postmark" {
+				pm := sink.NewPostmark(sink.PostmarkOpts{SMTP: relay})
+				t.Cleanup(pm.Close)
+				u, effects = pm.SMTPURL(), pm.Effects
+			} else {
+				mj := sink.NewMailjet(sink.MailjetOpts{SMTP: relay})
+				t.Cleanup(mj.Close)
+				u, effects = mj.SMTPURL(), mj.Effects
+			}
+			relay.DropAfterData(1)
+			w := newWorld(t, jobs.Config{JobTimeout: 5 * time.Second, RescueAfter: 20 * time.Second}, "mail="+sink.WithOption(u, "concurrency=1"))
+			w.start(t)
+			id := w.running(t, "mail", 6)
+
+			waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 6 })
+			recipients := map[string]int{}
+			for _, m := range relay.Messages() {
+				for _, r := range m.Rcpts {
+					recipients[r]++
+				}
+			}
+			requireOncePerTarget(t, w, id, 6, effects(), recipients)
+			var probed int
+			require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(DISTINCT effect_id) FROM effect_response WHERE kind = 'probe'`).Scan(&probed))
+			require.Equal(t, 1, probed, "the attempt whose answer was lost was settled by the probe")
+		})
+	}
+}
+
+// TestPostmarkPastTheRetentionStaysUnknown: a dead worker's attempt whose
+// message Postmark accepted, recovered only after the probe's retention
+// (probe_retention=2s): "not found" would prove nothing, so recovery does
+// not probe and does not send again; the target waits, unknown, for a
+// person. The other targets go out once each.
+func TestPostmarkPastTheRetentionStaysUnknown(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "probe_retention=2s"))
+	id := w.approved(t, "pm", 3)
+	planID := mustPlanID(t, w, id)
+
+	// A worker claimed target 1, its message reached Postmark, and the
+	// worker died before it heard back.
+	var key, target string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `
+		SELECT t.key, t.target FROM plan p JOIN target t ON t.list_id = p.list_id WHERE p.id = $1 AND t.ordinal = 1`, planID).Scan(&key, &target))
+	c, err := ledger.NewStore(w.pool).Claim(w.ctx, ledger.ClaimParams{Key: ledger.Key(key), Owner: "dead/1/worker", PlanID: planID, Ordinal: 1})
+	require.NoError(t, err)
+	require.Equal(t, ledger.ClaimWon, c.Outcome)
+	body, err := json.Marshal(map[string]any{"From": "sender@example.com", "To": target, "Subject": "Hello", "TextBody": "Hi",
+		"Metadata": map[string]string{provider.PostmarkMetadataKey: provider.EffectID(key, 0)}})
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodPost, pm.Endpoint()+"/email", bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-Postmark-Server-Token", pm.Token())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, resp.Body.Close())
+	time.Sleep(2 * time.Second) // past the retention
+
+	_, err = w.svc.Start(w.ctx, w.operator, id)
+	require.NoError(t, err)
+	w.start(t)
+	waitFor(t, 30*time.Second, "the others done and target 1 unknown", func() bool {
+		s := w.states(t, id)
+		return s["done"] == 2 && s["unknown"] == 1
+	})
+	time.Sleep(time.Second) // a few maintenance rounds more
+	require.Equal(t, map[string]int{"done": 2, "unknown": 1}, w.states(t, id))
+	require.Equal(t, 1, pm.Effects()[provider.EffectID(key, 0)], "nothing sent again")
+	require.Zero(t, pm.Searches(), "no probe past the retention")
+	require.Equal(t, 3, pm.Requests())
+	var reason string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM effect WHERE key = $1 AND state = 'unknown'`, key).Scan(&reason))
+	require.Contains(t, reason, "window", fmt.Sprintf("the reason says why: %q", reason))
+}
+
+// TestPostmarkSettleWindow: a 5xx that Postmark did not act on (nothing
+// accepted) is unknown; the probe finds nothing and, once the settle
+// window (settle=1s) has passed, the attempt is failed and the target sent
+// again — once. And a message accepted behind a 5xx that the search shows
+// only after a lag inside the window is found, not sent twice.
+func TestPostmarkSettleWindow(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		setup    func(*sink.Postmark)
+		requests int
+	}{
+		{name: "5xx, nothing accepted: sent again after the window", setup: func(pm *sink.Postmark) { pm.FailNext(1, 503, nil, `{"ErrorCode":0,"Message":"Service unavailable"}`) }, requests: 5},
+		{name: "accepted, search lags inside the window: found", setup: func(pm *sink.Postmark) { pm.AcceptThenFail(1, 500); pm.SearchLag(500 * time.Millisecond) }, requests: 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pm := sink.NewPostmark(sink.PostmarkOpts{})
+			t.Cleanup(pm.Close)
+			c.setup(pm)
+			w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "concurrency=1&settle=1500ms"))
+			w.start(t)
+			id := w.running(t, "pm", 4)
+			waitFor(t, 30*time.Second, "every target done", func() bool {
+				s := w.states(t, id)
+				return s["done"] == 4 && len(s) == 1
+			})
+			requireOncePerTarget(t, w, id, 4, pm.Effects(), pm.CountByRecipient())
+			require.Equal(t, c.requests, pm.Requests(), "POST /email requests")
+		})
+	}
+}
