@@ -70,6 +70,22 @@ func requireNoSecret(t *testing.T, raw, shown string) {
 	}
 }
 
+// TestRefusedURLNeverShowsAPassword: a URL that does not parse (a control
+// character) is quoted in the error with every password hidden — in the
+// authority, with or without a scheme, and in an escaped probe= value
+// (found by FuzzParseFlag).
+func TestRefusedURLNeverShowsAPassword(t *testing.T) {
+	for _, flag := range []string{
+		"p=A0?probe=%2F%2Fu%3Asekrit%40h\x13",
+		"p=//u:sekrit@h\x13",
+		"p=http://h/x?probe=%2F%2Fu%3Asekrit%40h%ZZ\x13",
+	} {
+		_, err := provider.ParseFlag(flag)
+		require.Error(t, err, flag)
+		require.NotContains(t, err.Error(), "sekrit", flag)
+	}
+}
+
 // FuzzParseFlag: any --provider value either makes a provider or is refused
 // with one line wrapping ErrInvalid; neither the error nor an accepted
 // provider's String() shows a password; String() names the provider and

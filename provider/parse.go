@@ -201,11 +201,16 @@ func Redacted(rawURL string) string {
 			rawURL += "#" + fragment
 		}
 	}
-	i := strings.Index(rawURL, "://")
-	if i < 0 {
-		return rawURL
+	// The authority starts after "scheme://", or after a leading "//" (a
+	// URL without a scheme, such as a probe= value).
+	start := strings.Index(rawURL, "://") + 3
+	if start < 3 {
+		if !strings.HasPrefix(rawURL, "//") {
+			return rawURL
+		}
+		start = 2
 	}
-	rest := rawURL[i+3:]
+	rest := rawURL[start:]
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
@@ -218,7 +223,7 @@ func Redacted(rawURL string) string {
 	if !hasPass {
 		return rawURL
 	}
-	return rawURL[:i+3] + user + ":" + redactedPasswordMarker + rest[at:]
+	return rawURL[:start] + user + ":" + redactedPasswordMarker + rest[at:]
 }
 
 // shown is a URL as an error message quotes it: control characters (a URL
@@ -253,6 +258,9 @@ func redactQuery(rawQuery string) string {
 		}
 		if r := Redacted(uv); r != uv {
 			pairs[i] = k + "=" + url.QueryEscape(r)
+		} else if _, err := url.Parse(uv); err != nil && strings.Contains(uv, "@") {
+			// Not a URL, yet it may hold a userinfo: hide it whole.
+			pairs[i] = k + "=" + redactedPasswordMarker
 		}
 	}
 	return strings.Join(pairs, "&")
