@@ -65,7 +65,7 @@ type options struct {
 // Options each kind accepts, in the order error messages list them.
 var (
 	commonOptions  = []string{"rate", "concurrency", "timeout", "settle"}
-	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe"}, "resend": {"endpoint", "dedupe_window"}, "postmark": {"endpoint", "message_stream", "probe_retention"}}
+	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe", "dedupe_window", "probe_retention"}, "resend": {"endpoint", "dedupe_window"}, "postmark": {"endpoint", "message_stream", "probe_retention"}}
 	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http", "postmark": "postmark", "resend": "resend"}
 	rateUnitPerSec = map[string]float64{"s": 1, "m": 1.0 / 60, "h": 1.0 / 3600}
 )

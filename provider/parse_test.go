@@ -91,7 +91,7 @@ func TestParseBad(t *testing.T) {
 		{"hook", "https:///hook", `provider "hook": webhook URL has no host (want https://host/path)`},
 		{"hook", "https://h.example.test/hook?dedupe=maybe", `provider "hook": dedupe "maybe" is not true or false`},
 		{"hook", "https://h.example.test/hook?probe=ftp://x", `provider "hook": probe "ftp://x" is not an http(s) URL without query`},
-		{"hook", "https://h.example.test/hook?token=abc", `provider "hook": unknown option "token" for a http provider (known: rate, concurrency, timeout, settle, dedupe, probe)`},
+		{"hook", "https://h.example.test/hook?token=abc", `provider "hook": unknown option "token" for a http provider (known: rate, concurrency, timeout, settle, dedupe, probe, dedupe_window, probe_retention)`},
 		{"hook", "https://h.example.test/hook?settle=1m", `provider "hook": settle applies only to a provider that can be probed (maildir, or http with probe=URL)`},
 		{"hook", "https://h.example.test/hook?a=%zz", `provider "hook": URL query is not valid: invalid URL escape "%zz"`},
 	}

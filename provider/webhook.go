@@ -48,14 +48,17 @@ const (
 
 type webhookProvider struct {
 	*limiter
-	name      string
-	url       string // redacted, with options
-	endpoint  string // the URL posted to (no options)
-	probe     string // "" when not probed
-	dedupe    bool
-	settle    time.Duration
-	client    *http.Client
-	transport *http.Transport
+	name     string
+	url      string // redacted, with options
+	endpoint string // the URL posted to (no options)
+	probe    string // "" when not probed
+	dedupe   bool
+	settle   time.Duration
+	// dedupeWindow and probeRetention are the receiver's windows
+	// (dedupe_window=, probe_retention=; 0: for ever).
+	dedupeWindow, probeRetention time.Duration
+	client                       *http.Client
+	transport                    *http.Transport
 }
 
 func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
@@ -65,6 +68,12 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 	if o.settleSet && o.probe == "" {
 		return nil, errorf(name, "settle applies only to a provider that can be probed (maildir, or http with probe=URL)")
 	}
+	if o.dedupeWindowSet && !o.dedupe {
+		return nil, errorf(name, "dedupe_window applies only with dedupe=true (how long the receiver honours Idempotency-Key)")
+	}
+	if o.probeRetentionSet && o.probe == "" {
+		return nil, errorf(name, "probe_retention applies only with probe=URL (how long the receiver can be asked)")
+	}
 	endpoint := *u
 	endpoint.Scheme = strings.ToLower(u.Scheme)
 	endpoint.RawQuery = ""
@@ -73,13 +82,15 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = o.concurrency
 	p := &webhookProvider{
-		limiter:   newLimiter(o.perSecond, o.concurrency),
-		name:      name,
-		url:       Redacted(u.String()), // the probe option may carry a password too
-		endpoint:  endpoint.String(),
-		probe:     strings.TrimRight(o.probe, "/"),
-		dedupe:    o.dedupe,
-		settle:    DefaultHTTPSettle,
+		limiter:  newLimiter(o.perSecond, o.concurrency),
+		name:     name,
+		url:      Redacted(u.String()), // the probe option may carry a password too
+		endpoint: endpoint.String(),
+		probe:    strings.TrimRight(o.probe, "/"),
+		dedupe:   o.dedupe,
+		settle:   DefaultHTTPSettle,
+		// A receiver of ours remembers for ever unless the URL says not.
+		dedupeWindow: o.dedupeWindow, probeRetention: o.probeRetention,
 		transport: tr,
 		client: &http.Client{
 			Transport: tr,
@@ -101,7 +112,7 @@ func (p *webhookProvider) String() string { return p.name + "=" + p.url }
 
 // Capabilities: what the URL's options declared about the endpoint.
 func (p *webhookProvider) Capabilities() Capabilities {
-	c := Capabilities{Dedupe: p.dedupe, Probe: p.probe != ""}
+	c := Capabilities{Dedupe: p.dedupe, Probe: p.probe != "", DedupeWindow: p.dedupeWindow, ProbeRetention: p.probeRetention}
 	if c.Probe {
 		c.SettleWindow = p.settle
 	}

@@ -965,3 +965,21 @@ func FuzzClassifyWebhookRaw(f *testing.F) {
 		}
 	})
 }
+
+// TestWebhookWindows: a receiver that forgets keys or messages declares
+// how long it remembers (dedupe_window=, probe_retention=), recovery's
+// windows; each only with its ability.
+func TestWebhookWindows(t *testing.T) {
+	p, err := provider.Parse("hook", "https://h.example.test/hook?dedupe=true&dedupe_window=15m")
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, provider.Capabilities{Dedupe: true, DedupeWindow: 15 * time.Minute}, p.Capabilities())
+	q, err := provider.Parse("hook", "https://h.example.test/hook?probe=https://h.example.test/effects&probe_retention=72h")
+	require.NoError(t, err)
+	defer q.Close()
+	require.Equal(t, 72*time.Hour, q.Capabilities().ProbeRetention)
+	_, err = provider.Parse("hook", "https://h.example.test/hook?dedupe_window=15m")
+	require.ErrorContains(t, err, "dedupe_window applies only with dedupe=true")
+	_, err = provider.Parse("hook", "https://h.example.test/hook?probe_retention=1h")
+	require.ErrorContains(t, err, "probe_retention applies only with probe=URL")
+}
