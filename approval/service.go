@@ -27,8 +27,9 @@ type Enqueuer interface {
 	// job and no blocking ledger row.
 	EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error)
 	// CountRemaining says, without writing, what EnqueueRemaining would
-	// enqueue for p now and what a stopped worker still holds.
-	CountRemaining(ctx context.Context, db plan.DB, p plan.Plan) (Remainder, error)
+	// enqueue for p now (with queue; a scan of the list) and what a
+	// stopped worker still holds.
+	CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, queue bool) (Remainder, error)
 	// ProviderWorkers counts the live worker processes whose heartbeat
 	// says they serve provider, judged alive as the workers judge each
 	// other (their owner timeout).
@@ -683,6 +684,16 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 // which of its targets a stopped worker holds (Remainder). A campaign
 // without a plan has none.
 func (s *Service) Remaining(ctx context.Context, c plan.Campaign) (Remainder, error) {
+	return s.remaining(ctx, c, true)
+}
+
+// Stalled is Remaining without Queue (which reads the whole list): only
+// what a stopped worker holds.
+func (s *Service) Stalled(ctx context.Context, c plan.Campaign) (Remainder, error) {
+	return s.remaining(ctx, c, false)
+}
+
+func (s *Service) remaining(ctx context.Context, c plan.Campaign, queue bool) (Remainder, error) {
 	if c.PlanID == 0 {
 		return Remainder{}, nil
 	}
@@ -690,7 +701,7 @@ func (s *Service) Remaining(ctx context.Context, c plan.Campaign) (Remainder, er
 	if err != nil {
 		return Remainder{}, err
 	}
-	return s.enqueuer.CountRemaining(ctx, s.pool, p)
+	return s.enqueuer.CountRemaining(ctx, s.pool, p, queue)
 }
 
 // LeftOutAtImport is how many rows the imports that made the current

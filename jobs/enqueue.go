@@ -138,23 +138,30 @@ var stalledJobSQL = `j.state = 'running' AND NOT ` + executor.OwnerAlive(jobOwne
 // process will run those jobs, and maintenance requeues their targets by
 // itself once the process has been silent for OwnerTimeout
 // (requeueDeadWorkersTargets), RequeueIn from now; until then they count
-// as live, so they are not in Queue.
-func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan) (approval.Remainder, error) {
+// as live, so they are not in Queue. Queue reads the whole list; without
+// queue it is left 0 and only the stalled jobs are read (the run page's
+// live parts, polled every few seconds, show no button).
+func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, queue bool) (approval.Remainder, error) {
 	var r approval.Remainder
 	existing, err := hasLiveJobs(ctx, db, p)
 	if err != nil {
 		return r, err
 	}
-	query := `SELECT count(*) FROM target t WHERE t.list_id = @list AND ` + notBlocked
-	if existing {
-		query += ` AND ` + noLiveJob
-	}
 	args := pgx.NamedArgs{
 		"list": p.ListID, "plan": p.ID, "owner_timeout": e.OwnerTimeout.String(),
 		"silent": (e.OwnerTimeout / HeartbeatsPerOwnerTimeout * 2).Round(time.Millisecond).String(),
 	}
-	if err := db.QueryRow(ctx, query, args).Scan(&r.Queue); err != nil || !existing {
-		return r, err
+	if queue {
+		query := `SELECT count(*) FROM target t WHERE t.list_id = @list AND ` + notBlocked
+		if existing {
+			query += ` AND ` + noLiveJob
+		}
+		if err := db.QueryRow(ctx, query, args).Scan(&r.Queue); err != nil {
+			return r, err
+		}
+	}
+	if !existing {
+		return r, nil
 	}
 	// A stalled job whose target was requeued since (a newer unfinished
 	// job) holds it no longer.

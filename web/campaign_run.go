@@ -69,10 +69,16 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 		return view.RunView{}, err
 	}
 	// What a resume would queue, and what a stopped worker holds, matter
-	// only where the lifecycle has a resume (running, paused, completed).
+	// only where the lifecycle has a resume (running, paused, completed);
+	// what it would queue only beside the buttons (it reads the whole
+	// list, and the live parts are polled every few seconds).
 	var rem approval.Remainder
 	if approval.Allowed(anOperator, camp, approval.ActionResume) == nil {
-		if rem, err = s.cfg.Approval.Remaining(ctx, camp); err != nil {
+		count := s.cfg.Approval.Stalled
+		if buttons {
+			count = s.cfg.Approval.Remaining
+		}
+		if rem, err = count(ctx, camp); err != nil {
 			return view.RunView{}, err
 		}
 	}
