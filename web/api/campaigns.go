@@ -25,21 +25,21 @@ import (
 
 // campaignView is GET /campaigns/{id}'s answer, and every state action's.
 type campaignView struct {
-	ID                string          `json:"id"`
-	Name              string          `json:"name"`
-	State             plan.State      `json:"state"`
-	Provider          string          `json:"provider"`
-	PlanHash          string          `json:"plan_hash"`
-	PlanVersion       int             `json:"plan_version"`
-	RequiredApprovals int             `json:"required_approvals"`
-	Approvals         int             `json:"approvals"`
-	ScheduledAt       *time.Time      `json:"scheduled_at,omitempty"`
-	Payload           plan.Payload    `json:"payload"`
-	Counts            approval.Counts `json:"counts"`
-	ApprovalURL       string          `json:"approval_url"`
-	CreatedAt         time.Time       `json:"created_at"`
-	UpdatedAt         time.Time       `json:"updated_at"`
-	Import            *importView     `json:"import,omitempty"`
+	ID                string             `json:"id"`
+	Name              string             `json:"name"`
+	State             plan.State         `json:"state"`
+	Provider          string             `json:"provider"`
+	PlanHash          string             `json:"plan_hash"`
+	PlanVersion       int                `json:"plan_version"`
+	RequiredApprovals int                `json:"required_approvals"`
+	Approvals         int                `json:"approvals"`
+	ScheduledAt       *time.Time         `json:"scheduled_at,omitempty"`
+	Payload           plan.Payload       `json:"payload"`
+	Counts            approval.Counts    `json:"counts"`
+	ApprovalURL       string             `json:"approval_url"`
+	CreatedAt         time.Time          `json:"created_at"`
+	UpdatedAt         time.Time          `json:"updated_at"`
+	Import            *plan.ImportReport `json:"import,omitempty"`
 	// ListUnsubscribe: each message carries a one-click unsubscribe link;
 	// false for a transactional campaign.
 	ListUnsubscribe bool `json:"list_unsubscribe"`
@@ -67,49 +67,26 @@ const (
 	warnEmptyVars    = "empty_vars"
 )
 
-// importView is an import report as DESIGN §8 names it.
-type importView struct {
-	Rows       int              `json:"rows"`
-	Accepted   int              `json:"accepted"`
-	Duplicate  int              `json:"duplicate"`
-	Duplicates []plan.Duplicate `json:"duplicates"`
-	Rejected   []plan.Rejection `json:"rejected"`
-	// RejectedCount can exceed len(Rejected): the list names the first 1,000.
-	RejectedCount int `json:"rejected_count"`
-	// Suppressed lists rows left out because their address is on the
-	// suppression list (the first 1,000; SuppressedCount in all).
-	Suppressed      []plan.Suppressed `json:"suppressed"`
-	SuppressedCount int               `json:"suppressed_count"`
-	// Empty lists accepted rows whose merge variables the draft reads are
-	// present but blank (the first 1,000; EmptyCount in all): imported,
-	// but their messages have nothing there.
-	Empty       []plan.EmptyVar `json:"empty"`
-	EmptyCount  int             `json:"empty_count"`
-	Truncated   bool            `json:"truncated,omitempty"`
-	TargetCount int             `json:"target_count"`
-}
-
-func viewImport(r *plan.ImportReport) *importView {
+// viewImport is an import report as DESIGN §8 names it: plan.ImportReport's
+// own JSON, with its lists never null.
+func viewImport(r *plan.ImportReport) *plan.ImportReport {
 	if r == nil {
 		return nil
 	}
-	v := &importView{Rows: r.Rows, Accepted: r.Accepted, Duplicate: r.Duplicate, Duplicates: r.Duplicates,
-		Rejected: r.Rejected, RejectedCount: r.RejectedCount, Suppressed: r.Suppressed, SuppressedCount: r.SuppressedCount,
-		Empty: r.Empty, EmptyCount: r.EmptyCount,
-		Truncated: r.Truncated, TargetCount: r.TargetCount}
-	if v.Rejected == nil {
-		v.Rejected = []plan.Rejection{}
+	v := *r
+	v.Rejected = nonNil(v.Rejected)
+	v.Duplicates = nonNil(v.Duplicates)
+	v.Suppressed = nonNil(v.Suppressed)
+	v.Empty = nonNil(v.Empty)
+	return &v
+}
+
+// nonNil is s, or an empty slice for nil (JSON [] rather than null).
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	if v.Duplicates == nil {
-		v.Duplicates = []plan.Duplicate{}
-	}
-	if v.Empty == nil {
-		v.Empty = []plan.EmptyVar{}
-	}
-	if v.Suppressed == nil {
-		v.Suppressed = []plan.Suppressed{}
-	}
-	return v
+	return s
 }
 
 // warnings are the campaign's warnings after res (see campaignView).
