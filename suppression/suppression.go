@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,8 +125,8 @@ func (p *AddParams) validate() error {
 		return err
 	}
 	p.Address = a
-	if !validReason(p.Reason) {
-		return &plan.FieldError{Field: "reason", Reason: fmt.Sprintf("must be one of %s, not %q", reasonList(), p.Reason)}
+	if !slices.Contains(Reasons, p.Reason) {
+		return &plan.FieldError{Field: "reason", Reason: fmt.Sprintf("must be one of %s, not %q", ReasonNames(), p.Reason)}
 	}
 	switch p.Source {
 	case FromUnsubscribe, FromProviderEvent:
@@ -142,16 +143,9 @@ func (p *AddParams) validate() error {
 	return nil
 }
 
-func validReason(r Reason) bool {
-	for _, x := range Reasons {
-		if r == x {
-			return true
-		}
-	}
-	return false
-}
-
-func reasonList() string {
+// ReasonNames is Reasons as one comma-separated list, for messages and
+// help texts.
+func ReasonNames() string {
 	s := make([]string, len(Reasons))
 	for i, r := range Reasons {
 		s[i] = string(r)

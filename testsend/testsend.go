@@ -33,6 +33,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -166,20 +167,36 @@ type Result struct {
 // Reviewers lists who may receive a test send: the enabled users' emails
 // and the allow-list, sorted (the UI offers them).
 func (s *Sender) Reviewers(ctx context.Context) ([]string, error) {
-	rows, err := s.cfg.DB.Query(ctx, `SELECT email FROM app_user WHERE disabled_at IS NULL ORDER BY email`)
+	users, err := s.userEmails(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
+	out := make([]string, 0, len(users)+len(s.allow))
+	for a := range users {
+		out = append(out, a)
 	}
 	for a := range s.allow {
-		if !slices.Contains(out, a) {
+		if !users[a] {
 			out = append(out, a)
 		}
 	}
 	slices.Sort(out)
+	return out, nil
+}
+
+// userEmails is the set of the enabled users' emails, read once per
+// request (auth owns the users).
+func (s *Sender) userEmails(ctx context.Context) (map[string]bool, error) {
+	users, err := auth.ListUsers(ctx, s.cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(users))
+	for _, u := range users {
+		if !u.Disabled() {
+			out[u.Email] = true
+		}
+	}
 	return out, nil
 }
 
@@ -192,18 +209,22 @@ func (s *Sender) recipients(ctx context.Context, to []string) ([]string, error) 
 	case len(to) > s.cfg.MaxRecipients:
 		return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("names %d addresses; a test send goes to at most %d", len(to), s.cfg.MaxRecipients)}
 	}
-	var out []string
+	var (
+		out   []string
+		users map[string]bool // read when the first address is not on the allow-list
+	)
 	for i, raw := range to {
 		a, err := ledger.NormalizeEmail(raw)
 		if err != nil {
 			return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %q is not an email address", i, raw)}
 		}
 		if !s.allow[a] {
-			var ok bool
-			if err := s.cfg.DB.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM app_user WHERE email = $1 AND disabled_at IS NULL)`, a).Scan(&ok); err != nil {
-				return nil, err
+			if users == nil {
+				if users, err = s.userEmails(ctx); err != nil {
+					return nil, err
+				}
 			}
-			if !ok {
+			if !users[a] {
 				return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %s is not a user or an allowed test recipient", i, a)}
 			}
 		}

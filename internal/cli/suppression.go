@@ -32,20 +32,12 @@ func runSuppression(ctx context.Context, env Env, args []string) error {
 	}, args)
 }
 
-func reasonFlagHelp() string {
-	names := make([]string, len(suppression.Reasons))
-	for i, r := range suppression.Reasons {
-		names[i] = string(r)
-	}
-	return strings.Join(names, ", ")
-}
-
 func runSuppressionAdd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("suppression add", flag.ContinueOnError)
 	var db dbFlags
 	db.register(fs, env)
 	address := fs.String("address", "", "the address to suppress (required)")
-	reason := fs.String("reason", string(suppression.Manual), "why: "+reasonFlagHelp())
+	reason := fs.String("reason", string(suppression.Manual), "why: "+suppression.ReasonNames())
 	note := fs.String("note", "", "a note kept with the entry")
 	if err := parse(fs, env, args); err != nil {
 		return err
@@ -230,7 +222,7 @@ func runSuppressionImport(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("suppression import", flag.ContinueOnError)
 	var db dbFlags
 	db.register(fs, env)
-	reason := fs.String("reason", string(suppression.Manual), "the reason of lines that give none: "+reasonFlagHelp())
+	reason := fs.String("reason", string(suppression.Manual), "the reason of lines that give none: "+suppression.ReasonNames())
 	note := fs.String("note", "", "a note kept with every entry (default: the file's name)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	pos, err := parseWithArgs(fs, env, args, "FILE")
@@ -238,7 +230,7 @@ func runSuppressionImport(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	if !slices.Contains(suppression.Reasons, suppression.Reason(*reason)) {
-		return fmt.Errorf("suppression import: --reason must be one of %s, not %q", reasonFlagHelp(), *reason)
+		return fmt.Errorf("suppression import: --reason must be one of %s, not %q", suppression.ReasonNames(), *reason)
 	}
 	var in io.Reader = env.Stdin
 	name := "standard input"

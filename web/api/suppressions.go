@@ -85,7 +85,7 @@ func (a *API) addSuppression(c echo.Context, actor approval.Actor) error {
 		return a.fail(c, &plan.FieldError{Field: "address", Reason: "is required"})
 	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: one of " + reasonNames()})
+		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: one of " + suppression.ReasonNames()})
 	}
 	e, added, err := suppression.Add(c.Request().Context(), a.cfg.Pool, suppression.AddParams{
 		Address: req.Address, Reason: suppression.Reason(req.Reason), Source: suppression.FromActor,
@@ -118,12 +118,4 @@ func (a *API) removeSuppression(c echo.Context, actor approval.Actor) error {
 		return a.fail(c, err)
 	}
 	return c.JSON(http.StatusOK, e)
-}
-
-func reasonNames() string {
-	names := make([]string, len(suppression.Reasons))
-	for i, r := range suppression.Reasons {
-		names[i] = string(r)
-	}
-	return strings.Join(names, ", ")
 }
