@@ -59,8 +59,9 @@ func Record(ctx context.Context, db Beginner, events []Event) (Result, error) {
 	var res Result
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		res = Result{}
+		r := recorder{tx: tx}
 		for _, e := range events {
-			if err := recordOne(ctx, tx, e, &res); err != nil {
+			if err := r.recordOne(ctx, e, &res); err != nil {
 				return err
 			}
 		}
@@ -69,7 +70,40 @@ func Record(ctx context.Context, db Beginner, events []Event) (Result, error) {
 	return res, err
 }
 
-func recordOne(ctx context.Context, tx pgx.Tx, e Event, res *Result) error {
+// recorder is one Record call's transaction, with what its events share:
+// the campaigns, read once however many events the request carries.
+type recorder struct {
+	tx        pgx.Tx
+	campaigns []campaignTool
+	loaded    bool
+}
+
+// campaignTool is what a target key is a function of, besides the address.
+type campaignTool struct{ id, tool string }
+
+// campaignList reads every campaign's id and tool, the first time an
+// event needs them.
+func (r *recorder) campaignList(ctx context.Context) ([]campaignTool, error) {
+	if r.loaded {
+		return r.campaigns, nil
+	}
+	rows, err := r.tx.Query(ctx, `SELECT id::text, tool FROM campaign`)
+	if err != nil {
+		return nil, err
+	}
+	var c campaignTool
+	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.tool}, func() error {
+		r.campaigns = append(r.campaigns, c)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	r.loaded = true
+	return r.campaigns, nil
+}
+
+func (r *recorder) recordOne(ctx context.Context, e Event, res *Result) error {
+	tx := r.tx
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM inbound_event WHERE kind = $1 AND provider_event_id = $2)`,
 		e.Kind, e.ProviderEventID).Scan(&exists); err != nil {
@@ -87,7 +121,7 @@ func recordOne(ctx context.Context, tx pgx.Tx, e Event, res *Result) error {
 	}
 	var t tie
 	if valid {
-		if t, err = tieOf(ctx, tx, addr, e); err != nil {
+		if t, err = r.tieOf(ctx, addr, e); err != nil {
 			return err
 		}
 	}
@@ -156,30 +190,28 @@ type tie struct {
 // effects at the address's key in each campaign, looked up by
 // key: no index of targets by address across lists is needed, and the
 // import, which writes a million target rows at a time, pays for none.
-func tieOf(ctx context.Context, tx pgx.Tx, addr string, e Event) (tie, error) {
+func (r *recorder) tieOf(ctx context.Context, addr string, e Event) (tie, error) {
 	if e.MessageID == "" && e.ProviderMessageID == "" {
 		return tie{}, nil
 	}
-	campaigns, err := tx.Query(ctx, `SELECT id::text, tool FROM campaign`)
+	campaigns, err := r.campaignList(ctx)
 	if err != nil {
 		return tie{}, err
 	}
 	var (
 		keys       []string
 		campaignOf = map[string]string{}
-		id, tool   string
 	)
-	_, err = pgx.ForEachRow(campaigns, []any{&id, &tool}, func() error {
-		if _, key, err := plan.TargetKey(id, tool, addr); err == nil {
+	for _, c := range campaigns {
+		if _, key, err := plan.TargetKey(c.id, c.tool, addr); err == nil {
 			keys = append(keys, string(key))
-			campaignOf[string(key)] = id
+			campaignOf[string(key)] = c.id
 		}
-		return nil
-	})
-	if err != nil || len(keys) == 0 {
-		return tie{}, err
 	}
-	rows, err := tx.Query(ctx, `
+	if len(keys) == 0 {
+		return tie{}, nil
+	}
+	rows, err := r.tx.Query(ctx, `
 		SELECT e.id, e.key, e.epoch, coalesce(e.receipt, '') FROM effect e
 		WHERE e.key = ANY ($1::text[])
 		ORDER BY e.id DESC

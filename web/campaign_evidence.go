@@ -30,6 +30,9 @@ import (
 // form around it.
 const evidenceUploadLimit = "65M"
 
+// evidenceGone is the answer when an upload's proposals are no longer kept.
+const evidenceGone = "These proposals are no longer kept (they last 30 minutes, and a restart forgets them): upload the evidence again on the run page."
+
 // maxUnknowns bounds the unknown targets one proposal considers.
 const maxUnknowns = 100_000
 
@@ -177,7 +180,7 @@ func (s *Server) handleEvidence(c echo.Context) error {
 	id := c.QueryParam("shown")
 	set, ok := s.evidenceFor(c, id, camp)
 	if !ok {
-		return echo.NewHTTPError(http.StatusNotFound, "These proposals are no longer kept (they last 30 minutes, and a restart forgets them): upload the evidence again on the run page.")
+		return echo.NewHTTPError(http.StatusNotFound, evidenceGone)
 	}
 	v := view.EvidenceView{Page: s.page(c, camp.Name+": evidence", "campaigns"), Campaign: campaignView(camp), Shown: id,
 		Sources: set.sources, Events: set.events, Ignored: set.ignored, Unmatched: set.unmatched, Unknown: set.unknown}
@@ -199,7 +202,7 @@ func (s *Server) handleEvidenceConfirm(c echo.Context) error {
 	id := c.FormValue("shown")
 	set, ok := s.evidenceFor(c, id, camp)
 	if !ok {
-		return echo.NewHTTPError(http.StatusNotFound, "These proposals are no longer kept (they last 30 minutes, and a restart forgets them): upload the evidence again on the run page.")
+		return echo.NewHTTPError(http.StatusNotFound, evidenceGone)
 	}
 	form, err := c.FormParams()
 	if err != nil {

@@ -247,14 +247,11 @@ func parseOrdinals(s string) ([]int, error) {
 }
 
 func ordinalList(props []inbound.Proposal) string {
-	if len(props) == 0 {
-		return "none"
-	}
 	ns := make([]int, len(props))
 	for i, p := range props {
 		ns[i] = p.Ordinal
 	}
-	return joinInts(ns)
+	return noneIfEmpty(joinInts(ns))
 }
 
 func joinInts(ns []int) string {
@@ -290,14 +287,14 @@ func printResolve(w io.Writer, out resolveOutput, files []string) error {
 		fmt.Fprintf(w, "To resolve some: onceplan resolve %s %s --only %s\n", strings.Join(ev, " "), out.Campaign, joinInts([]int{out.Proposals[0].Ordinal}))
 		return nil
 	}
-	fmt.Fprintf(w, "Resolved %d: %s\n", len(out.Resolved), dashIfEmpty(joinInts(out.Resolved)))
+	fmt.Fprintf(w, "Resolved %d: %s\n", len(out.Resolved), noneIfEmpty(joinInts(out.Resolved)))
 	for _, s := range out.Skipped {
 		fmt.Fprintf(w, "Left target %d as it is: %s\n", s.Ordinal, s.Why)
 	}
 	return nil
 }
 
-func dashIfEmpty(s string) string {
+func noneIfEmpty(s string) string {
 	if s == "" {
 		return "none"
 	}

@@ -83,8 +83,6 @@ func Register(e *echo.Echo, cfg Config) *Handler {
 	return h
 }
 
-func (h *Handler) allow(client string) bool { return h.clients.Allow(client) }
-
 func fail(c echo.Context, status int, code, msg string) error {
 	return c.JSON(status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
@@ -92,7 +90,7 @@ func fail(c echo.Context, status int, code, msg string) error {
 // Serve handles one delivery.
 func (h *Handler) Serve(c echo.Context) error {
 	client := c.RealIP()
-	if !h.allow(client) {
+	if !h.clients.Allow(client) {
 		c.Response().Header().Set("Retry-After", "1")
 		return fail(c, http.StatusTooManyRequests, "rate_limited", "Too many requests from this address; retry later.")
 	}
