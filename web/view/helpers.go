@@ -91,7 +91,8 @@ func shortHash(h string) string {
 	return h
 }
 
-func roles(rs []string) string { return strings.Join(rs, ", ") }
+// joinComma lists words: "a, b, c".
+func joinComma(s []string) string { return strings.Join(s, ", ") }
 
 func hasRole(rs []string, r string) bool {
 	for _, x := range rs {
