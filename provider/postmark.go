@@ -148,7 +148,8 @@ func newHTTPClient(concurrency int, timeout time.Duration) (*http.Client, *http.
 	return &http.Client{
 		Transport: tr,
 		Timeout:   timeout,
-		// A redirect is an answer; following it could repeat the POST.
+		// A redirect is an answer: following it would turn a POST into a
+		// GET of something else (301–303) or repeat it (307, 308).
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, tr
 }
@@ -320,11 +321,7 @@ func ClassifyPostmark(raw []byte) Verdict {
 		return Verdict{Outcome: OutcomeFailed, Reason: "the message could not be built: " + oneLine(f["error"])}
 	}
 	if f, ok := parseLine(raw, transportErrorTag); ok {
-		errText := oneLine(f["error"])
-		if f["wrote-request"] == "false" {
-			return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: "the request could not be sent to Postmark: " + errText}
-		}
-		return Verdict{Outcome: OutcomeUnknown, Reason: "the connection to Postmark failed after the request was sent: " + errText}
+		return transportVerdict(f, "the request could not be sent to Postmark", "the connection to Postmark failed after the request was sent")
 	}
 	f, ok := parseFramed(raw)
 	if !ok {
@@ -403,18 +400,11 @@ func (api *postmarkAPI) probe(ctx context.Context, key string, epoch int) (Probe
 	if api.stream != "" {
 		q.Set("messagestream", api.stream)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.endpoint+"/messages/outbound?"+q.Encode(), nil)
+	raw, err := getOnce(ctx, api.client, api.name, api.endpoint+"/messages/outbound?"+q.Encode(),
+		http.Header{"X-Postmark-Server-Token": {api.token}})
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", api.name, redactURLError(err))
+		return ProbeResult{}, err
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "onceplan")
-	req.Header.Set("X-Postmark-Server-Token", api.token)
-	resp, err := api.client.Do(req)
-	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", api.name, redactURLError(err))
-	}
-	raw := frameResponse(resp)
 	found, receipt, err := decodePostmarkSearch(raw, id)
 	if err != nil {
 		return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q: %w", api.name, err)

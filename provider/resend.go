@@ -73,7 +73,7 @@ func newResendFromURL(name string, u *url.URL, o options) (Provider, error) {
 	case o.endpoint != "" && u.Host != "":
 		return nil, errorf(name, "resend URL gives both a host and endpoint=; give one")
 	case o.endpoint != "":
-		base = strings.TrimRight(o.endpoint, "/")
+		base = o.endpoint // apiEndpoint trimmed it
 	case u.Host != "":
 		if u.Hostname() == "" {
 			return nil, errorf(name, "resend URL has no host name")
@@ -89,24 +89,16 @@ func newResendFromURL(name string, u *url.URL, o options) (Provider, error) {
 	if o.dedupeWindowSet {
 		window = o.dedupeWindow
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = o.concurrency
-	shown := *u
-	shown.User = url.User(redactedPasswordMarker)
+	client, tr := newHTTPClient(o.concurrency, o.timeout)
 	return &resendProvider{
 		limiter:   newLimiter(o.perSecond, o.concurrency),
 		name:      name,
-		url:       Redacted(shown.String()),
+		url:       Redacted(u.String()), // the key is the whole userinfo: Redacted hides it
 		endpoint:  base + "/emails",
 		apiKey:    u.User.Username(),
 		window:    window,
 		transport: tr,
-		client: &http.Client{
-			Transport: tr,
-			Timeout:   o.timeout,
-			// A redirect is an answer (see the webhook provider).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:    client,
 	}, nil
 }
 
@@ -224,10 +216,8 @@ func ClassifyResend(raw []byte) Verdict {
 	if f, ok := parseLine(raw, resendBuildTag); ok {
 		return Verdict{Outcome: OutcomeFailed, Reason: "the message could not be sent through Resend: " + oneLine(f["error"])}
 	}
-	if _, ok := parseLine(raw, transportErrorTag); ok {
-		v := ClassifyWebhook(raw)
-		v.Reason = strings.Replace(v.Reason, "the request", "the request to Resend", 1)
-		return v
+	if f, ok := parseLine(raw, transportErrorTag); ok {
+		return transportVerdict(f, "the request to Resend could not be sent", "the connection failed after the request to Resend was sent")
 	}
 	f, ok := parseFramed(raw)
 	if !ok {

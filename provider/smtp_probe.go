@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,7 +86,7 @@ func newSMTPProbe(name, user, pass string, o options) (*smtpProbe, error) {
 		}
 		p.header = MailjetCustomIDHeader
 		p.settle, p.retention = DefaultMailjetSettle, DefaultMailjetRetention
-		p.mailjet = &mailjetAPI{name: name, endpoint: endpoint, key: user, secret: pass, client: client}
+		p.mailjet = &mailjetAPI{name: name, endpoint: endpoint, auth: basicAuth(user, pass), client: client}
 	}
 	if o.settleSet {
 		p.settle = o.settle
@@ -133,8 +134,7 @@ func (p *smtpProbe) close() {
 type mailjetAPI struct {
 	name     string
 	endpoint string
-	key      string
-	secret   string
+	auth     string // "Basic " + base64(key:secret), made once
 	client   *http.Client
 }
 
@@ -155,18 +155,11 @@ type mailjetMessages struct {
 func (api *mailjetAPI) probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
 	q := url.Values{}
 	q.Set("CustomID", EffectID(key, epoch))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api.endpoint+"/v3/REST/message?"+q.Encode(), nil)
+	raw, err := getOnce(ctx, api.client, api.name, api.endpoint+"/v3/REST/message?"+q.Encode(),
+		http.Header{"Authorization": {api.auth}})
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", api.name, redactURLError(err))
+		return ProbeResult{}, err
 	}
-	req.SetBasicAuth(api.key, api.secret)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "onceplan")
-	resp, err := api.client.Do(req)
-	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", api.name, redactURLError(err))
-	}
-	raw := frameResponse(resp)
 	found, receipt, err := decodeMailjetMessages(raw)
 	if err != nil {
 		return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q: %w", api.name, err)
@@ -195,4 +188,10 @@ func decodeMailjetMessages(raw []byte) (found bool, receipt string, err error) {
 		}
 	}
 	return true, "mailjet:" + strconv.Itoa(*m.Count) + " message(s)", nil
+}
+
+// basicAuth is the Authorization value of HTTP basic auth user:pass, as
+// (*http.Request).SetBasicAuth writes it.
+func basicAuth(user, pass string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass))
 }

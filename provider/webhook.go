@@ -79,8 +79,7 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 	endpoint.RawQuery = ""
 	endpoint.ForceQuery = false
 	endpoint.Fragment, endpoint.RawFragment = "", ""
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = o.concurrency
+	client, tr := newHTTPClient(o.concurrency, o.timeout)
 	p := &webhookProvider{
 		limiter:  newLimiter(o.perSecond, o.concurrency),
 		name:     name,
@@ -92,13 +91,7 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 		// A receiver of ours remembers for ever unless the URL says not.
 		dedupeWindow: o.dedupeWindow, probeRetention: o.probeRetention,
 		transport: tr,
-		client: &http.Client{
-			Transport: tr,
-			Timeout:   o.timeout,
-			// A redirect is an answer: following it would turn the POST into
-			// a GET of something else (301–303) or repeat it (307, 308).
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		client:    client,
 	}
 	if o.settleSet {
 		p.settle = o.settle
@@ -186,6 +179,27 @@ func postOnce(ctx context.Context, client *http.Client, endpoint string, body []
 	return frameResponse(resp)
 }
 
+// getOnce GETs u with headers (besides Accept and User-Agent) for a probe
+// and returns the framed answer (frameResponse); a request that could not
+// be made or answered is an error naming the provider, the URL's password
+// hidden. Every HTTP probe asks through it.
+func getOnce(ctx context.Context, client *http.Client, name, u string, headers http.Header) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("probe of provider %q: %s", name, redactURLError(err))
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "onceplan")
+	for k, vs := range headers {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("probe of provider %q: %s", name, redactURLError(err))
+	}
+	return frameResponse(resp), nil
+}
+
 // redactURLError is err's text with the URL's password hidden.
 func redactURLError(err error) string {
 	var ue *url.Error
@@ -268,6 +282,17 @@ func parseFramed(raw []byte) (framed, bool) {
 	return f, true
 }
 
+// transportVerdict classifies a transport-error line of postOnce: failed,
+// retryable, when the request had not been written (notSent: why), else
+// unknown (lostAfter). Each HTTP provider words the two for its service.
+func transportVerdict(f map[string]string, notSent, lostAfter string) Verdict {
+	errText := oneLine(f["error"])
+	if f["wrote-request"] == "false" {
+		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: notSent + ": " + errText}
+	}
+	return Verdict{Outcome: OutcomeUnknown, Reason: lostAfter + ": " + errText}
+}
+
 // Classify interprets a webhook raw answer; see [ClassifyWebhook].
 func (p *webhookProvider) Classify(raw []byte) Verdict { return ClassifyWebhook(raw) }
 
@@ -286,13 +311,7 @@ func (p *webhookProvider) Classify(raw []byte) Verdict { return ClassifyWebhook(
 //   - anything unrecognised → unknown.
 func ClassifyWebhook(raw []byte) Verdict {
 	if f, ok := parseLine(raw, transportErrorTag); ok {
-		errText := oneLine(f["error"])
-		if f["wrote-request"] == "false" {
-			return Verdict{Outcome: OutcomeFailed, Retryable: true,
-				Reason: "the request could not be sent: " + errText}
-		}
-		return Verdict{Outcome: OutcomeUnknown,
-			Reason: "the connection failed after the request was sent: " + errText}
+		return transportVerdict(f, "the request could not be sent", "the connection failed after the request was sent")
 	}
 	f, ok := parseFramed(raw)
 	if !ok {
@@ -412,32 +431,26 @@ func (p *webhookProvider) Probe(ctx context.Context, key string, epoch int) (Pro
 	if p.probe == "" {
 		return ProbeResult{}, ErrNoProbe
 	}
-	u := p.probe + "/" + url.PathEscape(EffectID(key, epoch))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	raw, err := getOnce(ctx, p.client, p.name, p.probe+"/"+url.PathEscape(EffectID(key, epoch)), nil)
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", p.name, redactURLError(err))
+		return ProbeResult{}, err
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "onceplan")
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return ProbeResult{}, fmt.Errorf("probe of provider %q: %s", p.name, redactURLError(err))
-	}
-	raw := frameResponse(resp)
-	switch resp.StatusCode {
+	// frameResponse's framing of a response always parses back, with the
+	// response's code, status and headers.
+	f, _ := parseFramed(raw)
+	switch f.code {
 	case http.StatusOK:
-		f, _ := parseFramed(raw)
 		obj := jsonObject(f.body)
 		receipt := jsonString(obj, "receipt")
 		if receipt == "" {
 			receipt = jsonString(obj, "id")
 		}
 		if receipt == "" {
-			receipt = oneLine(resp.Header.Get("X-Receipt"))
+			receipt = oneLine(f.header.Get("X-Receipt"))
 		}
 		return ProbeResult{Found: true, Raw: raw, Receipt: receipt}, nil
 	case http.StatusNotFound:
 		return ProbeResult{Raw: raw}, nil
 	}
-	return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q answered HTTP %s", p.name, resp.Status)
+	return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q answered HTTP %s", p.name, f.status)
 }

@@ -77,15 +77,8 @@ type Postmark struct {
 	searches  int
 	seq       int
 	lag       time.Duration
-	failN     int
-	failSt    int
-	failHdr   map[string]string
-	failBody  string
-	acceptSt  int
-	acceptN   int
-	dropN     int
-	hangN     int
-	hangFor   time.Duration
+	fail      cannedFailure
+	after     afterApply
 	searchErr int
 }
 
@@ -193,11 +186,7 @@ func (p *Postmark) SearchLag(d time.Duration) {
 func (p *Postmark) FailNext(n, status int, headers map[string]string, body string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.failN, p.failSt, p.failBody = n, status, body
-	p.failHdr = make(map[string]string, len(headers))
-	for k, v := range headers {
-		p.failHdr[k] = v
-	}
+	p.fail.set(n, status, headers, body)
 }
 
 // AcceptThenFail accepts the next n sends and answers status (500, 503):
@@ -205,7 +194,7 @@ func (p *Postmark) FailNext(n, status int, headers map[string]string, body strin
 func (p *Postmark) AcceptThenFail(n, status int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.acceptN, p.acceptSt = n, status
+	p.after.failN, p.after.failStatus = n, status
 }
 
 // AcceptThenDrop accepts the next n sends and closes the connection
@@ -213,7 +202,7 @@ func (p *Postmark) AcceptThenFail(n, status int) {
 func (p *Postmark) AcceptThenDrop(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dropN = n
+	p.after.dropN = n
 }
 
 // AcceptThenHang accepts the next n sends and answers only after d (or
@@ -221,7 +210,7 @@ func (p *Postmark) AcceptThenDrop(n int) {
 func (p *Postmark) AcceptThenHang(n int, d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.hangN, p.hangFor = n, d
+	p.after.hangN, p.after.hangFor = n, d
 }
 
 // FailSearches answers the next n searches 500.
@@ -283,16 +272,9 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 	}
 
 	p.mu.Lock()
-	if p.failN > 0 {
-		p.failN--
-		status, hdr, fbody := p.failSt, p.failHdr, p.failBody
+	if f, ok := p.fail.take(); ok {
 		p.mu.Unlock()
-		for k, v := range hdr {
-			rw.Header().Set(k, v)
-		}
-		rw.Header().Set("Content-Type", "application/json")
-		rw.WriteHeader(status)
-		_, _ = io.WriteString(rw, fbody)
+		f.write(rw, "application/json")
 		return
 	}
 	p.seq++
@@ -314,36 +296,18 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 		m.Metadata[k] = v
 	}
 	p.msgs = append(p.msgs, m)
-	failSt := 0
-	if p.acceptN > 0 {
-		p.acceptN--
-		failSt = p.acceptSt
-	}
-	drop := failSt == 0 && p.dropN > 0
-	if drop {
-		p.dropN--
-	}
-	var hang time.Duration
-	if failSt == 0 && !drop && p.hangN > 0 {
-		p.hangN--
-		hang = p.hangFor
-	}
+	then := p.after.next()
 	p.mu.Unlock()
 
 	switch {
-	case failSt != 0:
-		writeJSON(rw, failSt, postmarkError{ErrorCode: 0, Message: "the sink accepted the message and then failed"})
+	case then.failStatus != 0:
+		writeJSON(rw, then.failStatus, postmarkError{ErrorCode: 0, Message: "the sink accepted the message and then failed"})
 		return
-	case drop:
-		if hj, ok := rw.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler) // closes the connection without an answer
+	case then.drop:
+		dropConnection(rw)
+		return
 	}
-	sleepCtx(r, hang)
+	sleepCtx(r, then.hangFor)
 	writeJSON(rw, http.StatusOK, map[string]any{
 		"To": m.To, "SubmittedAt": now.Format("2006-01-02T15:04:05.0000000-07:00"),
 		"MessageID": m.MessageID, "ErrorCode": 0, "Message": "OK",

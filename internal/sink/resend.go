@@ -93,16 +93,9 @@ type Resend struct {
 	keys     map[string]*resendKey
 	seq      int
 
-	failN       int
-	failStatus  int
-	failHeaders map[string]string
-	failBody    string
-	applyFailN  int
-	applyFailSt int
-	hangN       int
-	hangFor     time.Duration
-	dropN       int
-	delay       time.Duration
+	fail  cannedFailure
+	after afterApply
+	delay time.Duration
 }
 
 // NewResend starts a Resend sink.
@@ -197,11 +190,7 @@ func (s *Resend) RequestLog() []ResendRequest {
 func (s *Resend) FailNext(n, status int, headers map[string]string, body string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failN, s.failStatus, s.failBody = n, status, body
-	s.failHeaders = make(map[string]string, len(headers))
-	for k, v := range headers {
-		s.failHeaders[k] = v
-	}
+	s.fail.set(n, status, headers, body)
 }
 
 // RateLimitNext answers the next n POSTs 429 rate_limit_exceeded with
@@ -218,7 +207,7 @@ func (s *Resend) RateLimitNext(n, retryAfter int) {
 func (s *Resend) ApplyThenFail(n, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.applyFailN, s.applyFailSt = n, status
+	s.after.failN, s.after.failStatus = n, status
 }
 
 // ApplyThenHang creates the next n emails and then waits d (or until the
@@ -227,7 +216,7 @@ func (s *Resend) ApplyThenFail(n, status int) {
 func (s *Resend) ApplyThenHang(n int, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.hangN, s.hangFor = n, d
+	s.after.hangN, s.after.hangFor = n, d
 }
 
 // ApplyThenDrop creates the next n emails and closes the connection
@@ -235,7 +224,7 @@ func (s *Resend) ApplyThenHang(n int, d time.Duration) {
 func (s *Resend) ApplyThenDrop(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.dropN = n
+	s.after.dropN = n
 }
 
 // Delay makes every POST wait d before it is handled (0: no wait).
@@ -330,24 +319,17 @@ func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	if s.failN > 0 {
-		s.failN--
-		status, headers, fbody := s.failStatus, s.failHeaders, s.failBody
+	if f, ok := s.fail.take(); ok {
 		s.mu.Unlock()
-		s.record(r, body, status, false)
-		for k, v := range headers {
-			rw.Header().Set(k, v)
-		}
-		if fbody == "" {
+		s.record(r, body, f.status, false)
+		if f.body == "" {
 			name := "application_error"
-			if status == http.StatusTooManyRequests {
+			if f.status == http.StatusTooManyRequests {
 				name = "rate_limit_exceeded"
 			}
-			fbody = string(resendErrorBody(status, name, "the sink was told to fail this request"))
+			f.body = string(resendErrorBody(f.status, name, "the sink was told to fail this request"))
 		}
-		rw.Header().Set("Content-Type", "application/json")
-		rw.WriteHeader(status)
-		_, _ = io.WriteString(rw, fbody)
+		f.write(rw, "application/json")
 		return
 	}
 	now := s.now()
@@ -385,38 +367,19 @@ func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
 	if hasKey {
 		s.keys[key] = k
 	}
-	failStatus := 0
-	if s.applyFailN > 0 {
-		s.applyFailN--
-		failStatus = s.applyFailSt
-	}
-	drop := failStatus == 0 && s.dropN > 0
-	if drop {
-		s.dropN--
-	}
-	var hang time.Duration
-	if failStatus == 0 && !drop && s.hangN > 0 {
-		s.hangN--
-		hang = s.hangFor
-		k.inProgress = true
-	}
+	then := s.after.next()
+	k.inProgress = then.hang
 	s.mu.Unlock()
 
 	switch {
-	case failStatus != 0:
-		s.record(r, body, failStatus, false)
-		resendError(rw, failStatus, "internal_server_error", "the sink created the email and then failed")
-	case drop:
+	case then.failStatus != 0:
+		s.record(r, body, then.failStatus, false)
+		resendError(rw, then.failStatus, "internal_server_error", "the sink created the email and then failed")
+	case then.drop:
 		s.record(r, body, 0, false)
-		if hj, ok := rw.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		panic(http.ErrAbortHandler) // closes the connection unanswered
+		dropConnection(rw)
 	default:
-		sleepCtx(r, hang)
+		sleepCtx(r, then.hangFor)
 		s.mu.Lock()
 		k.inProgress = false
 		s.mu.Unlock()

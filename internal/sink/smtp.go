@@ -272,16 +272,16 @@ func (ss *smtpSession) Data(r io.Reader) error {
 		Dropped: drop,
 		At:      time.Now(),
 	}
-	dedupeKey := ""
+	var header mail.Header // nil when the message does not parse
 	if parsed, err := mail.ReadMessage(bytes.NewReader(data)); err == nil {
 		m.MessageID = parsed.Header.Get("Message-ID")
-		s.mu.Lock()
-		if s.dedupeHeader != "" {
-			dedupeKey = parsed.Header.Get(s.dedupeHeader)
-		}
-		s.mu.Unlock()
+		header = parsed.Header
 	}
 	s.mu.Lock()
+	dedupeKey := ""
+	if s.dedupeHeader != "" {
+		dedupeKey = header.Get(s.dedupeHeader)
+	}
 	if first, seen := s.dedupeSeen[dedupeKey]; dedupeKey != "" && seen && time.Since(first.at) < s.dedupeWindow {
 		s.deduped++
 		s.mu.Unlock()

@@ -52,16 +52,10 @@ type Webhook struct {
 	byID     map[string]int // effect id → index of its first effect
 	seq      int
 
-	failN       int
-	failStatus  int
-	failHeaders map[string]string
-	failBody    string
-	applyFailN  int
-	applyFailSt int
-	hangN       int
-	hangFor     time.Duration
-	strandN     int
-	delay       time.Duration
+	fail    cannedFailure
+	after   afterApply // dropN unused: a webhook sink does not drop
+	strandN int
+	delay   time.Duration
 }
 
 // NewWebhook starts a webhook sink.
@@ -142,11 +136,7 @@ func (w *Webhook) RequestLog() []WebhookRequest {
 func (w *Webhook) FailNext(n, status int, headers map[string]string, body string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.failN, w.failStatus, w.failBody = n, status, body
-	w.failHeaders = make(map[string]string, len(headers))
-	for k, v := range headers {
-		w.failHeaders[k] = v
-	}
+	w.fail.set(n, status, headers, body)
 }
 
 // ApplyThenFail applies the next n POSTs and then answers status (e.g.
@@ -154,7 +144,7 @@ func (w *Webhook) FailNext(n, status int, headers map[string]string, body string
 func (w *Webhook) ApplyThenFail(n, status int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.applyFailN, w.applyFailSt = n, status
+	w.after.failN, w.after.failStatus = n, status
 }
 
 // ApplyThenHang applies the next n POSTs and then waits d (or until the
@@ -162,7 +152,7 @@ func (w *Webhook) ApplyThenFail(n, status int) {
 func (w *Webhook) ApplyThenHang(n int, d time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.hangN, w.hangFor = n, d
+	w.after.hangN, w.after.hangFor = n, d
 }
 
 // Stranded applies the next n POSTs and answers 200
@@ -219,15 +209,9 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("Idempotency-Key")
 
 	w.mu.Lock()
-	if w.failN > 0 {
-		w.failN--
-		status, headers, fbody := w.failStatus, w.failHeaders, w.failBody
+	if f, ok := w.fail.take(); ok {
 		w.mu.Unlock()
-		for k, v := range headers {
-			rw.Header().Set(k, v)
-		}
-		rw.WriteHeader(status)
-		_, _ = io.WriteString(rw, fbody)
+		f.write(rw, "")
 		return
 	}
 	if i, seen := w.byID[id]; w.opts.Dedupe && id != "" && seen {
@@ -250,23 +234,17 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 		w.byID[id] = len(w.effects)
 	}
 	w.effects = append(w.effects, e)
-	failStatus := 0
-	if !e.Stranded && w.applyFailN > 0 {
-		w.applyFailN--
-		failStatus = w.applyFailSt
-	}
-	var hang time.Duration
-	if !e.Stranded && failStatus == 0 && w.hangN > 0 {
-		w.hangN--
-		hang = w.hangFor
+	var then applied
+	if !e.Stranded {
+		then = w.after.next()
 	}
 	w.mu.Unlock()
 
 	switch {
-	case failStatus != 0:
-		writeJSON(rw, failStatus, map[string]string{"error": "the sink applied the effect and then failed"})
+	case then.failStatus != 0:
+		writeJSON(rw, then.failStatus, map[string]string{"error": "the sink applied the effect and then failed"})
 	default:
-		sleepCtx(r, hang)
+		sleepCtx(r, then.hangFor)
 		writeJSON(rw, http.StatusOK, answer(e))
 	}
 }
