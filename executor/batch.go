@@ -13,9 +13,10 @@ import (
 	"github.com/onceplan/onceplan/ledger"
 )
 
-// Group commit (DESIGN §4): the three writes of an effect — the claim, the
-// raw answer, the settle — each commit before the next step, but nothing
-// says each must be its own transaction. (The read of the target before
+// Group commit (DESIGN §4): the writes of an effect — the claim, then the
+// raw answer with its settle (one commit: the raw bytes are committed
+// whatever the settle does, see ledger.AnswerMany) — each commit before
+// the next step, but nothing says each must be its own transaction. (The read of the target before
 // the claim is batched the same way.) A batcher per step collects what
 // the workers of this process ask for while it is busy, writes it with ONE
 // multi-row statement over unnest(…) arrays, commits, and only then answers
@@ -44,10 +45,17 @@ const maxBatch = 500
 // database, since the four steps flush at the same time.
 const flushers = 1
 
+// targetReq reads the targets first … first+count-1 of a list (one for an
+// effect, a job's range for a job that carries several).
 type targetReq struct {
-	listID  int64
-	ordinal int
-	done    chan targetRes
+	listID       int64
+	first, count int
+	done         chan targetsRes
+}
+
+type targetsRes struct {
+	targets []targetRes // by ordinal - first
+	err     error
 }
 
 type targetRes struct {
@@ -67,11 +75,11 @@ type claimRes struct {
 	err error
 }
 
-type respReq struct {
-	effectID int64
-	kind     ledger.ResponseKind
-	body     []byte
-	done     chan error
+// answerReq is a raw answer to commit and, when settle is set, its verdict
+// in the same commit (ledger.AnswerMany).
+type answerReq struct {
+	a    ledger.Answer
+	done chan error
 }
 
 type settleReq struct {
@@ -80,10 +88,10 @@ type settleReq struct {
 }
 
 // batcher runs the group-commit loops of one process: the target read and
-// the three writes.
+// the writes.
 type batcher struct {
 	pool *pgxpool.Pool
-	// writes runs the three write batches: see newWritePool.
+	// writes runs the write batches: see newWritePool.
 	writes *pgxpool.Pool
 	logger *slog.Logger
 	// lastWarn is when failed reported a failed batch last (unix ns).
@@ -93,9 +101,9 @@ type batcher struct {
 	// claims' campaign gate (see Executor.gate).
 	writeLedger *ledger.Store
 	gate        ledger.Gate
-	targets     chan *targetReq
+	targetReqs  chan *targetReq
 	claims      chan *claimReq
-	responses   chan *respReq
+	answers     chan *answerReq
 	settles     chan *settleReq
 	stop        chan struct{}
 	wg          sync.WaitGroup
@@ -106,7 +114,7 @@ type batcher struct {
 func newBatcher(pool *pgxpool.Pool, gate ledger.Gate, logger *slog.Logger) *batcher {
 	b := &batcher{
 		pool: pool, ledger: ledger.NewStore(pool), gate: gate, logger: logger,
-		targets: make(chan *targetReq, maxBatch), claims: make(chan *claimReq, maxBatch), responses: make(chan *respReq, maxBatch), settles: make(chan *settleReq, maxBatch),
+		targetReqs: make(chan *targetReq, maxBatch), claims: make(chan *claimReq, maxBatch), answers: make(chan *answerReq, maxBatch), settles: make(chan *settleReq, maxBatch),
 		stop: make(chan struct{}),
 	}
 	return b
@@ -121,9 +129,9 @@ func (b *batcher) start() {
 		b.writeLedger = ledger.NewStore(b.writes)
 		for range flushers {
 			b.wg.Add(4)
-			go loop(b, b.targets, b.flushTargets)
+			go loop(b, b.targetReqs, b.flushTargets)
 			go loop(b, b.claims, b.flushClaims)
-			go loop(b, b.responses, b.flushResponses)
+			go loop(b, b.answers, b.flushAnswers)
 			go loop(b, b.settles, b.flushSettles)
 		}
 	})
@@ -232,22 +240,24 @@ func (b *batcher) failed(step string, n int, err error) {
 // cancel the write of other workers' rows.
 var bg = context.Background()
 
-// target reads a plan target's address and variables through the target
-// batch: the read every effect makes before it renders its message, one
-// statement for all the workers waiting, instead of one each.
-func (b *batcher) target(ctx context.Context, listID int64, ordinal int) (targetRes, error) {
+// targets reads the targets first … first+count-1 of a list, addresses and
+// variables, through the target batch: the read every effect makes before
+// it renders its message (a job carrying a range of targets makes it once
+// for all of them), one statement for all the workers waiting, instead of
+// one each. A target missing from the list is pgx.ErrNoRows in its place.
+func (b *batcher) targets(ctx context.Context, listID int64, first, count int) ([]targetRes, error) {
 	b.start()
-	r := &targetReq{listID: listID, ordinal: ordinal, done: make(chan targetRes, 1)}
+	r := &targetReq{listID: listID, first: first, count: max(count, 1), done: make(chan targetsRes, 1)}
 	select {
-	case b.targets <- r:
+	case b.targetReqs <- r:
 	case <-ctx.Done():
-		return targetRes{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 	select {
 	case res := <-r.done:
-		return res, res.err
+		return res.targets, res.err
 	case <-ctx.Done(): // a read: nothing to own if we leave early
-		return targetRes{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -257,9 +267,11 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 		byList[r.listID] = append(byList[r.listID], r)
 	}
 	for list, rs := range byList {
-		ordinals := make([]int32, len(rs))
-		for i, r := range rs {
-			ordinals[i] = int32(r.ordinal)
+		var ordinals []int32
+		for _, r := range rs {
+			for o := r.first; o < r.first+r.count; o++ {
+				ordinals = append(ordinals, int32(o))
+			}
 		}
 		// One list per statement, "ordinal = ANY(…)": the primary key's
 		// index, whatever the statistics say about the table.
@@ -281,14 +293,19 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 			b.failed("target read", len(rs), err)
 		}
 		for _, r := range rs {
-			switch res, ok := got[r.ordinal]; {
-			case err != nil:
-				r.done <- targetRes{err: err}
-			case !ok:
-				r.done <- targetRes{err: pgx.ErrNoRows}
-			default:
-				r.done <- res
+			if err != nil {
+				r.done <- targetsRes{err: err}
+				continue
 			}
+			ts := make([]targetRes, r.count)
+			for i := range ts {
+				t, ok := got[r.first+i]
+				if !ok {
+					t.err = pgx.ErrNoRows
+				}
+				ts[i] = t
+			}
+			r.done <- targetsRes{targets: ts}
 		}
 	}
 }
@@ -335,32 +352,51 @@ func (b *batcher) flushClaims(reqs []*claimReq) {
 	}
 }
 
-// recordResponse commits a raw answer through the response batch.
-func (b *batcher) recordResponse(effectID int64, kind ledger.ResponseKind, body []byte) error {
+// answer commits a raw answer, and the settle p when it is not nil, in one
+// commit through the answer batch.
+func (b *batcher) answer(effectID int64, kind ledger.ResponseKind, body []byte, p *ledger.SettleParams) error {
 	if body == nil {
 		body = []byte{}
 	}
 	b.start()
-	r := &respReq{effectID: effectID, kind: kind, body: body, done: make(chan error, 1)}
-	b.responses <- r
+	r := &answerReq{a: ledger.Answer{ResponseRecord: ledger.ResponseRecord{EffectID: effectID, Kind: kind, Body: body}, Settle: p}, done: make(chan error, 1)}
+	b.answers <- r
 	return <-r.done
 }
 
-func (b *batcher) flushResponses(reqs []*respReq) {
-	recs := make([]ledger.ResponseRecord, len(reqs))
+func (b *batcher) flushAnswers(reqs []*answerReq) {
+	as := make([]ledger.Answer, len(reqs))
 	for i, r := range reqs {
-		recs[i] = ledger.ResponseRecord{EffectID: r.effectID, Kind: r.kind, Body: r.body}
+		as[i] = r.a
 	}
-	if err := b.writeLedger.RecordResponses(bg, recs); err != nil {
-		b.failed("raw answer", len(reqs), err)
+	ids, err := b.writeLedger.AnswerMany(bg, as)
+	if err != nil {
+		// Rolled back as a whole: each answer alone, its raw bytes first
+		// (committed whatever its settle does), then its settle.
+		b.failed("raw answer and settle", len(reqs), err)
 		for _, r := range reqs {
-			_, err := b.ledger.RecordResponse(bg, r.effectID, r.kind, r.body)
+			if _, err := b.ledger.RecordResponse(bg, r.a.EffectID, r.a.Kind, r.a.Body); err != nil || r.a.Settle == nil {
+				r.done <- err
+				continue
+			}
+			_, err := b.ledger.Settle(bg, *r.a.Settle)
 			r.done <- err
 		}
 		return
 	}
+	got := map[int64]bool{}
+	for _, id := range ids {
+		got[id] = true
+	}
 	for _, r := range reqs {
-		r.done <- nil
+		if r.a.Settle == nil || got[r.a.EffectID] {
+			r.done <- nil
+			continue
+		}
+		// The answer is committed; the settle missed its row: settle it
+		// alone, for its own answer.
+		_, err := b.ledger.Settle(bg, *r.a.Settle)
+		r.done <- err
 	}
 }
 

@@ -31,7 +31,10 @@ import (
 type Job struct {
 	PlanID  int64
 	Ordinal int
-	JobID   int64
+	// Count is how many consecutive targets the job carries, from Ordinal
+	// on (PerformRange); 0 or 1 is one.
+	Count int
+	JobID int64
 }
 
 // Action tells the queue what to do with the job after Perform.
@@ -332,23 +335,38 @@ func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) 
 
 // Perform executes one planned target, in DESIGN §4's order.
 func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
-	started := time.Now()
-
-	// Before the claim: everything that can wait. A crash here leaves no
-	// ledger row; the job simply runs again.
-	cp, err := e.planFor(ctx, j.PlanID)
-	if err != nil {
-		return Result{}, err
-	}
-	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
-	if !ok {
-		// Configuration, not the target: retry, so fixing --provider resumes it.
-		return Result{Action: Retry, Err: fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)}, nil
+	cp, prov, res, err := e.prepare(ctx, j)
+	if err != nil || prov == nil {
+		return res, err
 	}
 	req, key, err := e.request(ctx, cp, j.Ordinal, "", 0)
 	if err != nil {
 		return Result{}, err
 	}
+	return e.perform(ctx, j, cp, prov, req, key)
+}
+
+// prepare finds a job's plan and provider. A provider this process does
+// not serve is a Retry (nil provider): configuration, not the target, so
+// fixing --provider resumes it.
+func (e *Executor) prepare(ctx context.Context, j Job) (*cachedPlan, provider.Provider, Result, error) {
+	cp, err := e.planFor(ctx, j.PlanID)
+	if err != nil {
+		return nil, nil, Result{}, err
+	}
+	prov, ok := e.cfg.Providers.Get(cp.plan.Provider)
+	if !ok {
+		return nil, nil, Result{Action: Retry, Err: fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)}, nil
+	}
+	return cp, prov, Result{}, nil
+}
+
+// perform is Perform from the wait for the provider on, for a rendered
+// request (req, for the target's key).
+func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov provider.Provider, req provider.Request, key ledger.Key) (Result, error) {
+	// Before the claim: everything that can wait. A crash here leaves no
+	// ledger row; the job simply runs again.
+	started := time.Now()
 	release, ok, err := acquire(ctx, prov, started)
 	if err != nil {
 		return Result{}, err
@@ -486,9 +504,17 @@ func acquire(ctx context.Context, prov provider.Provider, started time.Time) (re
 // or, when key is empty (a first attempt), the target's key in the frozen
 // plan, which request returns.
 func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key ledger.Key, epoch int) (provider.Request, ledger.Key, error) {
-	t, err := e.batch.target(ctx, cp.plan.ListID, ordinal)
+	ts, err := e.batch.targets(ctx, cp.plan.ListID, ordinal, 1)
 	if err != nil {
 		return provider.Request{}, "", fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, err)
+	}
+	return e.render(ctx, cp, ordinal, ts[0], key, epoch)
+}
+
+// render is request for a target already read (t, at ordinal).
+func (e *Executor) render(ctx context.Context, cp *cachedPlan, ordinal int, t targetRes, key ledger.Key, epoch int) (provider.Request, ledger.Key, error) {
+	if t.err != nil {
+		return provider.Request{}, "", fmt.Errorf("target %d of plan %d: %w", ordinal, cp.plan.ID, t.err)
 	}
 	if key == "" {
 		key = ledger.Key(t.key)
@@ -497,6 +523,7 @@ func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key
 	// resend for recovery renders the same message.
 	var link string
 	if cp.plan.ListUnsubscribe {
+		var err error
 		if link, err = e.links.URL(ctx, cp.plan.CampaignID, t.to); err != nil {
 			return provider.Request{}, "", fmt.Errorf("unsubscribe link of target %d of plan %d: %w", ordinal, cp.plan.ID, err)
 		}
@@ -513,12 +540,12 @@ func (e *Executor) request(ctx context.Context, cp *cachedPlan, ordinal int, key
 //
 // The provider slot (release) is held until the answer is committed, so
 // that a crash never leaves more effects in doubt than the provider's
-// concurrency: at most that many calls are out without a recorded answer.
-// It is released before the settle, which is the ledger's own work —
-// holding it there would leave a provider connection idle for a commit per
-// effect — unless the answer is "over quota": then the slot is kept until
-// the provider's queue is paused, so that no call of this process follows
-// the answer that said stop.
+// concurrency: at most that many calls are out without a recorded answer;
+// and, when the answer is "over quota", until the provider's queue is
+// paused, so that no call of this process follows the answer that said
+// stop. The raw answer and its settle are one commit (DESIGN §4): the
+// answer is classified first, and a classification that fails still
+// commits the raw bytes, with the row unknown for a person (classify).
 func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, release func()) (Result, error) {
 	sent := time.Now()
 	raw, err := prov.Send(ctx, req)
@@ -527,31 +554,56 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 		// Nothing left the process: the pending row is ours to settle.
 		release()
 		raw = []byte("onceplan: not sent: " + err.Error())
-		if _, rerr := e.ledger.RecordResponse(context.WithoutCancel(ctx), eff.ID, kind, raw); rerr != nil {
-			return Result{}, rerr
-		}
-		if _, serr := e.ledger.Settle(context.WithoutCancel(ctx), ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: "not sent: " + err.Error()}); serr != nil {
-			return Result{}, serr
+		p := &ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: "not sent: " + err.Error()}
+		if err := e.batch.answer(eff.ID, kind, raw, p); err != nil {
+			return Result{}, err
 		}
 		return Result{Action: Retry, Err: err, Outcome: "not sent"}, nil
 	}
 	e.crash.at(pointAfterSend)
 	// The answer is durable before anything acts on it. A cancelled job
 	// context must not lose an answer the provider already gave.
-	wctx := context.WithoutCancel(ctx)
-	if err := e.batch.recordResponse(eff.ID, kind, raw); err != nil {
+	v := classify(prov, raw)
+	p, res := e.judge(eff, v)
+	if err := e.batch.answer(eff.ID, kind, raw, p); err != nil {
 		return Result{}, err
 	}
 	e.crash.at(pointAfterRaw)
-	v := prov.Classify(raw)
-	if v.Outcome != provider.OutcomeQuota {
-		release()
-	}
-	return e.settle(wctx, prov, eff, v)
+	e.settled(context.WithoutCancel(ctx), prov, p, v)
+	release()
+	return res, nil
 }
 
-// settle commits a provider's verdict on a pending row.
+// classify is prov.Classify, made safe: an answer it cannot classify (it
+// panics) is unknown, for a person to read in the recorded raw answer —
+// never lost, never guessed.
+func classify(prov provider.Provider, raw []byte) (v provider.Verdict) {
+	defer func() {
+		if r := recover(); r != nil {
+			v = provider.Verdict{Outcome: provider.OutcomeUnknown,
+				Reason: fmt.Sprintf("classifying %s's answer failed (%v); the raw answer is recorded for a person to read", prov.Name(), r)}
+		}
+	}()
+	return prov.Classify(raw)
+}
+
+// settle commits a provider's verdict on a pending row whose answer is
+// already recorded (recovery).
 func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledger.Effect, v provider.Verdict) (Result, error) {
+	p, res := e.judge(eff, v)
+	if p == nil {
+		return res, nil
+	}
+	if err := e.batch.settle(*p); err != nil {
+		return Result{}, err
+	}
+	e.settled(ctx, prov, p, v)
+	return res, nil
+}
+
+// judge turns a provider's verdict on a pending row into the settle to
+// commit (nil: the row stays pending) and the queue's next step.
+func (e *Executor) judge(eff ledger.Effect, v provider.Verdict) (*ledger.SettleParams, Result) {
 	p := ledger.SettleParams{EffectID: eff.ID, Receipt: v.Receipt, Reason: v.Reason}
 	res := Result{Action: Complete, Outcome: string(v.Outcome)}
 	switch v.Outcome {
@@ -571,17 +623,11 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 		}
 	case provider.OutcomeQuota:
 		p.State = ledger.StateFailed
-		until := e.cfg.Now().Add(v.RetryAfter)
-		if e.cfg.Pauser != nil {
-			if err := e.cfg.Pauser.PauseProvider(ctx, prov.Name(), until); err != nil {
-				e.cfg.Logger.Error("pausing provider queue", "provider", prov.Name(), "err", err)
-			}
-		}
 		res = Result{Action: Snooze, After: v.RetryAfter, Outcome: "quota"}
 	case provider.OutcomeRetryLater:
 		// The provider is still working on this effect id: leave the row
 		// pending and ask again later (recovery of our own pending row).
-		return Result{Action: Snooze, After: v.RetryAfter, Outcome: "retry later"}, nil
+		return nil, Result{Action: Snooze, After: v.RetryAfter, Outcome: "retry later"}
 	default:
 		p.State = ledger.StateUnknown
 		p.Reason = fmt.Sprintf("unclassified provider answer %q", v.Outcome)
@@ -589,11 +635,21 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 	if p.Reason == "" && p.State != ledger.StateDone {
 		p.Reason = string(v.Outcome)
 	}
-	if err := e.batch.settle(p); err != nil {
-		return Result{}, err
+	return &p, res
+}
+
+// settled is what follows a committed settle p (nil: none): the metric,
+// and for "over quota" the pause of the provider's queue.
+func (e *Executor) settled(ctx context.Context, prov provider.Provider, p *ledger.SettleParams, v provider.Verdict) {
+	if p == nil {
+		return
+	}
+	if v.Outcome == provider.OutcomeQuota && e.cfg.Pauser != nil {
+		if err := e.cfg.Pauser.PauseProvider(ctx, prov.Name(), e.cfg.Now().Add(v.RetryAfter)); err != nil {
+			e.cfg.Logger.Error("pausing provider queue", "provider", prov.Name(), "err", err)
+		}
 	}
 	metrics.Settled.WithLabelValues(prov.Name(), string(p.State)).Inc()
-	return res, nil
 }
 
 // inDoubt handles a claim that found a pending or unknown row.
@@ -664,7 +720,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 			return Result{}, err
 		}
 		if n := len(responses); n > 0 && responses[n-1].Kind != ledger.ResponseProbe {
-			v := prov.Classify(responses[n-1].Body)
+			v := classify(prov, responses[n-1].Body)
 			if v.Outcome != provider.OutcomeRetryLater {
 				log.Info("recovering from the recorded provider answer", "outcome", string(v.Outcome))
 				return e.settle(context.WithoutCancel(ctx), prov, eff, v)
@@ -708,7 +764,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		if _, err := e.ledger.RecordResponse(context.WithoutCancel(ctx), eff.ID, ledger.ResponseResend, raw); err != nil {
 			return Result{}, err
 		}
-		return e.resolveUnknown(context.WithoutCancel(ctx), cp, eff, prov.Classify(raw), "recovery:resend")
+		return e.resolveUnknown(context.WithoutCancel(ctx), cp, eff, classify(prov, raw), "recovery:resend")
 
 	case caps.CanProbe(first, now):
 		probed := time.Now()

@@ -50,19 +50,22 @@ type Enqueuer struct {
 	// OwnerTimeout: see Config.OwnerTimeout (a Runner's Enqueuer has its
 	// Config's). Default executor.DefaultOwnerTimeout.
 	OwnerTimeout time.Duration
+	// WorkersPerQueue sizes the jobs' ranges (targetsPerJob): a Runner's
+	// Enqueuer has its Config's. Default DefaultWorkersPerQueue.
+	WorkersPerQueue int
 }
 
 // NewEnqueuer returns an Enqueuer on a River client (an insert-only client
 // is enough).
 func NewEnqueuer(client *river.Client[pgx.Tx]) *Enqueuer {
-	return &Enqueuer{client: client, BatchSize: DefaultEnqueueBatchSize, OwnerTimeout: executor.DefaultOwnerTimeout}
+	return &Enqueuer{client: client, BatchSize: DefaultEnqueueBatchSize, OwnerTimeout: executor.DefaultOwnerTimeout, WorkersPerQueue: DefaultWorkersPerQueue}
 }
 
 // noLiveJob is the SQL condition for "target t has no live job of plan
 // @plan".
 var noLiveJob = `NOT EXISTS (
 	SELECT 1 FROM river_job j
-	WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = t.ordinal
+	WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + jobCovers("t.ordinal") + `
 	  AND ` + liveJob + `)`
 
 func (e *Enqueuer) sql(cond string) string {
@@ -96,12 +99,13 @@ func hasLiveJobs(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
 	return any, err
 }
 
-// EnqueueRemaining inserts, inside tx, one job for every target of p that
+// EnqueueRemaining inserts, inside tx, a job for every target of p that
 // has no blocking ledger row at its current epoch and no live job of p:
 // targets already done (for instance under an earlier version of the
 // campaign) get no job, and pressing resume twice enqueues nothing the
-// second time. It returns how many jobs it inserted. The ledger decides
-// every effect regardless; this only keeps the queue free of no-op jobs.
+// second time. Consecutive targets share a job (ranges, MaxTargetsPerJob).
+// It returns how many targets it enqueued. The ledger decides every effect
+// regardless; this only keeps the queue free of no-op jobs.
 func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
 	existing, err := hasLiveJobs(ctx, tx, p)
 	if err != nil {
@@ -119,7 +123,7 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 		}
 		n, err := e.insert(ctx, tx, p, params)
 		total += n
-		if err != nil || len(params) < e.BatchSize {
+		if err != nil || n < e.BatchSize {
 			return total, err
 		}
 		after = last
@@ -168,17 +172,17 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, 
 	var requeueIn, silentFor float64
 	err = db.QueryRow(ctx, `
 		WITH stalled AS (
-		  SELECT j.id, (j.args ->> 'ordinal')::int AS ordinal, `+jobOwner+` AS owner FROM river_job j
+		  SELECT j.id, `+jobFirst+` AS first, `+jobEnd+` AS "end", `+jobOwner+` AS owner FROM river_job j
 		  WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+unfinishedJob+` AND `+stalledJobSQL+`)
 		SELECT count(DISTINCT t.ordinal),
 		       coalesce(extract(epoch FROM greatest(max(w.seen_at) + @owner_timeout::interval - now(), '0')), 0),
 		       coalesce(extract(epoch FROM now() - max(w.seen_at)), 0)
 		FROM stalled s
-		JOIN target t ON t.list_id = @list AND t.ordinal = s.ordinal
+		JOIN target t ON t.list_id = @list AND t.ordinal >= s.first AND t.ordinal < s."end"
 		LEFT JOIN worker_process w ON w.owner = s.owner
 		WHERE `+notBlocked+`
 		  AND NOT EXISTS (SELECT 1 FROM river_job j
-		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND (j.args ->> 'ordinal')::int = s.ordinal
+		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+jobCovers("t.ordinal")+`
 		      AND j.id > s.id AND `+unfinishedJob+`)`, args).Scan(&r.Stalled, &requeueIn, &silentFor)
 	if r.Stalled > 0 {
 		r.RequeueIn = time.Duration(requeueIn * float64(time.Second))
@@ -211,26 +215,24 @@ func (e *Enqueuer) collect(ctx context.Context, tx pgx.Tx, p plan.Plan, sql stri
 	if err != nil {
 		return nil, 0, err
 	}
-	var (
-		params  []river.InsertManyParams
-		ordinal int
-	)
-	_, err = pgx.ForEachRow(rows, []any{&ordinal}, func() error {
-		params = append(params, river.InsertManyParams{Args: EffectArgs{
-			PlanID: p.ID, Ordinal: ordinal, Provider: p.Provider,
-		}})
-		return nil
-	})
-	return params, ordinal, err
+	ordinals, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil || len(ordinals) == 0 {
+		return nil, 0, err
+	}
+	return ranges(p, ordinals, targetsPerJob(p.TargetCount, e.WorkersPerQueue)), ordinals[len(ordinals)-1], nil
 }
 
+// insert inserts the jobs and returns how many targets they carry.
 func (e *Enqueuer) insert(ctx context.Context, tx pgx.Tx, p plan.Plan, params []river.InsertManyParams) (int, error) {
 	if len(params) == 0 {
 		return 0, nil
 	}
-	n, err := e.client.InsertManyFastTx(ctx, tx, params)
-	if err != nil {
-		return n, fmt.Errorf("enqueueing plan %d: %w", p.ID, err)
+	if _, err := e.client.InsertManyFastTx(ctx, tx, params); err != nil {
+		return 0, fmt.Errorf("enqueueing plan %d: %w", p.ID, err)
 	}
-	return n, nil
+	targets := 0
+	for _, j := range params {
+		targets += max(j.Args.(EffectArgs).Count, 1)
+	}
+	return targets, nil
 }

@@ -155,7 +155,7 @@ SELECT EXISTS (SELECT 1 FROM river_job j
                JOIN target t ON t.list_id = p.list_id AND t.key = e.key
                WHERE e.state = 'pending')
     OR EXISTS (SELECT 1 FROM river_job j JOIN plan p ON p.id = @plan
-               JOIN target t ON t.list_id = p.list_id AND t.ordinal = (j.args ->> 'ordinal')::int
+               JOIN target t ON t.list_id = p.list_id AND t.ordinal >= ` + jobFirst + ` AND t.ordinal < ` + jobEnd + `
                WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND j.state = 'running'
                  AND ` + notBlocked + `)`
 

@@ -65,7 +65,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		}
 		r.exec = exec
 		workers := river.NewWorkers()
-		river.AddWorker(workers, &effectWorker{exec: exec, timeout: cfg.JobTimeout})
+		river.AddWorker(workers, &effectWorker{exec: exec, pool: cfg.Pool, timeout: cfg.JobTimeout, maxAttempts: cfg.MaxAttempts})
 		river.AddWorker(workers, &resumeQueueWorker{})
 		queues := map[string]river.QueueConfig{MaintenanceQueue: {MaxWorkers: 2}}
 		for _, name := range cfg.Providers.Names() {
@@ -92,6 +92,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	r.client = client
 	r.enqueuer = NewEnqueuer(client)
 	r.enqueuer.OwnerTimeout = cfg.OwnerTimeout
+	r.enqueuer.WorkersPerQueue = cfg.WorkersPerQueue
 	return r, nil
 }
 

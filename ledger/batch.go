@@ -221,14 +221,7 @@ func (s *Store) RecordResponses(ctx context.Context, recs []ResponseRecord) erro
 // recordResponses is RecordResponses, returning the rows' returning
 // columns (RecordResponse wants its one id; the group commit nothing).
 func (s *Store) recordResponses(ctx context.Context, recs []ResponseRecord, returning string) ([]int64, error) {
-	n := len(recs)
-	ids, kinds, bodies := make([]int64, n), make([]string, n), make([][]byte, n)
-	for i, r := range recs {
-		ids[i], kinds[i], bodies[i] = r.EffectID, string(r.Kind), r.Body
-		if bodies[i] == nil {
-			bodies[i] = []byte{}
-		}
-	}
+	ids, kinds, bodies := responseArrays(recs)
 	if returning == "" {
 		_, err := s.db.Exec(ctx, recordResponsesSQL, ids, kinds, bodies)
 		return nil, translate(err)
@@ -239,6 +232,19 @@ func (s *Store) recordResponses(ctx context.Context, recs []ResponseRecord, retu
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	return out, translate(err)
+}
+
+// responseArrays are recordResponsesSQL's arguments for recs.
+func responseArrays(recs []ResponseRecord) (ids []int64, kinds []string, bodies [][]byte) {
+	n := len(recs)
+	ids, kinds, bodies = make([]int64, n), make([]string, n), make([][]byte, n)
+	for i, r := range recs {
+		ids[i], kinds[i], bodies[i] = r.EffectID, string(r.Kind), r.Body
+		if bodies[i] == nil {
+			bodies[i] = []byte{}
+		}
+	}
+	return ids, kinds, bodies
 }
 
 func (p SettleParams) validate() error {
@@ -276,18 +282,94 @@ func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]int64, err
 }
 
 func (s *Store) settle(ctx context.Context, ps []SettleParams, returning string) (pgx.Rows, error) {
-	ps = slices.Clone(ps)
-	slices.SortFunc(ps, func(a, b SettleParams) int { return cmp.Compare(a.EffectID, b.EffectID) })
-	n := len(ps)
-	ids, states, receipts, reasons := make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
-	for i, p := range ps {
-		if err := p.validate(); err != nil {
-			return nil, err
-		}
-		ids[i], states[i], receipts[i], reasons[i] = p.EffectID, string(p.State), p.Receipt, p.Reason
+	ids, states, receipts, reasons, err := settleArrays(ps)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := s.db.Query(ctx, settleSQL(returning), ids, states, receipts, reasons)
 	return rows, translate(err)
+}
+
+// settleArrays are settleSQL's arguments for ps, in effect id order (every
+// batch of every process locks rows in the same order).
+func settleArrays(ps []SettleParams) (ids []int64, states, receipts, reasons []string, err error) {
+	ps = slices.Clone(ps)
+	slices.SortFunc(ps, func(a, b SettleParams) int { return cmp.Compare(a.EffectID, b.EffectID) })
+	n := len(ps)
+	ids, states, receipts, reasons = make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, p := range ps {
+		if err := p.validate(); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		ids[i], states[i], receipts[i], reasons[i] = p.EffectID, string(p.State), p.Receipt, p.Reason
+	}
+	return ids, states, receipts, reasons, nil
+}
+
+// Answer is a raw provider answer to record and, when Settle is set, the
+// verdict it gave, to commit with it (DESIGN §4: an attempt's raw answer
+// and its settle may share one commit). The caller classifies the answer
+// before it asks; a classification that fails or panics must still give
+// an Answer, whose Settle leaves the row unknown or stranded for a person,
+// so the raw bytes are committed whatever classification does.
+type Answer struct {
+	ResponseRecord
+	Settle *SettleParams
+}
+
+// batchSender is a DB that runs statements in one round trip and, outside
+// a transaction, in one implicit transaction (a pool, a connection, a
+// transaction).
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// AnswerMany commits raw answers and the settles given with them in one
+// transaction (one round trip: the answers' insert, then the settles'
+// update, so PostgreSQL's rule "done, failed and stranded only after a raw
+// answer" sees the answer), and returns the ids it settled. Any refusal
+// rolls back both statements, raw answers included: the caller then
+// records and settles one at a time, answers first, to learn which.
+func (s *Store) AnswerMany(ctx context.Context, answers []Answer) ([]int64, error) {
+	recs := make([]ResponseRecord, len(answers))
+	var ps []SettleParams
+	for i, a := range answers {
+		recs[i] = a.ResponseRecord
+		if a.Settle != nil {
+			ps = append(ps, *a.Settle)
+		}
+	}
+	ids, kinds, bodies := responseArrays(recs)
+	b := &pgx.Batch{}
+	b.Queue(recordResponsesSQL, ids, kinds, bodies)
+	if len(ps) > 0 {
+		sids, states, receipts, reasons, err := settleArrays(ps)
+		if err != nil {
+			return nil, err
+		}
+		b.Queue(settleSQL("f.id"), sids, states, receipts, reasons)
+	}
+	sender, ok := s.db.(batchSender)
+	if !ok {
+		return nil, fmt.Errorf("ledger: AnswerMany needs a pool or a transaction (%T sends no batches)", s.db)
+	}
+	br := sender.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, translate(err)
+	}
+	if len(ps) == 0 {
+		return nil, translate(br.Close())
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, translate(err)
+	}
+	settled, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, translate(err)
+	}
+	return settled, translate(br.Close())
 }
 
 // BatchStatement is one of the ledger's batch statements, for tests that

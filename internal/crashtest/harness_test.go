@@ -48,6 +48,7 @@ type env struct {
 	ctx      context.Context
 	url      string
 	pool     *pgxpool.Pool
+	enq      *jobs.Enqueuer
 	svc      *approval.Service
 	proposer approval.Actor
 	approver approval.Actor
@@ -67,7 +68,7 @@ func newEnv(t *testing.T) *env {
 	// to queue again once every process says so.
 	enq := jobs.NewEnqueuer(client)
 	enq.OwnerTimeout = ownerTimeout
-	e := &env{ctx: context.Background(), url: url, pool: pool, svc: approval.NewService(pool, enq)}
+	e := &env{ctx: context.Background(), url: url, pool: pool, enq: enq, svc: approval.NewService(pool, enq)}
 	mk := func(email string, role approval.Role) approval.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
 		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
@@ -117,11 +118,17 @@ var fastFlags = []string{"--owner-timeout", ownerTimeout.String(), "--maintenanc
 
 func (e *env) startWorker(t *testing.T, providers []string, extraEnv ...string) *worker {
 	t.Helper()
+	return e.startWorkerWith(t, providers, nil, extraEnv...)
+}
+
+// startWorkerWith is startWorker with more flags.
+func (e *env) startWorkerWith(t *testing.T, providers, flags []string, extraEnv ...string) *worker {
+	t.Helper()
 	args := []string{"worker", "--database-url", e.url}
 	for _, p := range providers {
 		args = append(args, "--provider", p)
 	}
-	args = append(args, fastFlags...)
+	args = append(append(args, fastFlags...), flags...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	stderr, err := cmd.StderrPipe()

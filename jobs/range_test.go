@@ -1,0 +1,115 @@
+package jobs_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// effectJobs counts the campaign's effect jobs and the most targets one
+// carries.
+func (w *world) effectJobs(t *testing.T) (jobs, most int) {
+	t.Helper()
+	require.NoError(t, w.pool.QueryRow(w.ctx, `
+		SELECT count(*), coalesce(max(coalesce((args ->> 'count')::int, 1)), 0) FROM river_job WHERE kind = 'onceplan_effect'`).Scan(&jobs, &most))
+	return jobs, most
+}
+
+// TestRangeJobsSendEachTargetOnce: a plan of 200 targets on a queue of two
+// workers goes into jobs of 25 consecutive targets; each target gets one
+// effect, and resuming or requeueing afterwards sends nothing more.
+func TestRangeJobsSendEachTargetOnce(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 2}, "hook="+hook.URL())
+	id := w.running(t, "hook", 200)
+	n, most := w.effectJobs(t)
+	require.Equal(t, 8, n, "jobs")
+	require.Equal(t, 25, most, "targets per job")
+	w.start(t)
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 200)
+	require.Equal(t, map[string]int{"done": 200}, w.states(t, id))
+
+	_, err := w.svc.Resume(w.ctx, w.operator, id)
+	require.NoError(t, err)
+	jobsAfter, _ := w.effectJobs(t)
+	require.Equal(t, n, jobsAfter, "jobs after a resume of a finished campaign")
+	exactlyOnce(t, hook, 200)
+}
+
+// TestRangeJobRetriesAreBoundedPerTarget: every call fails before it is
+// sent, on jobs of 5 targets with 3 attempts: each target is split off to
+// a job of its own and gets exactly 3 attempts — the same bound as a
+// one-target job — and stays failed and visible.
+func TestRangeJobRetriesAreBoundedPerTarget(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := "http://" + ln.Addr().String() + "/hook"
+	require.NoError(t, ln.Close())
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, MaxAttempts: 3}, "down="+dead)
+	id := w.running(t, "down", 20)
+	_, most := w.effectJobs(t)
+	require.Equal(t, 5, most, "targets per job")
+	w.start(t)
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	require.Equal(t, map[string]int{"failed": 20}, w.states(t, id))
+	require.Equal(t, 60, w.attempts(t), "three attempts per target")
+	require.Equal(t, 20, w.jobStates(t)[rivertype.JobStateDiscarded], "one job given up per target")
+}
+
+// TestRangeJobPausedMidwayResumesWhereItStopped: a campaign paused while
+// its jobs of 10 targets run: nothing is claimed while it is paused, and
+// after the resume every target gets one effect.
+func TestRangeJobPausedMidwayResumesWhereItStopped(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	hook.Delay(20 * time.Millisecond)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
+	id := w.running(t, "hook", 40)
+	w.start(t)
+	waitFor(t, 20*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 5 })
+	_, err := w.svc.Pause(w.ctx, w.operator, id, "checking the copy")
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // the call in flight settles
+	before := w.attempts(t)
+	time.Sleep(time.Second)
+	require.Equal(t, before, w.attempts(t), "attempts while paused")
+	require.Less(t, before, 40, "paused before the end")
+
+	_, err = w.svc.Resume(w.ctx, w.operator, id)
+	require.NoError(t, err)
+	waitFor(t, 30*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 40)
+	require.Equal(t, 40, w.attempts(t), "one attempt per target")
+}
+
+// TestRangeJobOverItsTimeBudgetHandsOnTheRest: with a slow provider and
+// a short job timeout, a job of 10 targets cannot finish inside half its
+// time; it goes on as the rest of its own range, and every target gets
+// one effect.
+func TestRangeJobOverItsTimeBudgetHandsOnTheRest(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	hook.Delay(150 * time.Millisecond)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, JobTimeout: time.Second}, "hook="+hook.URL())
+	id := w.running(t, "hook", 40)
+	w.start(t)
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 40)
+	require.Equal(t, 40, w.attempts(t), "one attempt per target")
+	var snoozed int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND (metadata ->> 'snoozes')::int > 0`).Scan(&snoozed))
+	require.Positive(t, snoozed, "jobs that handed on the rest of their range")
+}
