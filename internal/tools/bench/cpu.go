@@ -86,18 +86,35 @@ func sampleCPU() cpuSample {
 		case f[1] != strconv.Itoa(postmasterPID):
 			continue // another cluster's
 		}
-		var ticks int64
-		for _, i := range fields {
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += n
-		}
-		d := time.Duration(ticks) * time.Second / time.Duration(clockTick)
+		d := statCPU(f, fields...)
 		s.postgres += d
 		if cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline")); strings.Contains(string(cmd), "autovacuum worker") {
 			s.autovacuum += d
 		}
 	}
 	return s
+}
+
+// statCPU adds up the clock-tick fields of statFields' f (utime 11,
+// stime 12, cutime 13, cstime 14) as a duration.
+func statCPU(f []string, fields ...int) time.Duration {
+	var ticks int64
+	for _, i := range fields {
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / time.Duration(clockTick)
+}
+
+// procCPU is the CPU time (user and system) process pid has used so far:
+// for a child of this process (onceplan serve, Mailpit), which
+// RUSAGE_SELF does not count. Zero when unreadable.
+func procCPU(pid int) time.Duration {
+	f := statFields(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	return statCPU(f, 11, 12)
 }
 
 func (a cpuSample) sub(b cpuSample) cpuSample {

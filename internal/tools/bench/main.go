@@ -50,15 +50,16 @@ func main() {
 func run() error {
 	targets := flag.Int("targets", 1_000_000, "targets in the freeze scenario (and the start and page figures taken on it)")
 	effects := flag.Int("effects", 20_000, "effects in the exec scenario")
-	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,audit", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, audit (last: its seeded campaign runs on provider outbox, which the worker scenarios configure)")
+	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,mailpit,audit", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, mailpit, audit (last: its seeded campaign runs on provider outbox, which the worker scenarios configure)")
 	auditTargets := flag.Int("audit-targets", 1_000_000, "targets of the plan the audit scenario seeds")
 	smtpMessages := flag.Int("smtp-messages", 10_000, "messages in the smtp scenario")
+	mailpitMessages := flag.Int("mailpit-messages", 10_000, "messages in the mailpit scenario (Mailpit "+mailpitVersion+", installed by scripts/ensure-mailpit.sh)")
 	recoveryTargets := flag.Int("recovery-targets", 100_000, "targets in the recovery scenario")
 	scaleoutTargets := flag.Int("scaleout-targets", 20_000, "targets in the scaleout scenario")
 	scaleoutProcs := flag.String("scaleout-procs", "1,2,4", "worker process counts in the scaleout scenario")
 	rssTargets := flag.Int("rss-targets", 1_000_000, "targets in the rss scenario")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
-	flag.StringVar(&execWorkers, "exec-workers", "100,1000", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
+	flag.StringVar(&execWorkers, "exec-workers", "16,100", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
 	flag.BoolVar(&explainPages, "explain", false, "print EXPLAIN (ANALYZE, BUFFERS) of every query of the per-target page shapes")
 	quick := flag.Bool("quick", false, "tiny sizes for every scenario: checks that the harness runs (make bench-quick, in CI); its figures mean nothing")
 	doc := flag.String("doc", "", "write the summary into this file between its marker lines (make bench passes docs/BENCHMARKS.md)")
@@ -82,7 +83,7 @@ func run() error {
 		if *doc != "" {
 			return fmt.Errorf("-quick and -doc: a quick run's figures do not go into the document")
 		}
-		*targets, *effects, *auditTargets, *smtpMessages = 2_000, 1_000, 2_000, 300
+		*targets, *effects, *auditTargets, *smtpMessages, *mailpitMessages = 2_000, 1_000, 2_000, 300, 300
 		*recoveryTargets, *scaleoutTargets, *rssTargets = 1_000, 500, 1_000
 		*scaleoutProcs, execWorkers = "1,2", "16"
 	}
@@ -149,8 +150,10 @@ func run() error {
 			err = withProcs(func(e *procEnv) error { return benchScaleout(ctx, pool, e, *scaleoutTargets, counts) })
 		case "rss":
 			err = withProcs(func(e *procEnv) error { return benchRSS(ctx, pool, e, *rssTargets) })
+		case "mailpit":
+			err = withProcs(func(e *procEnv) error { return benchMailpit(ctx, pool, e, *mailpitMessages) })
 		default:
-			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss)", sc)
+			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit)", sc)
 		}
 		if err != nil {
 			return err

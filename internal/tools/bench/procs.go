@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/onceplan/onceplan/jobs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/jobs"
 )
 
 // procEnv holds the onceplan binary and the scratch directory.
@@ -56,13 +57,22 @@ type child struct {
 	done chan struct{}
 }
 
+// start runs the onceplan binary with args, its output going to
+// NAME.log in the scratch directory.
 func (e *procEnv) start(name string, args ...string) (*child, error) {
+	return e.startBinary(name, e.binary, args...)
+}
+
+// startBinary runs binary (onceplan, or a server a scenario measures
+// against) with args, its output going to NAME.log in the scratch
+// directory.
+func (e *procEnv) startBinary(name, binary string, args ...string) (*child, error) {
 	logPath := filepath.Join(e.dir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(e.binary, args...)
+	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -126,8 +136,7 @@ func countFiles(maildir string) int {
 }
 
 // perRecipient reads every delivered file's To header and checks that each
-// of the n bench recipients got exactly one: it returns the recipients
-// with none and with more than one.
+// of the n bench recipients got exactly one (recipientTally).
 func perRecipient(maildir string, n int) (missing, extra int, err error) {
 	dir := filepath.Join(maildir, "new")
 	names, err := os.ReadDir(dir)
@@ -152,6 +161,14 @@ func perRecipient(maildir string, n int) (missing, extra int, err error) {
 			}
 		}
 	}
+	missing, extra = recipientTally(count, n)
+	return missing, extra, nil
+}
+
+// recipientTally checks messages counted per recipient address against
+// the n recipients of a bench campaign (csvGen's person0000001@example.com
+// and on): it returns the recipients with none and with more than one.
+func recipientTally(count map[string]int, n int) (missing, extra int) {
 	for i := 1; i <= n; i++ {
 		switch c := count[fmt.Sprintf("person%07d@example.com", i)]; {
 		case c == 0:
@@ -160,7 +177,7 @@ func perRecipient(maildir string, n int) (missing, extra int, err error) {
 			extra++
 		}
 	}
-	return missing, extra, nil
+	return missing, extra
 }
 
 // waitFiles polls the maildir until it holds want files, a child exits or

@@ -32,29 +32,42 @@ const smtpConns = 20
 // batch across them.
 const smtpWorkers = 100
 
-// goMailDirect sends n messages like the campaign's (same From, To,
-// Subject, text body, Message-ID, Date and X-Onceplan-Effect header) to
-// addr with smtpConns clients, each dialled once and reused, and returns
-// messages per second and the CPU the run took. Each message is built in the sending loop, as the
-// provider builds one per Send.
-func goMailDirect(ctx context.Context, pool *pgxpool.Pool, addr string, n int) (float64, cpuSample, error) {
-	host, portStr, err := net.SplitHostPort(addr)
+// directOpts are goMailDirect's arguments.
+type directOpts struct {
+	Addr  string // the SMTP server, host:port
+	N     int    // messages, one to each bench recipient
+	Conns int    // clients, each dialled once and reused
+	// DeliveredFunc, when set, returns once the server holds all N
+	// messages, and the run is timed until then; nil: until the last
+	// message is accepted.
+	DeliveredFunc func(context.Context) error
+}
+
+// goMailDirect sends o.N messages like the campaign's (same From, To,
+// Subject, text body, Date, and a Message-ID, X-Onceplan-Effect and
+// one-click List-Unsubscribe headers of the same lengths as the
+// provider's) to o.Addr with o.Conns clients, each dialled once and
+// reused, and returns messages per second and the CPU the run took. Each
+// message is built in the sending loop, as the provider builds one per
+// Send.
+func goMailDirect(ctx context.Context, pool *pgxpool.Pool, o directOpts) (float64, cpuSample, error) {
+	host, portStr, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return 0, cpuSample{}, err
 	}
 	port, _ := strconv.Atoi(portStr)
-	next := make(chan int, n)
-	for i := 1; i <= n; i++ {
+	next := make(chan int, o.N)
+	for i := 1; i <= o.N; i++ {
 		next <- i
 	}
 	close(next)
-	errs := make(chan error, smtpConns)
+	errs := make(chan error, o.Conns)
 	if err := quiesce(ctx, pool); err != nil {
 		return 0, cpuSample{}, err
 	}
 	var wg sync.WaitGroup
 	start, cpu0 := time.Now(), sampleCPU()
-	for range smtpConns {
+	for range o.Conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -79,10 +92,12 @@ func goMailDirect(ctx context.Context, pool *pgxpool.Pool, addr string, n int) (
 					return
 				}
 				m.Subject(fmt.Sprintf("Hello Name%d", i))
-				m.SetMessageIDWithValue(fmt.Sprintf("direct.%d@bench.onceplan", i))
+				m.SetMessageIDWithValue(fmt.Sprintf("direct%026d@onceplan", i))
 				m.SetDateWithValue(time.Now())
 				m.SetUserAgent("onceplan")
-				m.SetGenHeader("X-Onceplan-Effect", fmt.Sprintf("direct:%d:0", i))
+				m.SetGenHeader("X-Onceplan-Effect", fmt.Sprintf("v1:direct%058d:0", i))
+				m.SetListUnsubscribe(fmt.Sprintf("http://127.0.0.1:8080/u/direct%072d", i))
+				m.SetListUnsubscribePost()
 				m.SetBodyString(gomail.TypeTextPlain, fmt.Sprintf("Hi Name%d from City%d", i, i%100))
 				if err := c.Send(m); err != nil {
 					errs <- err
@@ -92,12 +107,17 @@ func goMailDirect(ctx context.Context, pool *pgxpool.Pool, addr string, n int) (
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), sampleCPU().sub(cpu0)
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, cpuSample{}, err
 	}
-	return float64(n) / elapsed.Seconds(), cpu, nil
+	if o.DeliveredFunc != nil {
+		if err := o.DeliveredFunc(ctx); err != nil {
+			return 0, cpuSample{}, err
+		}
+	}
+	elapsed, cpu := time.Since(start), sampleCPU().sub(cpu0)
+	return float64(o.N) / elapsed.Seconds(), cpu, nil
 }
 
 // onceplanSMTP runs a started campaign of n targets through the real
@@ -168,7 +188,7 @@ func benchSMTP(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	}
 	defer viaOnceplan.Close()
 
-	base, baseCPU, err := goMailDirect(ctx, pool, direct.Addr(), n)
+	base, baseCPU, err := goMailDirect(ctx, pool, directOpts{Addr: direct.Addr(), N: n, Conns: smtpConns})
 	if err != nil {
 		return fmt.Errorf("go-mail direct: %w", err)
 	}
