@@ -89,6 +89,27 @@ func (e *Enqueuer) firstSQL(cond string) string {
 		ORDER BY t.ordinal LIMIT @limit`
 }
 
+// untouchedSQL is the SQL condition that no target of plan @plan can be
+// blocked (notBlocked holds for every one): no attempt exists at any key
+// of its list, and none of its targets was recorded as suppressed. A
+// list's keys are its campaign's (the key's event is the campaign: see
+// package ledger), so an attempt at one was made by a plan of that
+// campaign — found by effect_plan_target — or outside any plan, found by
+// effect_outside_plan (few rows) and the list's unique index on key. A
+// campaign's first start then reads its targets without probing the
+// ledger for each: 1,000,000 probes were most of a million-target start.
+const untouchedSQL = `
+	NOT EXISTS (SELECT 1 FROM plan q WHERE q.campaign_id = @campaign AND EXISTS (SELECT 1 FROM effect f WHERE f.plan_id = q.id))
+	AND NOT EXISTS (SELECT 1 FROM effect f JOIN target t ON t.list_id = @list AND t.key = f.key WHERE f.plan_id IS NULL)
+	AND NOT EXISTS (SELECT 1 FROM target_suppressed ts WHERE ts.plan_id = @plan)`
+
+// untouched reports untouchedSQL for p, in tx's view.
+func untouched(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
+	var yes bool
+	err := db.QueryRow(ctx, `SELECT `+untouchedSQL, pgx.NamedArgs{"campaign": p.CampaignID, "list": p.ListID, "plan": p.ID}).Scan(&yes)
+	return yes, err
+}
+
 // hasLiveJobs reports whether plan p has a job that is not finished (in
 // tx's view). Without one, no target can have a live job, and the
 // live-job test can be left out.
@@ -114,6 +135,10 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 	query := e.firstSQL("t.ordinal > @after")
 	if existing {
 		query = e.sql("t.ordinal > @after")
+	} else if fresh, err := untouched(ctx, tx, p); err != nil {
+		return 0, err
+	} else if fresh {
+		query = `SELECT t.ordinal FROM target t WHERE t.list_id = @list AND t.ordinal > @after ORDER BY t.ordinal LIMIT @limit`
 	}
 	total, after := 0, 0
 	for {

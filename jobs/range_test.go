@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -112,4 +113,39 @@ func TestRangeJobOverItsTimeBudgetHandsOnTheRest(t *testing.T) {
 	var snoozed int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND (metadata ->> 'snoozes')::int > 0`).Scan(&snoozed))
 	require.Positive(t, snoozed, "jobs that handed on the rest of their range")
+}
+
+// TestFirstStartSkipsAKeyDoneOutsideThePlan: a first start reads its
+// targets without probing the ledger for each only when nothing in the
+// ledger could block one; an attempt made outside any plan at a target's
+// key (done) is such a thing, and that target gets no job.
+func TestFirstStartSkipsAKeyDoneOutsideThePlan(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
+	id := w.approved(t, "hook", 20)
+	var key string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `
+		SELECT t.key FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
+		WHERE c.id = $1 AND t.ordinal = 7`, id).Scan(&key))
+	store := ledger.NewStore(w.pool)
+	claim, err := store.ClaimOne(w.ctx, ledger.ClaimRequest{ClaimParams: ledger.ClaimParams{Key: ledger.Key(key), Owner: "someone else"}}, ledger.Gate{})
+	require.NoError(t, err)
+	_, err = store.RecordResponse(w.ctx, claim.Effect.ID, ledger.ResponseSend, []byte("sent by hand"))
+	require.NoError(t, err)
+	_, err = store.Settle(w.ctx, ledger.SettleParams{EffectID: claim.Effect.ID, State: ledger.StateDone, Receipt: "by hand"})
+	require.NoError(t, err)
+
+	_, err = w.svc.Start(w.ctx, w.operator, id)
+	require.NoError(t, err)
+	var covered int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `
+		SELECT count(*) FROM river_job j CROSS JOIN generate_series((j.args ->> 'ordinal')::int,
+		       (j.args ->> 'ordinal')::int + coalesce((j.args ->> 'count')::int, 1) - 1) o
+		WHERE j.kind = 'onceplan_effect' AND o = 7`).Scan(&covered))
+	require.Zero(t, covered, "jobs carrying the target done outside the plan")
+	w.start(t)
+	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 19)
 }
