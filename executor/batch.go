@@ -76,10 +76,18 @@ type claimRes struct {
 }
 
 // answerReq is a raw answer to commit and, when settle is set, its verdict
-// in the same commit (ledger.AnswerMany).
+// in the same commit (ledger.AnswerMany); with claim, the claim of the
+// job's next target too.
 type answerReq struct {
-	a    ledger.Answer
-	done chan error
+	a     ledger.Answer
+	claim *ledger.ClaimRequest
+	done  chan answerRes
+}
+
+type answerRes struct {
+	err error
+	// next is the claim's outcome, when the request carried one.
+	next claimRes
 }
 
 type settleReq struct {
@@ -169,7 +177,7 @@ func (b *batcher) close() {
 // target start with list_id, and which is better depends on the list.
 func newWritePool(pool *pgxpool.Pool) *pgxpool.Pool {
 	cfg := pool.Config().Copy()
-	cfg.MaxConns = int32(3 * flushers)
+	cfg.MaxConns = int32(3 * 2 * flushers) // three steps, each may flush two halves at once
 	cfg.MinConns = 0
 	// SET once connected rather than startup parameters: a connection
 	// pooler in front of PostgreSQL (PgBouncer) refuses or drops startup
@@ -220,8 +228,27 @@ func loop[T any](b *batcher, ch chan T, flush func([]T)) {
 				break drain
 			}
 		}
-		flush(batch)
+		flushSplit(batch, flush)
 	}
+}
+
+// splitAt is the batch size from which a flush is cut in two halves
+// written at once on two connections: one statement runs on one core of
+// the database, and a hundred workers' batches kept one core busy while
+// the other idled (docs/BENCHMARKS.md). Each half is a batch as any other
+// (its own transaction; its rows are other effects than the other half's).
+const splitAt = 32
+
+func flushSplit[T any](batch []T, flush func([]T)) {
+	if len(batch) < splitAt {
+		flush(batch)
+		return
+	}
+	half := len(batch) / 2
+	var wg sync.WaitGroup
+	wg.Go(func() { flush(batch[:half]) })
+	flush(batch[half:])
+	wg.Wait()
 }
 
 // failed says, at most every ten seconds, that a whole batch failed and
@@ -333,54 +360,56 @@ func (b *batcher) flushClaims(reqs []*claimReq) {
 		crs[i] = r.r
 	}
 	effs, err := b.writeLedger.ClaimMany(bg, crs, b.gate)
-	won := map[string]ledger.Effect{}
-	for _, e := range effs {
-		won[string(e.Key)] = e
-	}
 	if err != nil {
+		// The one-row path decides and explains.
 		b.failed("claim", n, err)
+		effs = nil
 	}
+	won := wonBy(effs)
 	for _, r := range reqs {
-		if e, ok := won[string(r.r.Key)]; ok && err == nil && e.Owner == r.r.Owner && e.JobID == r.r.JobID {
-			delete(won, string(r.r.Key))
-			r.done <- claimRes{eff: e, won: true}
-			continue
-		}
-		// Not inserted by the batch (or the batch failed): the one-row
-		// path decides and explains.
-		r.done <- claimRes{}
+		// Not inserted by the batch (won false): the one-row path decides
+		// and explains.
+		r.done <- won(r.r)
 	}
 }
 
 // answer commits a raw answer, and the settle p when it is not nil, in one
-// commit through the answer batch.
-func (b *batcher) answer(effectID int64, kind ledger.ResponseKind, body []byte, p *ledger.SettleParams) error {
+// commit through the answer batch; with next, the next target's claim in
+// the same commit, whose outcome it returns (won false: the batch did not
+// insert it; the caller then takes the one-row path).
+func (b *batcher) answer(effectID int64, kind ledger.ResponseKind, body []byte, p *ledger.SettleParams, next *ledger.ClaimRequest) (claimRes, error) {
 	if body == nil {
 		body = []byte{}
 	}
 	b.start()
-	r := &answerReq{a: ledger.Answer{ResponseRecord: ledger.ResponseRecord{EffectID: effectID, Kind: kind, Body: body}, Settle: p}, done: make(chan error, 1)}
+	r := &answerReq{a: ledger.Answer{ResponseRecord: ledger.ResponseRecord{EffectID: effectID, Kind: kind, Body: body}, Settle: p}, claim: next, done: make(chan answerRes, 1)}
 	b.answers <- r
-	return <-r.done
+	res := <-r.done
+	return res.next, res.err
 }
 
 func (b *batcher) flushAnswers(reqs []*answerReq) {
 	as := make([]ledger.Answer, len(reqs))
+	var claims []ledger.ClaimRequest
 	for i, r := range reqs {
 		as[i] = r.a
+		if r.claim != nil {
+			claims = append(claims, *r.claim)
+		}
 	}
-	ids, err := b.writeLedger.AnswerMany(bg, as)
+	ids, effs, err := b.writeLedger.AnswerMany(bg, as, claims, b.gate)
 	if err != nil {
 		// Rolled back as a whole: each answer alone, its raw bytes first
-		// (committed whatever its settle does), then its settle.
+		// (committed whatever its settle does), then its settle; the
+		// claims take the one-row path.
 		b.failed("raw answer and settle", len(reqs), err)
 		for _, r := range reqs {
 			if _, err := b.ledger.RecordResponse(bg, r.a.EffectID, r.a.Kind, r.a.Body); err != nil || r.a.Settle == nil {
-				r.done <- err
+				r.done <- answerRes{err: err}
 				continue
 			}
 			_, err := b.ledger.Settle(bg, *r.a.Settle)
-			r.done <- err
+			r.done <- answerRes{err: err}
 		}
 		return
 	}
@@ -388,15 +417,34 @@ func (b *batcher) flushAnswers(reqs []*answerReq) {
 	for _, id := range ids {
 		got[id] = true
 	}
+	won := wonBy(effs)
 	for _, r := range reqs {
-		if r.a.Settle == nil || got[r.a.EffectID] {
-			r.done <- nil
-			continue
+		var res answerRes
+		if r.claim != nil {
+			res.next = won(*r.claim)
 		}
-		// The answer is committed; the settle missed its row: settle it
-		// alone, for its own answer.
-		_, err := b.ledger.Settle(bg, *r.a.Settle)
-		r.done <- err
+		if r.a.Settle != nil && !got[r.a.EffectID] {
+			// The answer is committed; the settle missed its row: settle
+			// it alone, for its own answer.
+			_, res.err = b.ledger.Settle(bg, *r.a.Settle)
+		}
+		r.done <- res
+	}
+}
+
+// wonBy returns a function that says whether the batch that inserted effs
+// claimed a request's key for that request (its owner and job).
+func wonBy(effs []ledger.Effect) func(ledger.ClaimRequest) claimRes {
+	won := map[string]ledger.Effect{}
+	for _, e := range effs {
+		won[string(e.Key)] = e
+	}
+	return func(cr ledger.ClaimRequest) claimRes {
+		if e, ok := won[string(cr.Key)]; ok && e.Owner == cr.Owner && e.JobID == cr.JobID {
+			delete(won, string(cr.Key))
+			return claimRes{eff: e, won: true}
+		}
+		return claimRes{}
 	}
 }
 

@@ -54,6 +54,8 @@ func (p *scripted) Acquire(context.Context) (func(), error) {
 	return func() {}, nil
 }
 
+func (p *scripted) Renew() bool { return true }
+
 func (p *scripted) Send(_ context.Context, r provider.Request) ([]byte, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,7 +119,16 @@ type Executor struct {
 
 	mu    sync.Mutex
 	plans map[int64]*cachedPlan
+	// draining: the process is stopping (Drain); a job carrying several
+	// targets starts no new one and hands the rest on.
+	draining atomic.Bool
 }
+
+// Drain says this process is stopping: jobs that carry several targets
+// finish the call in hand and hand the rest on (PerformRange), so a soft
+// stop waits for one call per job, not for a whole range, and never has
+// to cut a call short. Call it before stopping the queue.
+func (e *Executor) Drain() { e.draining.Store(true) }
 
 type cachedPlan struct {
 	plan      plan.Plan
@@ -343,7 +353,25 @@ func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return e.perform(ctx, j, cp, prov, req, key)
+	return e.perform(ctx, j, cp, prov, req, key, nil, nil)
+}
+
+// handover is what a target's answer commit brought the job's next target
+// (nextTarget): its pending row, committed in the same transaction, and
+// the provider slot the answered call held, kept for it (Renew). That
+// target is then called at once: nothing may come between its claim and
+// its call.
+type handover struct {
+	eff     ledger.Effect
+	release func()
+}
+
+// nextTarget is a job's next target, offered to call so that its claim can
+// go into the commit of this target's answer (DESIGN §4): one commit and
+// one wait per effect instead of two. call fills in got when it did.
+type nextTarget struct {
+	cr  ledger.ClaimRequest
+	got *handover
 }
 
 // prepare finds a job's plan and provider. A provider this process does
@@ -361,9 +389,33 @@ func (e *Executor) prepare(ctx context.Context, j Job) (*cachedPlan, provider.Pr
 	return cp, prov, Result{}, nil
 }
 
+// claimRequest is the claim of job j's target (one target) under key.
+func (e *Executor) claimRequest(j Job, cp *cachedPlan, prov provider.Provider, key ledger.Key) ledger.ClaimRequest {
+	return ledger.ClaimRequest{
+		ClaimParams: ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal},
+		Campaign:    cp.plan.CampaignID, Queue: e.queueOf(prov.Name()),
+	}
+}
+
 // perform is Perform from the wait for the provider on, for a rendered
-// request (req, for the target's key).
-func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov provider.Provider, req provider.Request, key ledger.Key) (Result, error) {
+// request (req, for the target's key). With pre, the target was claimed in
+// the previous target's answer commit and is called at once, in the slot
+// that call kept; with next, this target's answer commit may carry the
+// next target's claim (call).
+func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov provider.Provider, req provider.Request, key ledger.Key, pre *handover, next *nextTarget) (Result, error) {
+	// The slot goes to the next target when call hands it over.
+	keep := func(release func()) {
+		if next == nil || next.got == nil {
+			release()
+		}
+	}
+	if pre != nil {
+		defer keep(pre.release)
+		e.crash.at(pointAfterClaim)
+		req.Epoch = pre.eff.Epoch
+		e.logClaimed(ctx, cp.plan, j, pre.eff)
+		return e.call(ctx, prov, req, pre.eff, ledger.ResponseSend, pre.release, next)
+	}
 	// Before the claim: everything that can wait. A crash here leaves no
 	// ledger row; the job simply runs again.
 	started := time.Now()
@@ -374,23 +426,20 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 	if !ok {
 		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 	}
-	defer release()
+	defer keep(release)
 	e.crash.at(pointBeforeClaim)
 
 	// The common case: the campaign runs and the key is free. The claim
 	// batch checks the campaign gate in the same statement.
 	queue := e.queueOf(prov.Name())
-	cr := ledger.ClaimRequest{
-		ClaimParams: ledger.ClaimParams{Key: key, Owner: e.owner, JobID: j.JobID, PlanID: j.PlanID, Ordinal: j.Ordinal},
-		Campaign:    cp.plan.CampaignID, Queue: queue,
-	}
+	cr := e.claimRequest(j, cp, prov, key)
 	if eff, won, err := e.batch.claim(ctx, cr); err != nil {
 		return Result{}, err
 	} else if won {
 		e.crash.at(pointAfterClaim)
 		req.Epoch = eff.Epoch
 		e.logClaimed(ctx, cp.plan, j, eff)
-		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release)
+		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release, next)
 	}
 
 	// The batch did not claim: the same statement for this row alone,
@@ -436,7 +485,7 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
 	e.logClaimed(ctx, cp.plan, j, claim.Effect)
-	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release)
+	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release, next)
 }
 
 // ownAttempt reports whether attempt eff was made for the campaign of p:
@@ -546,7 +595,14 @@ func (e *Executor) render(ctx context.Context, cp *cachedPlan, ordinal int, t ta
 // stop. The raw answer and its settle are one commit (DESIGN §4): the
 // answer is classified first, and a classification that fails still
 // commits the raw bytes, with the row unknown for a person (classify).
-func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, release func()) (Result, error) {
+//
+// With next (a job's next target), when this target is finished and the
+// provider lets the slot be kept for one more call now (Renew), the next
+// target's claim goes into the same commit; if it is claimed, the slot is
+// handed over (next.got) instead of released, and the caller calls that
+// target at once. A crash before this commit is, for the next target, a
+// crash before its claim, and for this one a crash after its send.
+func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, release func(), next *nextTarget) (Result, error) {
 	sent := time.Now()
 	raw, err := prov.Send(ctx, req)
 	metrics.CallSeconds.WithLabelValues(prov.Name(), string(kind)).Observe(time.Since(sent).Seconds())
@@ -555,7 +611,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 		release()
 		raw = []byte("onceplan: not sent: " + err.Error())
 		p := &ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: "not sent: " + err.Error()}
-		if err := e.batch.answer(eff.ID, kind, raw, p); err != nil {
+		if _, err := e.batch.answer(eff.ID, kind, raw, p, nil); err != nil {
 			return Result{}, err
 		}
 		return Result{Action: Retry, Err: err, Outcome: "not sent"}, nil
@@ -565,11 +621,22 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 	// context must not lose an answer the provider already gave.
 	v := classify(prov, raw)
 	p, res := e.judge(eff, v)
-	if err := e.batch.answer(eff.ID, kind, raw, p); err != nil {
+	var nextClaim *ledger.ClaimRequest
+	if next != nil && res.Action == Complete && ctx.Err() == nil && prov.Renew() {
+		e.crash.at(pointBeforeClaim)
+		nextClaim = &next.cr
+	}
+	claimed, err := e.batch.answer(eff.ID, kind, raw, p, nextClaim)
+	if err != nil {
+		release()
 		return Result{}, err
 	}
 	e.crash.at(pointAfterRaw)
 	e.settled(context.WithoutCancel(ctx), prov, p, v)
+	if claimed.won {
+		next.got = &handover{eff: claimed.eff, release: release}
+		return res, nil
+	}
 	release()
 	return res, nil
 }
@@ -755,7 +822,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		defer release()
 		log.Info("recovering by sending again with the same effect id")
 		if eff.State == ledger.StatePending {
-			return e.call(ctx, prov, req, eff, ledger.ResponseResend, release)
+			return e.call(ctx, prov, req, eff, ledger.ResponseResend, release, nil)
 		}
 		raw, err := prov.Send(ctx, req)
 		if err != nil {

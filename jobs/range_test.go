@@ -1,6 +1,8 @@
 package jobs_test
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -8,10 +10,12 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/provider"
 )
 
 // effectJobs counts the campaign's effect jobs and the most targets one
@@ -148,4 +152,48 @@ func TestFirstStartSkipsAKeyDoneOutsideThePlan(t *testing.T) {
 	w.start(t)
 	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 19)
+}
+
+// TestStopHandsOnTheRestOfARangeJob: a clean stop while jobs of 10 targets
+// run on a slow provider: each job finishes the call in hand and hands the
+// rest of its range on, so the stop leaves no attempt pending or in doubt
+// and cuts no call short; another process then sends the rest, each
+// target once.
+func TestStopHandsOnTheRestOfARangeJob(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	hook.Delay(100 * time.Millisecond)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
+	id := w.running(t, "hook", 40)
+	require.NoError(t, w.runner.Start(w.ctx, w.svc))
+	waitFor(t, 20*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 3 })
+	stopCtx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, w.runner.Stop(stopCtx))
+	states := w.states(t, id)
+	require.Zero(t, states["pending"], "attempts left pending by a clean stop: %v", states)
+	require.Zero(t, states["unknown"], "attempts in doubt after a clean stop: %v", states)
+	require.Less(t, states["done"], 20, "the stop waited for the jobs' whole ranges: %v", states)
+	var moved int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND state = 'available'
+		AND (args ->> 'ordinal')::int % 10 <> 1`).Scan(&moved))
+	require.Positive(t, moved, "jobs handed on from the middle of their range")
+
+	p, err := provider.ParseFlag("hook=" + hook.URL())
+	require.NoError(t, err)
+	reg, err := provider.NewRegistry(p)
+	require.NoError(t, err)
+	next, err := jobs.NewRunner(jobs.Config{Pool: w.pool, Providers: reg, WorkersPerQueue: 1, MaintenanceInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(testLogOut, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	require.NoError(t, err)
+	require.NoError(t, next.Start(w.ctx, approval.NewService(w.pool, next.Enqueuer())))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, next.Stop(ctx))
+	})
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	exactlyOnce(t, hook, 40)
+	require.Equal(t, 40, w.attempts(t), "one attempt per target")
 }

@@ -185,6 +185,7 @@ func (r *Runner) Stop(ctx context.Context) error {
 	if r.exec == nil {
 		return nil
 	}
+	r.exec.Drain()
 	err := r.client.Stop(ctx)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -106,6 +106,20 @@ RETURNING ` + effectCols
 // was gated out, found its key held, or its target suppressed: ClaimOne
 // says which.
 func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, gate Gate) ([]Effect, error) {
+	args, err := claimArgs(reqs)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Query(ctx, claimSQL(gate), args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	return collectEffects(rows)
+}
+
+// claimArgs are claimSQL's arguments for reqs, in key order (every batch of
+// every process locks keys in the same order).
+func claimArgs(reqs []ClaimRequest) ([]any, error) {
 	for _, r := range reqs {
 		if err := r.validate(); err != nil {
 			return nil, err
@@ -120,10 +134,10 @@ func (s *Store) ClaimMany(ctx context.Context, reqs []ClaimRequest, gate Gate) (
 		keys[i], owners[i], campaigns[i], queues[i] = string(r.Key), r.Owner, r.Campaign, r.Queue
 		jobs[i], plans[i], ordinals[i] = r.JobID, r.PlanID, int32(r.Ordinal)
 	}
-	rows, err := s.db.Query(ctx, claimSQL(gate), keys, owners, jobs, plans, ordinals, campaigns, queues)
-	if err != nil {
-		return nil, translate(err)
-	}
+	return []any{keys, owners, jobs, plans, ordinals, campaigns, queues}, nil
+}
+
+func collectEffects(rows pgx.Rows) ([]Effect, error) {
 	effs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
 	return effs, translate(err)
 }
@@ -327,49 +341,74 @@ type batchSender interface {
 // AnswerMany commits raw answers and the settles given with them in one
 // transaction (one round trip: the answers' insert, then the settles'
 // update, so PostgreSQL's rule "done, failed and stranded only after a raw
-// answer" sees the answer), and returns the ids it settled. Any refusal
-// rolls back both statements, raw answers included: the caller then
-// records and settles one at a time, answers first, to learn which.
-func (s *Store) AnswerMany(ctx context.Context, answers []Answer) ([]int64, error) {
-	recs := make([]ResponseRecord, len(answers))
-	var ps []SettleParams
-	for i, a := range answers {
-		recs[i] = a.ResponseRecord
-		if a.Settle != nil {
-			ps = append(ps, *a.Settle)
-		}
-	}
-	ids, kinds, bodies := responseArrays(recs)
+// answer" sees the answer), and the claims given with them after that
+// (DESIGN §4: a target's settle and the next target's claim may share a
+// transaction; a claim then sees a settle of the same batch that freed its
+// key). It returns the ids settled and the attempts claimed. Any refusal
+// rolls back all of it, raw answers included: the caller then records and
+// settles one at a time, answers first, and claims one at a time, to
+// learn which.
+func (s *Store) AnswerMany(ctx context.Context, answers []Answer, claims []ClaimRequest, gate Gate) (settled []int64, won []Effect, err error) {
 	b := &pgx.Batch{}
-	b.Queue(recordResponsesSQL, ids, kinds, bodies)
+	var ps []SettleParams
+	if len(answers) > 0 {
+		recs := make([]ResponseRecord, len(answers))
+		for i, a := range answers {
+			recs[i] = a.ResponseRecord
+			if a.Settle != nil {
+				ps = append(ps, *a.Settle)
+			}
+		}
+		ids, kinds, bodies := responseArrays(recs)
+		b.Queue(recordResponsesSQL, ids, kinds, bodies)
+	}
 	if len(ps) > 0 {
 		sids, states, receipts, reasons, err := settleArrays(ps)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		b.Queue(settleSQL("f.id"), sids, states, receipts, reasons)
 	}
+	if len(claims) > 0 {
+		args, err := claimArgs(claims)
+		if err != nil {
+			return nil, nil, err
+		}
+		b.Queue(claimSQL(gate), args...)
+	}
+	if b.Len() == 0 {
+		return nil, nil, nil
+	}
 	sender, ok := s.db.(batchSender)
 	if !ok {
-		return nil, fmt.Errorf("ledger: AnswerMany needs a pool or a transaction (%T sends no batches)", s.db)
+		return nil, nil, fmt.Errorf("ledger: AnswerMany needs a pool or a transaction (%T sends no batches)", s.db)
 	}
 	br := sender.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, translate(err)
+	if len(answers) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, nil, translate(err)
+		}
 	}
-	if len(ps) == 0 {
-		return nil, translate(br.Close())
+	if len(ps) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, translate(err)
+		}
+		if settled, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return nil, nil, translate(err)
+		}
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, translate(err)
+	if len(claims) > 0 {
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, translate(err)
+		}
+		if won, err = collectEffects(rows); err != nil {
+			return nil, nil, err
+		}
 	}
-	settled, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, translate(err)
-	}
-	return settled, translate(br.Close())
+	return settled, won, translate(br.Close())
 }
 
 // BatchStatement is one of the ledger's batch statements, for tests that

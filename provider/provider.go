@@ -171,6 +171,10 @@ type Provider interface {
 	// the slot (calling it more than once is harmless). It returns ctx's
 	// error if ctx ends first.
 	Acquire(ctx context.Context) (release func(), err error)
+	// Renew keeps the slot of an Acquire (before its release) for one more
+	// call when the rate limit allows one now, without waiting; false:
+	// release it and Acquire again.
+	Renew() bool
 	// Send performs the effect and returns the raw answer exactly as
 	// received, with a transport error encoded in it, including whether the
 	// request had started to leave. It interprets nothing beyond what is

@@ -125,6 +125,9 @@ func (p *noopProvider) Acquire(context.Context) (func(), error) {
 	return func() {}, nil
 }
 
+// Renew: no limit, so a job's next target always goes on with the slot.
+func (p *noopProvider) Renew() bool { return true }
+
 func (p *noopProvider) Send(_ context.Context, r provider.Request) ([]byte, error) {
 	n := p.calls.Add(1)
 	return []byte(fmt.Sprintf("ok %d", n)), nil
