@@ -13,26 +13,34 @@ import (
 	"github.com/onceplan/onceplan/ledger"
 )
 
-// Group commit (DESIGN §4): the writes of an effect — the claim, then the
-// raw answer with its settle (one commit: the raw bytes are committed
-// whatever the settle does, see ledger.AnswerMany) — each commit before
-// the next step, but nothing says each must be its own transaction. (The read of the target before
-// the claim is batched the same way.) A batcher per step collects what
-// the workers of this process ask for while it is busy, writes it with ONE
-// multi-row statement over unnest(…) arrays, commits, and only then answers
-// each worker. So every guarantee holds per effect (its pending row is
-// committed before its call; its raw answer before its verdict), while a
-// hundred workers share one round trip and one commit per step.
+// Group commit (DESIGN §4): the writes of an effect — its claim, then its
+// raw answer with its settle — each commit before the next step, but
+// nothing says each must be its own transaction. A batcher per step
+// collects what the workers of this process ask for while it is busy,
+// writes it with ONE multi-row statement per kind of row over unnest(…)
+// arrays, commits, and only then answers each worker. So every guarantee
+// holds per effect (its pending row is committed before its call; its raw
+// answer before its verdict), while a hundred workers share one round trip
+// and one commit per step. (The read of the targets before the claims is
+// batched the same way.)
+//
+// The answer step's transaction is the raw answers' insert, then the
+// settles, then the claims of the jobs' next targets that came with them
+// (ledger.AnswerMany): the raw bytes are classified before they are sent,
+// so they are committed whatever classification does, and a job working
+// through a range of targets waits for one commit per effect, not two
+// (Executor.call's next). The claim step carries the other claims: a
+// job's first target, and any target whose slot could not be kept.
 //
 // A batch that fails as a whole (a deadlock with another process, a
 // constraint a single row breaks) is not retried as a batch: each request
 // falls back to the one-row path, which reports its own outcome.
 //
-// The claim batch also carries the campaign gate: a row is inserted only if
-// its campaign is running this plan and its provider's queue is not paused,
-// in the same statement, so a pause or a cancel committed before the claim
-// is always seen. A request the batch did not insert (gate closed, or the
-// key is blocked) takes the one-row path, which says why.
+// Every claim carries the campaign gate: a row is inserted only if its
+// campaign is running this plan and its provider's queue is not paused, in
+// the same statement, so a pause or a cancel committed before the claim is
+// always seen. A request the batch did not insert (gate closed, or the key
+// is blocked) takes the one-row path, which says why.
 
 // maxBatch bounds one statement (and the arrays sent with it).
 const maxBatch = 500
@@ -40,9 +48,9 @@ const maxBatch = 500
 // flushers is how many flushes of one step may run at once. One flusher
 // per step: each batch then takes in everything that queued while the
 // previous one ran. Two per step (a batch forming while another flushes)
-// gave smaller batches and no more throughput on two cores
-// (docs/BENCHMARKS.md); a step is still not capped at one core of the
-// database, since the four steps flush at the same time.
+// gave smaller batches and less throughput on two cores, with fsync on or
+// off (docs/BENCHMARKS.md); a large batch is cut in two instead
+// (splitAt).
 const flushers = 1
 
 // targetReq reads the targets first … first+count-1 of a list (one for an
@@ -157,7 +165,7 @@ func (b *batcher) close() {
 	}
 }
 
-// newWritePool returns the connections the claim, response and settle
+// newWritePool returns the connections the claim, answer and settle
 // batches run on: a few of their own, on the same database and
 // credentials as pool, whose sessions plan once.
 //

@@ -113,3 +113,34 @@ func TestAcquireRate(t *testing.T) {
 	_, err = p.Acquire(ctx)
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "got %v", err)
 }
+
+// TestRenewKeepsTheSlotOnlyWithATokenNow: a slot is kept for another call
+// (a job's next target) only when the rate limit has a token at once —
+// Renew never waits — and keeping it holds the concurrency bound: no other
+// caller gets a slot meanwhile.
+func TestRenewKeepsTheSlotOnlyWithATokenNow(t *testing.T) {
+	t.Parallel()
+	unlimited, err := provider.Parse("outbox", "maildir://"+t.TempDir()+"?concurrency=1")
+	require.NoError(t, err)
+	defer unlimited.Close()
+	rel, err := unlimited.Acquire(context.Background())
+	require.NoError(t, err)
+	for range 3 {
+		require.True(t, unlimited.Renew(), "no rate limit: the slot is always kept")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = unlimited.Acquire(ctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the kept slot is still taken")
+	rel()
+
+	limited, err := provider.Parse("outbox", "maildir://"+t.TempDir()+"?rate=1/s&concurrency=1")
+	require.NoError(t, err)
+	defer limited.Close()
+	rel, err = limited.Acquire(context.Background())
+	require.NoError(t, err)
+	defer rel()
+	start := time.Now()
+	require.False(t, limited.Renew(), "the token was just taken: no second call this second")
+	require.Less(t, time.Since(start), 500*time.Millisecond, "Renew does not wait for the next token, a second away")
+}

@@ -85,7 +85,7 @@ func run() error {
 		}
 		*targets, *effects, *auditTargets, *smtpMessages, *mailpitMessages = 2_000, 1_000, 2_000, 300, 300
 		*recoveryTargets, *scaleoutTargets, *rssTargets = 1_000, 500, 1_000
-		*scaleoutProcs, execWorkers = "1,2", "16"
+		*scaleoutProcs, execWorkers, *execRounds = "1,2", "16", 1
 	}
 	started := time.Now()
 	ctx := context.Background()
