@@ -27,6 +27,15 @@ func (w *world) effectJobs(t *testing.T) (jobs, most int) {
 	return jobs, most
 }
 
+// slowHook is a webhook receiver that takes d over each call.
+func slowHook(t *testing.T, d time.Duration) *sink.Webhook {
+	t.Helper()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	hook.Delay(d)
+	return hook
+}
+
 // TestRangeJobsSendEachTargetOnce: a plan of 200 targets on a queue of two
 // workers goes into jobs of 25 consecutive targets; each target gets one
 // effect, and resuming or requeueing afterwards sends nothing more.
@@ -77,9 +86,7 @@ func TestRangeJobRetriesAreBoundedPerTarget(t *testing.T) {
 // after the resume every target gets one effect.
 func TestRangeJobPausedMidwayResumesWhereItStopped(t *testing.T) {
 	t.Parallel()
-	hook := sink.NewWebhook(sink.WebhookOpts{})
-	t.Cleanup(hook.Close)
-	hook.Delay(20 * time.Millisecond)
+	hook := slowHook(t, 20*time.Millisecond)
 	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	w.start(t)
@@ -105,9 +112,7 @@ func TestRangeJobPausedMidwayResumesWhereItStopped(t *testing.T) {
 // one effect.
 func TestRangeJobOverItsTimeBudgetHandsOnTheRest(t *testing.T) {
 	t.Parallel()
-	hook := sink.NewWebhook(sink.WebhookOpts{})
-	t.Cleanup(hook.Close)
-	hook.Delay(150 * time.Millisecond)
+	hook := slowHook(t, 150*time.Millisecond)
 	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, JobTimeout: time.Second}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	w.start(t)
@@ -161,9 +166,7 @@ func TestFirstStartSkipsAKeyDoneOutsideThePlan(t *testing.T) {
 // target once.
 func TestStopHandsOnTheRestOfARangeJob(t *testing.T) {
 	t.Parallel()
-	hook := sink.NewWebhook(sink.WebhookOpts{})
-	t.Cleanup(hook.Close)
-	hook.Delay(100 * time.Millisecond)
+	hook := slowHook(t, 100*time.Millisecond)
 	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	require.NoError(t, w.runner.Start(w.ctx, w.svc))
