@@ -36,11 +36,12 @@ type Progress struct {
 // or paused provider: Rest is that Snooze, Next that target), and once it
 // has worked for budget, so that a job stays well inside its timeout, or
 // when the process is stopping (Drain) (Rest is a Snooze of 0: go on at
-// once, here or in another process; Next the first target not started). A target that fails temporarily is split off (Split) and the
-// job goes on with the next (with a provider that is down, every target
-// ends up on a job of its own, retried as a one-target job is). An error
-// leaves Next at the target it happened on: retrying from there finds the
-// targets before settled.
+// once, here or in another process; Next the first target not started).
+// A target that fails temporarily is split off (Split) and the job goes on
+// with the next (with a provider that is down, every target ends up on a
+// job of its own, retried as a one-target job is). An error leaves Next
+// at the target it happened on: retrying from there finds the targets
+// before settled.
 func (e *Executor) PerformRange(ctx context.Context, j Job, budget time.Duration) (Progress, error) {
 	started := time.Now()
 	end := j.Ordinal + max(j.Count, 1)
