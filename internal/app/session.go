@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -81,6 +83,9 @@ func withSessionSettings(ctx context.Context, cfg *pgxpool.Config, logger *slog.
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	// This connection too must not be cut short by the role's defaults.
+	if err := untimed(ctx, conn); err != nil {
+		return err
+	}
 	if _, err := conn.Exec(ctx, sessionSettings("", 0)); err != nil {
 		return err
 	}
@@ -140,8 +145,29 @@ func withSessionSettings(ctx context.Context, cfg *pgxpool.Config, logger *slog.
 				return err
 			}
 		}
+		if err := untimed(ctx, conn); err != nil {
+			return err
+		}
 		_, err := conn.Exec(ctx, set)
 		return err
 	}
 	return nil
+}
+
+// untimed clears a statement_timeout the role's or the database's defaults
+// set, before anything else runs on conn. The SET itself runs under that
+// timeout, so a very short one (any role may give itself 1 ms) can cancel
+// it on a busy machine: a cancelled SET is tried again, a few times.
+func untimed(ctx context.Context, conn *pgx.Conn) error {
+	var err error
+	for range 5 {
+		if _, err = conn.Exec(ctx, "SET statement_timeout = 0"); err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "57014" { // query_canceled
+			return err
+		}
+	}
+	return err
 }
