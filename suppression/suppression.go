@@ -90,13 +90,25 @@ func ActiveSQL(addr string) string {
 }
 
 // notRemoved is the SQL condition "entry s has no removal": it is active.
-const notRemoved = `NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id)`
+//
+// "OFFSET 0" keeps it a lookup of s's removal by suppression_removal's
+// key, row by row. Without it PostgreSQL may turn it into an anti-join
+// that reads every removal for each entry, and the claims' generic plans
+// (executor's write sessions), made while the tables were empty and
+// analyzed, did: with every index as cheap as any other, the lookup of an
+// address's entries became a walk of all entries in id order filtered by
+// address, against all removals (TestWritePlansUseIndexesOnly).
+const notRemoved = `NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)`
 
 // ActiveIDSQL is the SQL expression for the id of the oldest active entry
 // of the address addr names (NULL when none): what a suppressed target's
-// outcome points at.
+// outcome points at. The minimum is of "s.id + 0", which no index orders:
+// the entries are then found by their address (suppression_address), never
+// by walking every entry in id order until one has the address, which is
+// what PostgreSQL's rewrite of min(s.id) did in a plan made on an empty
+// table.
 func ActiveIDSQL(addr string) string {
-	return `(SELECT min(s.id) FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
+	return `(SELECT min(s.id + 0) FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
 }
 
 // Normalize normalises an address as a target's is; the error names it.
