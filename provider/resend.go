@@ -251,12 +251,6 @@ func ClassifyResend(raw []byte) Verdict {
 			h = textproto.MIMEHeader{"Retry-After": {h.Get("Ratelimit-Reset")}}
 		}
 		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(h, DefaultQuotaRetryAfter)}
-	case f.code == 408:
-		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: said}
-	case f.code >= 400 && f.code <= 499:
-		return Verdict{Outcome: OutcomeFailed, Reason: said}
-	case f.code >= 300 && f.code <= 399:
-		return Verdict{Outcome: OutcomeUnknown, Reason: said + " (a redirect, not followed: the request may have been processed)"}
 	}
-	return Verdict{Outcome: OutcomeUnknown, Reason: said}
+	return statusVerdict(f.code, said)
 }

@@ -348,14 +348,8 @@ func ClassifyWebhook(raw []byte) Verdict {
 	case f.code == 429:
 		return Verdict{Outcome: OutcomeQuota, Reason: said,
 			RetryAfter: retryAfter(f.header, DefaultQuotaRetryAfter)}
-	case f.code == 408:
-		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: said}
-	case f.code >= 400 && f.code <= 499:
-		return Verdict{Outcome: OutcomeFailed, Reason: said}
-	case f.code >= 300 && f.code <= 399:
-		return Verdict{Outcome: OutcomeUnknown, Reason: said + " (a redirect, not followed: the request may have been processed)"}
 	}
-	return Verdict{Outcome: OutcomeUnknown, Reason: said}
+	return statusVerdict(f.code, said)
 }
 
 func bodySnippet(body []byte) string {
@@ -453,4 +447,20 @@ func (p *webhookProvider) Probe(ctx context.Context, key string, epoch int) (Pro
 		return ProbeResult{Raw: raw}, nil
 	}
 	return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q answered HTTP %s", p.name, f.status)
+}
+
+// statusVerdict is the verdict on an HTTP answer of status code (said says
+// it, for the reason) that no provider-specific rule decided: 408 is worth
+// another try, another 4xx a rejection, a redirect (not followed) and
+// anything else leave the request's fate unknown.
+func statusVerdict(code int, said string) Verdict {
+	switch {
+	case code == 408:
+		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: said}
+	case code >= 400 && code <= 499:
+		return Verdict{Outcome: OutcomeFailed, Reason: said}
+	case code >= 300 && code <= 399:
+		return Verdict{Outcome: OutcomeUnknown, Reason: said + " (a redirect, not followed: the request may have been processed)"}
+	}
+	return Verdict{Outcome: OutcomeUnknown, Reason: said}
 }
