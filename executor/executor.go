@@ -431,7 +431,6 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 
 	// The common case: the campaign runs and the key is free. The claim
 	// batch checks the campaign gate in the same statement.
-	queue := e.queueOf(prov.Name())
 	cr := e.claimRequest(j, cp, prov, key)
 	if eff, won, err := e.batch.claim(ctx, cr); err != nil {
 		return Result{}, err
@@ -454,7 +453,7 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 		return Result{Action: Complete, Outcome: "suppressed"}, nil
 	}
 	if claim.Outcome == ledger.ClaimGateClosed {
-		res, open, err := e.campaignGate(ctx, cp.plan, queue)
+		res, open, err := e.campaignGate(ctx, cp.plan, cr.Queue)
 		if err == nil && open {
 			// Reopened since the claim looked: look again soon.
 			res = Result{Action: Snooze, After: time.Second, Outcome: "campaign gate changed"}
