@@ -282,7 +282,7 @@ type bareResult struct {
 }
 
 func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	counts, err := workerCounts(execWorkers)
+	workers, err := counts(execWorkers, "worker count")
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
 			return err
 		}
 		fmt.Printf("  fsync, synchronous_commit, full_page_writes %s:\n", durability)
-		for _, w := range counts {
+		for _, w := range workers {
 			var (
 				bares  []bareResult
 				ourses []execResult
@@ -342,13 +342,14 @@ func benchExec(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// workerCounts parses a comma-separated list of positive counts.
-func workerCounts(list string) ([]int, error) {
+// counts parses a comma-separated list of positive counts of what (for the
+// error: "worker count", "process count").
+func counts(list, what string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(list, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || k < 1 {
-			return nil, fmt.Errorf("%q is not a worker count", f)
+			return nil, fmt.Errorf("%q is not a %s", f, what)
 		}
 		out = append(out, k)
 	}

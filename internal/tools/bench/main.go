@@ -139,15 +139,11 @@ func run() error {
 		case "recovery":
 			err = withProcs(func(e *procEnv) error { return benchRecovery(ctx, pool, e, *recoveryTargets) })
 		case "scaleout":
-			var counts []int
-			for _, f := range strings.Split(*scaleoutProcs, ",") {
-				k, perr := strconv.Atoi(strings.TrimSpace(f))
-				if perr != nil || k < 1 {
-					return fmt.Errorf("-scaleout-procs: %q is not a process count", f)
-				}
-				counts = append(counts, k)
+			procs, cerr := counts(*scaleoutProcs, "process count")
+			if cerr != nil {
+				return fmt.Errorf("-scaleout-procs: %w", cerr)
 			}
-			err = withProcs(func(e *procEnv) error { return benchScaleout(ctx, pool, e, *scaleoutTargets, counts) })
+			err = withProcs(func(e *procEnv) error { return benchScaleout(ctx, pool, e, *scaleoutTargets, procs) })
 		case "rss":
 			err = withProcs(func(e *procEnv) error { return benchRSS(ctx, pool, e, *rssTargets) })
 		case "mailpit":
