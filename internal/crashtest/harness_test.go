@@ -191,15 +191,28 @@ func (w *worker) stop(t *testing.T) {
 // current epoch ("" for targets with no attempt).
 func (e *env) states(t *testing.T, campaign string) map[string]int {
 	t.Helper()
-	rows, err := e.pool.Query(e.ctx, `
-		SELECT coalesce((SELECT f.state::text FROM effect f WHERE f.key = t.key ORDER BY f.id DESC LIMIT 1), ''), count(*)
-		FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
-		WHERE c.id = $1 GROUP BY 1`, campaign)
-	require.NoError(t, err)
 	out := map[string]int{}
-	var state string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error { out[state] = n; return nil })
+	for _, state := range e.stateByOrdinal(t, campaign) {
+		out[state]++
+	}
+	return out
+}
+
+// stateByOrdinal is the ledger state of each target's latest attempt, by
+// ordinal ("" for a target never attempted).
+func (e *env) stateByOrdinal(t *testing.T, campaign string) map[int]string {
+	t.Helper()
+	rows, err := e.pool.Query(e.ctx, `
+		SELECT t.ordinal, coalesce((SELECT f.state::text FROM effect f WHERE f.key = t.key ORDER BY f.id DESC LIMIT 1), '')
+		FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
+		WHERE c.id = $1`, campaign)
+	require.NoError(t, err)
+	out := map[int]string{}
+	var (
+		o     int
+		state string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&o, &state}, func() error { out[o] = state; return nil })
 	require.NoError(t, err)
 	return out
 }

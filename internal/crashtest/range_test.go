@@ -80,25 +80,3 @@ func TestCrashInTheMiddleOfAMultiTargetJob(t *testing.T) {
 		}
 	}
 }
-
-// stateByOrdinal is the ledger state of each target's latest attempt, by
-// ordinal ("" for a target never attempted).
-func (e *env) stateByOrdinal(t *testing.T, campaign string) map[int]string {
-	t.Helper()
-	rows, err := e.pool.Query(e.ctx, `
-		SELECT t.ordinal, coalesce((SELECT f.state::text FROM effect f WHERE f.key = t.key ORDER BY f.id DESC LIMIT 1), '')
-		FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id
-		WHERE c.id = $1`, campaign)
-	require.NoError(t, err)
-	out := map[int]string{}
-	var (
-		o     int
-		state string
-	)
-	for rows.Next() {
-		require.NoError(t, rows.Scan(&o, &state))
-		out[o] = state
-	}
-	require.NoError(t, rows.Err())
-	return out
-}
