@@ -95,6 +95,11 @@ const (
 	// campaign events: the suppression rows are their record.
 	ActionSuppress   Action = "suppress"
 	ActionUnsuppress Action = "unsuppress"
+	// ActionPerform begins, heartbeats and settles a single effect (an
+	// agent's tool call, package toolcall): the caller performs it at the
+	// outside system itself, under the ledger's key. Agents may; approving
+	// a call's args is ActionApprove's, resolving it ActionResolve's.
+	ActionPerform Action = "perform"
 )
 
 // permission says which role an action needs and whether an agent token
@@ -122,12 +127,16 @@ var permission = map[Action]struct {
 	// an admin's explicit decision.
 	ActionSuppress:   {RoleOperator, false},
 	ActionUnsuppress: {RoleAdmin, false},
+	// Performing a tool call: what an agent (or a proposer's script) does;
+	// an operator may too.
+	ActionPerform: {RoleProposer, true},
 }
 
 // alsoRoles are further roles that allow an action besides its
 // permission's role (any one of them suffices).
 var alsoRoles = map[Action][]Role{
 	ActionTestSend: {RoleApprover, RoleOperator},
+	ActionPerform:  {RoleOperator},
 }
 
 // Authorize reports whether actor may take action, with a reason when not.

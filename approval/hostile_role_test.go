@@ -417,3 +417,27 @@ func TestHostileServerRegistersItsOwnBumpPolicy(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO effect_bump (key, epoch, actor_kind, actor, policy, reason) VALUES ('%s', 1, 'policy', 'server', 'resend-daily', 'because')`, key))
 	h.refused(t, []string{insufficientPrivilege}, `UPDATE bump_policy SET description = 'changed'`, `DELETE FROM bump_policy`)
 }
+
+// A submission keeps the text it asked to be approved (the diff against a
+// rejected version reads it), and PostgreSQL copies that text from the
+// draft under the campaign's lock: a submission written by the server's
+// role with other text gets the draft's.
+func TestHostileSubmissionTextIsTheDraft(t *testing.T) {
+	t.Parallel()
+	h := setupHostile(t)
+	created := h.create(t, 2, 3)
+	id := created.Campaign.ID
+	sub, err := h.svc.Submit(h.ctx, h.proposer, id)
+	require.NoError(t, err)
+	_, err = h.app.Exec(h.ctx, `INSERT INTO submission (campaign_id, version, plan_hash, subject, text_body, html_body, from_addr)
+		VALUES ($1, 1, $2, 'forged', 'forged', 'forged', 'forged@example.com')`, id, sub.PlanHash)
+	require.NoError(t, err)
+	rows, err := h.app.Query(h.ctx, `SELECT from_addr, subject, text_body, html_body FROM submission WHERE campaign_id = $1 ORDER BY id`, id)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct{ From, Subject, Text, HTML string }])
+	require.NoError(t, err)
+	want := struct{ From, Subject, Text, HTML string }{created.Draft.Payload.From, created.Draft.Payload.Subject,
+		created.Draft.Payload.Text, created.Draft.Payload.HTML}
+	require.Equal(t, []struct{ From, Subject, Text, HTML string }{want, want}, got)
+	h.refused(t, []string{insufficientPrivilege}, `UPDATE submission SET subject = 'changed'`)
+}

@@ -36,6 +36,15 @@ type Enqueuer interface {
 	ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error)
 }
 
+// Announcer puts the announcement of a recorded trail entry on the queue
+// inside the transaction that records it (package jobs implements it with
+// one River job; package notify decides which entries are announced and
+// to whom). A notification therefore exists exactly when its decision
+// committed, and the decision never waits for a notifier.
+type Announcer interface {
+	Announce(ctx context.Context, tx pgx.Tx, e plan.Event) error
+}
+
 // Remainder is what resuming a plan would queue now, and what maintenance
 // will requeue by itself.
 type Remainder struct {
@@ -67,11 +76,16 @@ type Service struct {
 	Providers []string
 	// Now is the clock (tests set it).
 	Now func() time.Time
+	// Announcer, when set, announces every trail entry the service
+	// records (nil: nothing is announced).
+	Announcer Announcer
+	// decisions wakes WaitDecision's waiters (decision_wait.go).
+	decisions *decisionHub
 }
 
 // NewService returns a Service on pool.
 func NewService(pool *pgxpool.Pool, enqueuer Enqueuer) *Service {
-	return &Service{pool: pool, enqueuer: enqueuer, Now: time.Now}
+	return &Service{pool: pool, enqueuer: enqueuer, Now: time.Now, decisions: newDecisionHub(pool)}
 }
 
 // TargetsParams is an uploaded target list.
@@ -174,7 +188,17 @@ func (s *Service) event(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaig
 		}
 		e.Detail = b
 	}
-	return plan.RecordEvent(ctx, tx, e)
+	id, err := plan.AppendEvent(ctx, tx, e)
+	if err != nil {
+		return err
+	}
+	if s.Announcer != nil {
+		e.ID = id
+		if err := s.Announcer.Announce(ctx, tx, e); err != nil {
+			return err
+		}
+	}
+	return notifyDecision(ctx, tx, c.ID, action)
 }
 
 // Create makes a campaign and its first draft, and imports its targets

@@ -44,7 +44,7 @@ func TestRuleFrozenRecordsAreWriteOnce(t *testing.T) {
 		{`TRUNCATE approval`, nil},
 		{`UPDATE campaign_event SET reason = 'rewritten history' WHERE campaign_id = $1`, []any{id}},
 		{`DELETE FROM campaign_event WHERE campaign_id = $1`, []any{id}},
-		{`TRUNCATE campaign_event`, nil},
+		{`TRUNCATE campaign_event CASCADE`, nil}, // notifications name their trail entries
 		{`UPDATE run SET job_count = 0 WHERE plan_id = $1`, []any{planID}},
 		{`DELETE FROM run WHERE plan_id = $1`, []any{planID}},
 		{`DELETE FROM campaign WHERE id = $1`, []any{id}},

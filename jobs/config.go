@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/provider"
 )
 
@@ -38,6 +39,16 @@ const (
 	// DefaultFetchCooldown is River's minimum time between fetches of one
 	// queue, for Onceplan.
 	DefaultFetchCooldown = 10 * time.Millisecond
+	// DefaultNotifyMaxAttempts bounds the tries of one notification:
+	// with DefaultNotifyRetryBase, the last comes about half an hour after
+	// the first.
+	DefaultNotifyMaxAttempts = 12
+	// DefaultNotifyRetryBase: a notification's first retry waits this
+	// long, each next one twice as long, at most NotifyRetryMax.
+	DefaultNotifyRetryBase = time.Second
+	// NotifyRetryMax is the longest wait between two tries of a
+	// notification.
+	NotifyRetryMax = 10 * time.Minute
 )
 
 // fetchPollInterval is how often River's producers poll their queue as a
@@ -98,8 +109,30 @@ type Config struct {
 	// InsertOnly makes a client that only enqueues (serve with --no-workers).
 	InsertOnly bool
 	// PublicURL is where the messages' unsubscribe links point (the
-	// executor's Config.PublicURL). Default unsubscribe.DefaultPublicURL.
+	// executor's Config.PublicURL), and the base of the notifications'
+	// links. Default unsubscribe.DefaultPublicURL.
 	PublicURL string
+
+	// Notifiers tell people when a campaign needs them (--notify; package
+	// notify). Without any, no decision is announced and this process
+	// works no notification job: give every process the same ones.
+	Notifiers *notify.Registry
+	// NotifyWindow: at most one attention message (unknown, stranded,
+	// failed targets) per campaign per window. Default
+	// notify.DefaultWindow.
+	NotifyWindow time.Duration
+	// NotifyWait: a growth of a campaign's targets that need attention
+	// gathers this long before its message goes out (a burst is one
+	// message). Default NotifyWindow/notify.WaitPerWindow. The campaigns
+	// are scanned every MaintenanceInterval, or every NotifyWait/2 when
+	// that is longer.
+	NotifyWait time.Duration
+	// NotifyMaxAttempts bounds the tries of one notification. Default
+	// DefaultNotifyMaxAttempts.
+	NotifyMaxAttempts int
+	// NotifyRetryBase is the wait before a notification's first retry.
+	// Default DefaultNotifyRetryBase.
+	NotifyRetryBase time.Duration
 }
 
 // WithDefaults returns c with its zero values replaced by their defaults.
@@ -118,6 +151,10 @@ func (c Config) WithDefaults() Config {
 	c.WorkersPerQueue = cmp.Or(c.WorkersPerQueue, DefaultWorkersPerQueue)
 	c.PausedSnooze = cmp.Or(c.PausedSnooze, executor.DefaultPausedSnooze)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, DefaultFetchCooldown)
+	c.NotifyWindow = cmp.Or(c.NotifyWindow, notify.DefaultWindow)
+	c.NotifyWait = cmp.Or(c.NotifyWait, c.NotifyWindow/notify.WaitPerWindow)
+	c.NotifyMaxAttempts = cmp.Or(c.NotifyMaxAttempts, DefaultNotifyMaxAttempts)
+	c.NotifyRetryBase = cmp.Or(c.NotifyRetryBase, DefaultNotifyRetryBase)
 	return c
 }
 
@@ -137,6 +174,9 @@ func (c Config) Validate() error {
 		{"JobTimeout", c.JobTimeout},
 		{"RescueAfter", c.RescueAfter},
 		{"PausedSnooze", c.PausedSnooze},
+		{"NotifyWindow", c.NotifyWindow},
+		{"NotifyWait", c.NotifyWait},
+		{"NotifyRetryBase", c.NotifyRetryBase},
 	} {
 		if d.value <= 0 {
 			return &ConfigError{Field: d.field, Value: d.value, Want: "a positive duration"}
@@ -149,6 +189,8 @@ func (c Config) Validate() error {
 		return &ConfigError{Field: "RescueAfter", Value: c.RescueAfter, Want: "more than %s", Other: "JobTimeout", OtherValue: c.JobTimeout}
 	case c.MaxAttempts < 1:
 		return &ConfigError{Field: "MaxAttempts", Value: c.MaxAttempts, Want: "a positive number"}
+	case c.NotifyMaxAttempts < 1:
+		return &ConfigError{Field: "NotifyMaxAttempts", Value: c.NotifyMaxAttempts, Want: "a positive number"}
 	case c.WorkersPerQueue < 1 || c.WorkersPerQueue > MaxWorkersPerQueue:
 		return &ConfigError{Field: "WorkersPerQueue", Value: c.WorkersPerQueue, Want: fmt.Sprintf("a number from 1 to %d", MaxWorkersPerQueue)}
 	case c.FetchCooldown < river.FetchCooldownMin || c.FetchCooldown > fetchPollInterval:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/notify"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -27,6 +28,10 @@ func TestConfigWithDefaults(t *testing.T) {
 		require.Equal(t, jobs.DefaultWorkersPerQueue, c.WorkersPerQueue)
 		require.Equal(t, executor.DefaultPausedSnooze, c.PausedSnooze)
 		require.Equal(t, jobs.DefaultFetchCooldown, c.FetchCooldown)
+		require.Equal(t, notify.DefaultWindow, c.NotifyWindow)
+		require.Equal(t, notify.DefaultWindow/notify.WaitPerWindow, c.NotifyWait)
+		require.Equal(t, jobs.DefaultNotifyMaxAttempts, c.NotifyMaxAttempts)
+		require.Equal(t, jobs.DefaultNotifyRetryBase, c.NotifyRetryBase)
 		require.NoError(t, c.Validate())
 		require.Equal(t, c, c.WithDefaults(), "applying the defaults twice changes nothing")
 	})
@@ -37,6 +42,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		require.Equal(t, 6*time.Minute, c.RescueAfter)
 		require.Equal(t, 2*time.Second, c.HeartbeatInterval)
 		require.NoError(t, c.Validate())
+		require.Equal(t, 6*time.Second, jobs.Config{NotifyWindow: time.Minute}.WithDefaults().NotifyWait, "the wait follows the window")
 	})
 
 	t.Run("SetValuesStay", func(t *testing.T) {
@@ -45,6 +51,7 @@ func TestConfigWithDefaults(t *testing.T) {
 			OwnerTimeout: time.Minute, HeartbeatInterval: 7 * time.Second, MaintenanceInterval: time.Second,
 			JobTimeout: time.Second, RescueAfter: time.Hour, MaxAttempts: 2, WorkersPerQueue: 3,
 			PausedSnooze: time.Millisecond, FetchCooldown: 5 * time.Millisecond,
+			NotifyWindow: time.Minute, NotifyWait: time.Second, NotifyMaxAttempts: 3, NotifyRetryBase: time.Millisecond,
 		}
 		c := set.WithDefaults()
 		c.Logger = nil
@@ -71,6 +78,9 @@ func TestConfigValidate(t *testing.T) {
 		{jobs.Config{WorkersPerQueue: -1}, "jobs: WorkersPerQueue -1: want a number from 1 to 10000"},
 		{jobs.Config{WorkersPerQueue: 10_001}, "jobs: WorkersPerQueue 10001: want a number from 1 to 10000"},
 		{jobs.Config{FetchCooldown: 2 * time.Second}, "jobs: FetchCooldown 2s: want a duration from 1ms to 1s"},
+		{jobs.Config{NotifyWindow: -time.Second}, "jobs: NotifyWindow -1s: want a positive duration"},
+		{jobs.Config{NotifyRetryBase: -time.Second}, "jobs: NotifyRetryBase -1s: want a positive duration"},
+		{jobs.Config{NotifyMaxAttempts: -1}, "jobs: NotifyMaxAttempts -1: want a positive number"},
 	} {
 		err := tc.cfg.WithDefaults().Validate()
 		require.EqualError(t, err, tc.want)

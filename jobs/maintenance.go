@@ -10,6 +10,7 @@ import (
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // jobOwner is the SQL expression for the process that last ran River job
@@ -35,17 +36,20 @@ func (r *Runner) Maintain(ctx context.Context) error {
 	} else if len(started) > 0 {
 		r.cfg.Logger.Info("started scheduled campaigns", "campaigns", started)
 	}
-	errs = append(errs, r.recoverDeadOwners(ctx), r.recoverUnknowns(ctx), r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx))
+	errs = append(errs, r.recoverDeadOwners(ctx), r.recoverUnknowns(ctx), r.recoverToolCalls(ctx),
+		r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx))
 	return errors.Join(errs...)
 }
 
 func (r *Runner) timeout() string { return r.cfg.OwnerTimeout.String() }
 
-// recoverDeadOwners settles pending rows whose owner stopped heartbeating.
+// recoverDeadOwners settles plan targets' pending rows whose owner stopped
+// heartbeating. Single effects (outside any plan) have a lease instead of
+// an owner's heartbeat: recoverToolCalls takes them.
 func (r *Runner) recoverDeadOwners(ctx context.Context) error {
 	effects, err := r.effects(ctx, `
 		SELECT id FROM effect e
-		WHERE e.state = 'pending' AND NOT `+executor.OwnerAlive("e.owner", "$1")+`
+		WHERE e.state = 'pending' AND e.plan_id IS NOT NULL AND NOT `+executor.OwnerAlive("e.owner", "$1")+`
 		ORDER BY e.created_at LIMIT $2`, r.timeout(), recoveryBatch)
 	if err != nil {
 		return err
@@ -74,6 +78,18 @@ func (r *Runner) recoverUnknowns(ctx context.Context) error {
 		return err
 	}
 	return r.recoverAll(ctx, effects)
+}
+
+// recoverToolCalls recovers single effects whose lease ended without a
+// settle, by their tool's policy (package toolcall): unknown for a person,
+// or settled from the tool's probe; a deduplicating tool's attempt waits
+// for the next begin, which performs it again with the same key.
+func (r *Runner) recoverToolCalls(ctx context.Context) error {
+	n, err := toolcall.NewService(r.cfg.Pool, toolcall.Options{Logger: r.cfg.Logger}).RecoverDue(ctx, recoveryBatch)
+	if n > 0 {
+		r.cfg.Logger.Info("recovered single effects in doubt", "changed", n)
+	}
+	return err
 }
 
 func (r *Runner) effects(ctx context.Context, sql string, args ...any) ([]ledger.Effect, error) {

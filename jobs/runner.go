@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -32,6 +33,11 @@ type Runner struct {
 	stopBeat  context.CancelFunc
 	beatDone  chan struct{}
 	maintDone chan struct{}
+	// announcer and notify exist when notifiers are configured (notify.go);
+	// attentionDone closes when the attention scan has stopped.
+	announcer     *Announcer
+	notify        *notify.Service
+	attentionDone chan struct{}
 }
 
 // NewRunner builds the River client, the executor and the workers, on cfg
@@ -68,6 +74,16 @@ func NewRunner(cfg Config) (*Runner, error) {
 		river.AddWorker(workers, &effectWorker{exec: exec, pool: cfg.Pool, timeout: cfg.JobTimeout, maxAttempts: cfg.MaxAttempts})
 		river.AddWorker(workers, &resumeQueueWorker{})
 		queues := map[string]river.QueueConfig{MaintenanceQueue: {MaxWorkers: 2}}
+		if cfg.Notifiers.Len() > 0 {
+			r.notify, err = notify.NewService(notify.Config{DB: cfg.Pool, Notifiers: cfg.Notifiers, PublicURL: cfg.PublicURL,
+				Window: cfg.NotifyWindow, Wait: cfg.NotifyWait, Owner: exec.Owner(), Logger: cfg.Logger})
+			if err != nil {
+				return nil, err
+			}
+			river.AddWorker(workers, &announceWorker{svc: r.notify, maxAttempts: cfg.NotifyMaxAttempts})
+			river.AddWorker(workers, &deliverWorker{svc: r.notify, retryBase: cfg.NotifyRetryBase})
+			queues[NotifyQueue] = river.QueueConfig{MaxWorkers: notifyWorkers}
+		}
 		for _, name := range cfg.Providers.Names() {
 			queues[QueueFor(name)] = river.QueueConfig{MaxWorkers: cfg.WorkersPerQueue}
 		}
@@ -90,6 +106,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.client = client
+	if cfg.Notifiers.Len() > 0 {
+		r.announcer = &Announcer{client: client, maxAttempts: cfg.NotifyMaxAttempts}
+	}
 	r.enqueuer = NewEnqueuer(client)
 	r.enqueuer.OwnerTimeout = cfg.OwnerTimeout
 	r.enqueuer.WorkersPerQueue = cfg.WorkersPerQueue
@@ -138,6 +157,10 @@ func (r *Runner) Start(ctx context.Context, svc *approval.Service) error {
 	}()
 	r.maintDone = make(chan struct{})
 	go r.maintainLoop(beatCtx)
+	if r.notify != nil {
+		r.attentionDone = make(chan struct{})
+		go r.attentionLoop(beatCtx)
+	}
 	return r.client.Start(ctx)
 }
 
@@ -195,6 +218,9 @@ func (r *Runner) Stop(ctx context.Context) error {
 	r.stopBeat()
 	<-r.beatDone
 	<-r.maintDone
+	if r.attentionDone != nil {
+		<-r.attentionDone
+	}
 	r.exec.Close()
 	if err == nil {
 		err = r.exec.Retire(context.WithoutCancel(ctx))

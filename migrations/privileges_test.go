@@ -100,6 +100,8 @@ func TestAppRoleRefused(t *testing.T) {
 		`UPDATE approval SET plan_hash = repeat('0', 64)`,
 		`UPDATE run SET job_count = 0`,
 		`UPDATE campaign_event SET reason = 'rewritten'`,
+		`UPDATE notification SET body = 'rewritten'`,
+		`DELETE FROM notification_attempt`,
 		`DELETE FROM plan`,
 		`DELETE FROM approval`,
 		`DELETE FROM run`,
@@ -231,6 +233,15 @@ func TestAppRolePrivileges(t *testing.T) {
 		// The suppression list and its removals, and the claim's record of
 		// a suppressed target: write-once.
 		"suppression": append_, "suppression_removal": append_, "target_suppressed": append_,
+		// Notifications and each try to deliver them: write-once. A
+		// user's choice of events is a setting they change.
+		"notification": append_, "notification_attempt": append_, "notification_attention": append_,
+		"notification_preference": edit,
+		// Single effects (migration 0021): write-once, but a tool's policy
+		// (some columns only, below: the first-use default) and an
+		// attempt's lease (UPDATE of some columns, below).
+		"tool_policy": read, "tool_call": append_, "tool_approval_request": append_, "tool_approval": append_,
+		"tool_attempt": append_, "tool_call_event": append_,
 		// A list is inserted (some columns only, below) and deleted whole;
 		// its targets are inserted (some columns only) and never deleted.
 		"target_list": "DELETE, SELECT", "target": read,
@@ -278,6 +289,10 @@ func TestAppRolePrivileges(t *testing.T) {
 	// application cannot name another's (migration 0014).
 	require.Equal(t, []string{"key", "line", "list_id", "ordinal", "target", "vars"}, columns("target", "INSERT"))
 	require.Equal(t, []string{"campaign_id", "created_by", "digest", "id", "target_count"}, columns("target_list", "INSERT"))
+	// A tool's policy: only its first use, whose every other column is the
+	// default (no recovery, no approval); an attempt: only its lease.
+	require.Equal(t, []string{"registered_by", "tool"}, columns("tool_policy", "INSERT"))
+	require.Equal(t, []string{"holder", "lease_id", "lease_until", "takeovers"}, columns("tool_attempt", "UPDATE"))
 
 	// Sequences: USAGE (nextval) only; setval needs UPDATE.
 	rows, err = admin.Query(ctx, `

@@ -86,6 +86,13 @@ type Event struct {
 
 // RecordEvent appends to the audit trail (write-once in PostgreSQL).
 func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
+	_, err := AppendEvent(ctx, tx, e)
+	return err
+}
+
+// AppendEvent is RecordEvent, returning the new entry's id (a decision
+// that is announced names its entry: package notify).
+func AppendEvent(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
 	var actor *int64
 	if e.ActorID != 0 {
 		actor = &e.ActorID
@@ -102,29 +109,41 @@ func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
 	if len(e.Detail) > 0 {
 		detail = e.Detail
 	}
-	_, err := tx.Exec(ctx, `
+	var id int64
+	err := tx.QueryRow(ctx, `
 		INSERT INTO campaign_event (campaign_id, action, actor_id, via_agent, version, plan_hash, reason, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		e.CampaignID, e.Action, actor, e.ViaAgent, version, hash, e.Reason, detail)
-	return err
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		e.CampaignID, e.Action, actor, e.ViaAgent, version, hash, e.Reason, detail).Scan(&id)
+	return id, err
+}
+
+const eventCols = `id, campaign_id, action, coalesce(actor_id, 0), via_agent, coalesce(version, 0),
+	coalesce(plan_hash, ''), reason, detail, created_at`
+
+func scanEvent(r pgx.Row) (Event, error) {
+	var e Event
+	var detail []byte
+	err := r.Scan(&e.ID, &e.CampaignID, &e.Action, &e.ActorID, &e.ViaAgent, &e.Version, &e.PlanHash, &e.Reason, &detail, &e.CreatedAt)
+	e.Detail = detail
+	return e, err
 }
 
 // Events returns a campaign's audit trail, oldest first.
 func Events(ctx context.Context, db DB, campaignID string) ([]Event, error) {
-	rows, err := db.Query(ctx, `
-		SELECT id, campaign_id, action, coalesce(actor_id, 0), via_agent, coalesce(version, 0),
-		       coalesce(plan_hash, ''), reason, detail, created_at
-		FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
+	rows, err := db.Query(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var e Event
-		var detail []byte
-		err := r.Scan(&e.ID, &e.CampaignID, &e.Action, &e.ActorID, &e.ViaAgent, &e.Version, &e.PlanHash, &e.Reason, &detail, &e.CreatedAt)
-		e.Detail = detail
-		return e, err
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r) })
+}
+
+// GetEvent reads one entry of a trail by its id.
+func GetEvent(ctx context.Context, db DB, id int64) (Event, error) {
+	e, err := scanEvent(db.QueryRow(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("%w: no trail entry %d", ErrNotFound, id)
+	}
+	return e, err
 }
 
 // MissingVar is a target that lacks a variable the payload reads.

@@ -27,6 +27,9 @@ type Submission struct {
 	LastEditedBy int64     `json:"last_edited_by"`
 	SubmittedBy  int64     `json:"submitted_by,omitempty"` // 0: recorded by the migration for a draft already pending
 	CreatedAt    time.Time `json:"created_at"`
+	// Payload is the text submitted, copied from the draft by PostgreSQL
+	// (migration 0022); nil for a submission made before it kept the text.
+	Payload *Payload `json:"-"`
 }
 
 // IsAuthor reports whether user proposed or last edited the submitted draft.
@@ -35,12 +38,16 @@ func (s Submission) IsAuthor(user int64) bool {
 }
 
 const submissionCols = `id, campaign_id, version, plan_hash, list_id, target_count, proposed_by, last_edited_by,
-	coalesce(submitted_by, 0), created_at`
+	coalesce(submitted_by, 0), created_at, from_addr, subject, text_body, html_body`
 
 func scanSubmission(row pgx.Row) (Submission, error) {
 	var s Submission
+	var from, subject, text, html *string
 	err := row.Scan(&s.ID, &s.CampaignID, &s.Version, &s.PlanHash, &s.ListID, &s.TargetCount, &s.ProposedBy,
-		&s.LastEditedBy, &s.SubmittedBy, &s.CreatedAt)
+		&s.LastEditedBy, &s.SubmittedBy, &s.CreatedAt, &from, &subject, &text, &html)
+	if err == nil && from != nil && subject != nil && text != nil && html != nil {
+		s.Payload = &Payload{From: *from, Subject: *subject, Text: *text, HTML: *html}
+	}
 	return s, err
 }
 

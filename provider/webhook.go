@@ -425,7 +425,17 @@ func (p *webhookProvider) Probe(ctx context.Context, key string, epoch int) (Pro
 	if p.probe == "" {
 		return ProbeResult{}, ErrNoProbe
 	}
-	raw, err := getOnce(ctx, p.client, p.name, p.probe+"/"+url.PathEscape(EffectID(key, epoch)), nil)
+	return ProbeHTTP(ctx, p.client, p.name, p.probe+"/"+url.PathEscape(EffectID(key, epoch)))
+}
+
+// ProbeHTTP asks GET u whether an effect exists, by the HTTP probe rule
+// every probe here follows (webhook providers, and the tool calls of
+// package toolcall): 200 → found (receipt from the JSON body's "receipt"
+// or "id", else X-Receipt), 404 → not found, anything else → an error
+// (the probe says nothing). Raw is the framed answer (frameResponse),
+// whatever it said; name names the asker in errors.
+func ProbeHTTP(ctx context.Context, client *http.Client, name, u string) (ProbeResult, error) {
+	raw, err := getOnce(ctx, client, name, u, nil)
 	if err != nil {
 		return ProbeResult{}, err
 	}
@@ -446,7 +456,7 @@ func (p *webhookProvider) Probe(ctx context.Context, key string, epoch int) (Pro
 	case http.StatusNotFound:
 		return ProbeResult{Raw: raw}, nil
 	}
-	return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q answered HTTP %s", p.name, f.status)
+	return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q answered HTTP %s", name, f.status)
 }
 
 // statusVerdict is the verdict on an HTTP answer of status code (said says

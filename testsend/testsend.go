@@ -355,19 +355,11 @@ func (s *Sender) deliver(ctx context.Context, prov provider.Provider, c plan.Cam
 	m := msg
 	m.To = addr
 	m.Subject = SubjectPrefix + msg.Subject
-	release, err := prov.Acquire(ctx)
-	if err != nil {
-		dl.Outcome, dl.Reason = provider.OutcomeFailed, "the provider was busy for too long: "+err.Error()
-		return dl, ""
-	}
-	raw, err := prov.Send(ctx, provider.Request{Key: key.String(), Target: addr, Message: m})
-	release()
-	if err != nil {
-		dl.Outcome, dl.Reason = provider.OutcomeFailed, "not sent: "+err.Error()
-		return dl, ""
-	}
-	v := prov.Classify(raw)
+	v, raw := provider.SendOne(ctx, prov, provider.Request{Key: key.String(), Target: addr, Message: m})
 	dl.Outcome, dl.Receipt, dl.Reason = v.Outcome, v.Receipt, v.Reason
+	if raw == nil {
+		return dl, ""
+	}
 	if len(raw) > rawKept {
 		raw = raw[:rawKept]
 	}

@@ -77,7 +77,8 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 			})
 		}
 	}
-	return p, nil
+	p.Notifications, err = s.notificationsSection(ctx)
+	return p, err
 }
 
 // handleAdmin shows the admin page, with the secret a creation just made

@@ -108,41 +108,8 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 	if p.SuppressedNow, err = suppression.InList(ctx, s.cfg.Pool, d.ListID); err != nil {
 		return p, err
 	}
-	prev, ok, err := previousPlan(ctx, s.cfg.Pool, camp.ID, camp.Version)
-	if err != nil {
-		return p, err
-	}
-	if ok {
-		p.PrevVersion, p.PrevTargetCount = prev.Version, prev.TargetCount
-		p.Diff = payloadDiff(prev, d)
-	}
-	return p, nil
-}
-
-// payloadDiff compares a draft with the previously approved plan, field by
-// field (the target list by size and digest).
-func payloadDiff(prev plan.Plan, d plan.Draft) []view.DiffField {
-	field := func(name, old, now string) view.DiffField {
-		return view.DiffField{Field: name, Old: old, New: now, Changed: old != now}
-	}
-	var prevDigest string
-	// The plan's list digest is not on the plan row; the target count and
-	// list id tell whether the list is the same one.
-	if prev.ListID == d.ListID {
-		prevDigest = "same list"
-	} else {
-		prevDigest = "a different list"
-	}
-	list := field("targets", strconv.Itoa(prev.TargetCount)+" targets",
-		strconv.Itoa(d.TargetCount)+" targets ("+prevDigest+")")
-	list.Changed = prev.ListID != d.ListID
-	return []view.DiffField{
-		field("from", prev.Payload.From, d.Payload.From),
-		field("subject", prev.Payload.Subject, d.Payload.Subject),
-		field("text", prev.Payload.Text, d.Payload.Text),
-		field("html", prev.Payload.HTML, d.Payload.HTML),
-		list,
-	}
+	p.Diffs, err = s.approvalDiffs(ctx, camp)
+	return p, err
 }
 
 func (s *Server) handleApproval(c echo.Context) error {

@@ -43,11 +43,21 @@ func TestApprovalPageGolden(t *testing.T) {
 			{Ordinal: 1, Line: 2, Target: "ann@example.com", Vars: `{"n": "7"}`},
 			{Ordinal: 2, Line: 3, Target: "bob@example.com", Vars: `{"n": "<b>8</b>"}`},
 		},
-		PrevVersion: 1, PrevTargetCount: 2,
-		Diff: []view.DiffField{
-			{Field: "subject", Old: "Invoice", New: "Invoice {{.n}}", Changed: true},
-			{Field: "text", Old: "Pay {{.n}}", New: "Pay {{.n}}"},
-		},
+		Diffs: []view.VersionDiff{{
+			CampaignID: "00000000-0000-4000-8000-000000000001", Against: "approved", Title: "Changes since approved version 1",
+			Message: "Version 2 compared with version 1, the last approved version.", HasBase: true, PayloadKept: true,
+			Payload: []view.DiffFieldView{
+				{Field: "subject", Changed: true, Lines: []view.DiffLineView{{Op: "removed", Text: "Invoice"}, {Op: "added", Text: "Invoice {{.n}}"}}},
+				{Field: "text"},
+			},
+			Settings: []view.DiffSettingView{{Setting: "provider", Before: "outbox", After: "outbox"}, {Setting: "scheduled_at", Fixed: true}},
+			Added: view.DiffRows{Kind: "added", Count: 1, Rows: []view.DiffRowView{{Ordinal: 2, Target: "bob@example.com", Vars: `{"n":"<b>8</b>"}`}},
+				All: "/campaigns/00000000-0000-4000-8000-000000000001/diff?against=approved&rows=added"},
+			Removed:   view.DiffRows{Kind: "removed"},
+			Changed:   view.DiffRows{Kind: "changed"},
+			Unchanged: 1,
+			Done:      view.DiffRows{Kind: "done"},
+		}},
 	}
 	var buf bytes.Buffer
 	ctx := templ.WithNonce(context.Background(), "test-nonce")

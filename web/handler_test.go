@@ -490,7 +490,7 @@ func TestEditAfterApprovalMakesANewVersion(t *testing.T) {
 	_, err := b.svc.Submit(context.Background(), p.actor, c.ID)
 	require.NoError(t, err)
 	d = parse(t, b.as["approver"].get("/campaigns/"+c.ID+"/approval"))
-	changed := d.Find(`[data-testid="diff-row"][data-changed="yes"]`)
+	changed := d.Find(`[data-testid="diff"][data-against="approved"] [data-testid="diff-field"][data-changed="yes"]`)
 	require.Equal(t, 4, changed.Length(), "from, subject, text and the html body (emptied)")
-	require.Contains(t, changed.Text(), "Hello again")
+	require.Contains(t, changed.Find(`[data-op="added"]`).Text(), "Hello again")
 }

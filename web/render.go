@@ -58,6 +58,9 @@ var flashes = map[string]string{
 	"suppressed":        "Address suppressed: no campaign will mail it.",
 	"suppressed-before": "The address was already suppressed; its entry is unchanged.",
 	"unsuppressed":      "Address taken off the suppression list; the removal is recorded.",
+	"prefs-saved":       "Your notification choices are saved.",
+	"tool-approved":     "Approved: the call may be performed with exactly these args (the agent's next begin does it).",
+	"tool-rejected":     "Rejected: the call is not performed.",
 }
 
 // page fills the layout data every page needs.

@@ -49,6 +49,7 @@ func routeTable() []route {
 		{http.MethodPost, "/campaigns/:id/test", testSender, "", h((*Server).handleTestSend)},
 
 		{http.MethodGet, "/campaigns/:id/approval", signedIn, "", h((*Server).handleApproval)},
+		{http.MethodGet, "/campaigns/:id/diff", signedIn, "", h((*Server).handleDiff)},
 		{http.MethodPost, "/campaigns/:id/approve", approver, "", h((*Server).handleApprove)},
 		{http.MethodPost, "/campaigns/:id/reject", approver, "", h((*Server).handleReject)},
 
@@ -75,6 +76,17 @@ func routeTable() []route {
 		{http.MethodGet, "/suppressions", signedIn, "", h((*Server).handleSuppressions)},
 		{http.MethodPost, "/suppressions", operator, "", h((*Server).handleSuppressionAdd)},
 		{http.MethodPost, "/suppressions/remove", admin, "", h((*Server).handleSuppressionRemove)},
+
+		{http.MethodGet, "/tool-calls", signedIn, "", h((*Server).handleToolCalls)},
+		{http.MethodGet, "/tool-calls/approvals/:rid", signedIn, "", h((*Server).handleToolApproval)},
+		{http.MethodPost, "/tool-calls/approvals/:rid/approve", approver, "", h(toolDecide(true))},
+		{http.MethodPost, "/tool-calls/approvals/:rid/reject", approver, "", h(toolDecide(false))},
+		{http.MethodGet, "/tool-calls/effects/:key", signedIn, "", h((*Server).handleToolCall)},
+		{http.MethodPost, "/tool-calls/effects/:key/resolve", operator, "", h((*Server).handleToolResolve)},
+		{http.MethodPost, "/tool-calls/effects/:key/revoke", operator, "", h((*Server).handleToolRevoke)},
+
+		{http.MethodGet, "/account/notifications", signedIn, "", h((*Server).handleAccountNotifications)},
+		{http.MethodPost, "/account/notifications", signedIn, "", h((*Server).handleAccountNotificationsSave)},
 
 		{http.MethodGet, "/admin", admin, "", h((*Server).handleAdmin)},
 		{http.MethodPost, "/admin/users", admin, "", h((*Server).handleUserCreate)},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/migrations"
+	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/provider"
 	"github.com/onceplan/onceplan/testsend"
 )
@@ -55,6 +56,12 @@ type Config struct {
 	// the API's, so that one user's rate limit covers both. Nil: one of
 	// its own on Providers (no allow-list).
 	TestSend *testsend.Sender
+	// Notifiers are the configured notifiers (the admin page lists them
+	// with their deliveries). Nil: none.
+	Notifiers *notify.Registry
+	// NotifyWindow is the attention window in force (--notify-window),
+	// which the admin page states. Default notify.DefaultWindow.
+	NotifyWindow time.Duration
 	// Mount adds routes of other packages (the JSON API) to the server.
 	// They get the request id and security headers, and a session only
 	// when a cookie is sent; their own authentication is theirs.

@@ -7,7 +7,6 @@ package web
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -118,22 +117,6 @@ func userEmails(ctx context.Context, db plan.DB, ids []int64) (map[int64]string,
 		return nil
 	})
 	return out, err
-}
-
-// previousPlan returns the campaign's latest plan frozen before version,
-// or ok false.
-func previousPlan(ctx context.Context, db plan.DB, campaignID string, version int) (plan.Plan, bool, error) {
-	var id int64
-	err := db.QueryRow(ctx, `SELECT id FROM plan WHERE campaign_id = $1 AND version < $2 ORDER BY version DESC LIMIT 1`,
-		campaignID, version).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return plan.Plan{}, false, nil
-	}
-	if err != nil {
-		return plan.Plan{}, false, err
-	}
-	p, err := plan.GetPlan(ctx, db, id)
-	return p, err == nil, err
 }
 
 // lastActivity returns each campaign's latest audit event time.

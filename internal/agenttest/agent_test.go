@@ -241,7 +241,13 @@ func TestAgentProposesOverMCPAndAPersonApproves(t *testing.T) {
 		require.Contains(t, tl.Description, "no tool to approve", "%s tells the model a person approves", tl.Name)
 	}
 	slices.Sort(names)
-	require.Equal(t, []string{"add_targets", "audit", "campaign_status", "edit_draft", "list_campaigns", "propose_campaign", "submit_for_approval"}, names)
+	require.Equal(t, []string{"add_targets", "audit", "campaign_status", "edit_draft", "effect_begin", "effect_settle", "effect_status",
+		"list_campaigns", "propose_campaign", "submit_for_approval", "wait_for_decision"}, names)
+	for _, name := range names {
+		for _, decision := range []string{"approve", "reject", "start", "pause", "resume", "cancel", "resolve", "supersede", "revoke", "bump"} {
+			require.NotContains(t, name, decision, "no tool lets an agent decide")
+		}
+	}
 
 	call := func(name string, args map[string]any) (map[string]any, string, bool) {
 		t.Helper()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/provider"
 )
 
@@ -71,6 +72,37 @@ type WorkerOptions struct {
 	// (--public-url, checked by unsubscribe.ParsePublicURL). Default
 	// unsubscribe.DefaultPublicURL.
 	PublicURL string
+	// Notifiers tell people when a campaign needs them (Notifiers;
+	// none: nothing is announced).
+	Notifiers *notify.Registry
+	// NotifyWindow: at most one attention message per campaign per
+	// window (--notify-window).
+	NotifyWindow time.Duration
+}
+
+// NotifierOptions say which notifiers this process tells people through.
+type NotifierOptions struct {
+	// Flags are NAME=URL items (--notify, repeatable).
+	Flags []string
+	// Env is ONCEPLAN_NOTIFY: NAME=URL items separated by commas (a comma
+	// inside a URL stays in its item: notify.SplitList).
+	Env string
+	// Providers are the providers a mailto: notifier may send through.
+	Providers *provider.Registry
+	// PublicURL is the base of the messages' links.
+	PublicURL string
+	// Getenv reads a webhook's hmac_secret_env= (default os.Getenv).
+	Getenv func(string) string
+}
+
+// Notifiers builds the notifiers: the flags, else the environment, else
+// none.
+func Notifiers(opts NotifierOptions) (*notify.Registry, error) {
+	items := opts.Flags
+	if len(items) == 0 {
+		items = notify.SplitList(opts.Env)
+	}
+	return notify.ParseList(items, notify.ParseOptions{Providers: opts.Providers, PublicURL: opts.PublicURL, Getenv: opts.Getenv})
 }
 
 // Config is the jobs.Config the options ask for, without a process's pool,
@@ -80,11 +112,12 @@ func (o WorkerOptions) Config() jobs.Config {
 	c := jobs.Config{
 		OwnerTimeout: o.OwnerTimeout, MaintenanceInterval: o.MaintenanceInterval,
 		JobTimeout: o.JobTimeout, RescueAfter: o.RescueAfter, WorkersPerQueue: o.WorkersPerQueue,
-		InsertOnly: o.InsertOnly, PublicURL: o.PublicURL,
+		InsertOnly: o.InsertOnly, PublicURL: o.PublicURL, Notifiers: o.Notifiers, NotifyWindow: o.NotifyWindow,
 	}.WithDefaults()
 	// A zero given is a value for Validate to refuse, not a request for
 	// the default.
 	c.OwnerTimeout, c.MaintenanceInterval, c.JobTimeout, c.WorkersPerQueue = o.OwnerTimeout, o.MaintenanceInterval, o.JobTimeout, o.WorkersPerQueue
+	c.NotifyWindow = o.NotifyWindow
 	return c
 }
 
@@ -99,6 +132,8 @@ type Workers struct {
 	Runner    *jobs.Runner
 	Approval  *approval.Service
 	Providers *provider.Registry
+	// Notifiers are the notifiers configured (the admin page lists them).
+	Notifiers *notify.Registry
 }
 
 // NewWorkers wires the runner and the approval service on d.
@@ -117,7 +152,10 @@ func NewWorkers(d *DB, reg *provider.Registry, opts WorkerOptions, logger *slog.
 	// wait for a worker forever: the service refuses it at create and
 	// submit.
 	svc.Providers = reg.Names()
-	return &Workers{Runner: r, Approval: svc, Providers: reg}, nil
+	// Decisions are announced to the notifiers in their own transaction
+	// (nil without notifiers).
+	svc.Announcer = r.Announcer()
+	return &Workers{Runner: r, Approval: svc, Providers: reg, Notifiers: opts.Notifiers}, nil
 }
 
 // Stop stops the workers (soft, then hard when ctx ends) and closes the

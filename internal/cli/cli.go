@@ -38,6 +38,7 @@ func commands() []command {
 		{"user", "manage users: add, list, set-roles, set-password, disable, enable", runUser},
 		{"token", "manage API tokens: create (prints the token alone on stdout), list, revoke", runToken},
 		{"policy", "manage bump policies (what may give a key a new epoch): add (as the schema's owner role, like migrate), list", runPolicy},
+		{"tool", "manage the tools of single effects (agent tool calls): add (recovery and approval; as the schema's owner role, like migrate), list", runTool},
 		{"audit", "check that every approved target got exactly one effect (exit 0 only when it holds)", runAudit},
 		{"suppression", "manage the suppression list (addresses no campaign mails): add, remove, list, import", runSuppression},
 		{"resolve", "propose resolutions for a campaign's unknown targets from a provider's event export (--evidence FILE); --yes or --only to confirm", runResolve},

@@ -111,8 +111,11 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	srv := web.NewServer(web.Config{
 		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
 		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts, PublicURL: wf.opts.PublicURL, TestSend: sender,
+		Notifiers: ws.Notifiers, NotifyWindow: wf.opts.NotifyWindow,
 		Mount: func(e *echo.Echo) {
-			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender})
+			// Stopping: a signal ends the decision long polls before the
+			// HTTP shutdown waits for the requests in flight.
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender, Stopping: ctx.Done()})
 			// Bounces and complaints: no session, no CSRF; each kind authenticates
 			// its provider (package inbound). Only the kinds named, never secrets.
 			webhook.Register(e, webhook.Config{Pool: d.Pool, Endpoints: webhooks, Logger: logger})

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +13,7 @@ import (
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/jobs"
+	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/unsubscribe"
 )
 
@@ -24,6 +26,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // workerFlags are the flags of every command that runs workers.
 type workerFlags struct {
 	providers listFlag
+	notifiers listFlag
 	opts      app.WorkerOptions
 	// publicURL is --public-url as given ("" when not).
 	publicURL string
@@ -37,6 +40,8 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	// No fixed default: left unset, it follows --job-timeout (jobs.Config).
 	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 0, fmt.Sprintf("River rescues a job still running after this long; must exceed --job-timeout (default: --job-timeout + %s)", jobs.DefaultRescueMargin))
 	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", jobs.DefaultWorkersPerQueue, fmt.Sprintf("effects one process works on at once per provider (1-%d); a provider's concurrency still bounds its calls", jobs.MaxWorkersPerQueue))
+	fs.Var(&w.notifiers, "notify", "NAME=URL of a notifier, repeatable (default $ONCEPLAN_NOTIFY, comma-separated): mailto:[ADDRESS,…]?provider=NAME[&from=ADDRESS] emails the users who must act through a --provider; https://host/path[?hmac_secret_env=VAR] posts Slack-compatible JSON (README, \"Notifications\")")
+	fs.DurationVar(&w.opts.NotifyWindow, "notify-window", notify.DefaultWindow, "at most one message per campaign per window about its unknown, stranded or failed targets (a growth gathers for a tenth of it first)")
 }
 
 // registerPublicURL adds --public-url; def says what its default is for
@@ -54,6 +59,8 @@ var workerFlagOf = map[string]string{
 	"JobTimeout":          "--job-timeout",
 	"RescueAfter":         "--rescue-after",
 	"WorkersPerQueue":     "--workers-per-queue",
+	"NotifyWindow":        "--notify-window",
+	"NotifyWait":          fmt.Sprintf("the attention wait (--notify-window/%d)", notify.WaitPerWindow),
 }
 
 func workerFlagName(field string) string {
@@ -94,6 +101,13 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 	if err != nil {
 		return nil, err
 	}
+	nots, err := app.Notifiers(app.NotifierOptions{Flags: w.notifiers, Env: env.Getenv("ONCEPLAN_NOTIFY"), Providers: reg,
+		PublicURL: cmp.Or(w.opts.PublicURL, unsubscribe.DefaultPublicURL), Getenv: env.Getenv})
+	if err != nil {
+		reg.Close()
+		return nil, err
+	}
+	w.opts.Notifiers = nots
 	ws, err := app.NewWorkers(d, reg, w.opts, logger)
 	if err != nil {
 		reg.Close()
@@ -106,6 +120,9 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 	for _, name := range reg.Names() {
 		p, _ := reg.Get(name)
 		logger.Info("provider", "name", name, "kind", p.Kind(), "url", p.String())
+	}
+	for _, n := range nots.All() {
+		logger.Info("notifier", "name", n.Name(), "kind", n.Kind(), "url", n.String(), "signed", n.Signed())
 	}
 	return ws, nil
 }

@@ -29,6 +29,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(toolAgentEnv) != "" {
+		// Run again as the crash tests' agent process (toolcall_test.go).
+		os.Exit(toolAgentMain())
+	}
 	dir, err := os.MkdirTemp("", "onceplan-crash-bin-")
 	if err != nil {
 		panic(err)

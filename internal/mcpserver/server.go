@@ -1,10 +1,16 @@
 // Package mcpserver is `onceplan mcp`: a Model Context Protocol server over
 // stdio that lets an AI agent propose campaigns to a running Onceplan with
 // an agent token. It goes through the JSON API, so it can do exactly what
-// the token may: propose, add targets, edit, submit, and read. There is
+// the token may: propose, add targets, edit, submit, read, and wait for a
+// person's decision (wait_for_decision, the API's long poll). There is
 // deliberately no tool that approves, starts, resolves or supersedes —
 // a person does that in the web UI, at the campaign's approval URL, and
 // every tool description says so, so the model tells its user where to go.
+//
+// It also lets the agent perform its own tool calls exactly once
+// (effect_begin, effect_settle, effect_status: effects.go), through the
+// same ledger; approving a call's args and resolving an unknown one are a
+// person's, in the web UI, too.
 package mcpserver
 
 import (
@@ -16,9 +22,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/apiclient"
 )
 
@@ -66,6 +74,20 @@ type EditInput struct {
 	HTML       *string `json:"html,omitempty" jsonschema:"a new HTML body template"`
 }
 
+// WaitInput is wait_for_decision's input.
+type WaitInput struct {
+	CampaignID     string `json:"campaign_id" jsonschema:"the campaign's id"`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"how long to wait for a person to decide, in seconds: 1 to 60 (default 30)"`
+}
+
+// waitDefault is wait_for_decision's timeout when the agent gives none;
+// the bound is the API's (approval.DecisionWaitMax).
+const waitDefault = 30 * time.Second
+
+// waitProgressEvery is how often a waiting tool call reports progress,
+// when the client asked for it (a client may keep a call alive on it).
+const waitProgressEvery = 10 * time.Second
+
 // ListInput is list_campaigns' input.
 type ListInput struct {
 	Limit int    `json:"limit,omitempty" jsonschema:"how many (1-200, default 20)"`
@@ -85,9 +107,12 @@ func New(client *apiclient.Client, version string) *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "add_targets", Description: "Add recipients to a draft campaign (or replace its list). Answers the import report: every recipient is accepted, a duplicate of an earlier one, or rejected with a reason." + humansDecide}, t.addTargets)
 	mcp.AddTool(s, &mcp.Tool{Name: "edit_draft", Description: "Change a draft's sender, subject or body templates. Editing an approved campaign starts a new version that needs a new approval." + humansDecide}, t.edit)
 	mcp.AddTool(s, &mcp.Tool{Name: "submit_for_approval", Description: "Submit a draft for approval. It checks every recipient has the merge variables the templates use; recipients whose variables are empty do not stop it, and the answer's warnings list them, so you can tell your user or correct the list (add_targets with replace) and submit again." + humansDecide}, t.submit)
-	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked, outside the plan, suppressed: not sent because they unsubscribed, bounced or complained), its approval_url, how many live worker processes serve its provider (provider_workers) and its warnings — when no live worker serves the provider, nothing is sent until someone runs one: tell your user." + humansDecide}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "campaign_status", Description: "A campaign's state, plan hash, approvals so far, counts of recipients per state (not started, pending, done, unknown, failed, stranded, revoked, outside the plan, suppressed: not sent because they unsubscribed, bounced or complained), its approval_url, how many live worker processes serve its provider (provider_workers), its warnings — when no live worker serves the provider, nothing is sent until someone runs one: tell your user — and next_steps: what a person must do next, each with who (the role), what (a sentence to pass on), count (approvals missing, or targets concerned) and url (the page where it is done), e.g. approvals missing or unknown recipients to resolve." + humansDecide}, t.status)
+	mcp.AddTool(s, &mcp.Tool{Name: "wait_for_decision", Description: fmt.Sprintf("Wait until a person decides on the campaign's submitted version, up to timeout_seconds (1 to %d, default %d), and answer the decision: approved; rejected, with the approver's reason; cancelled; not_submitted (nothing waits for a decision: submit first); or still pending when the time runs out, with waiting_for saying who must act (the approver role, how many approvals are missing, and the approval_url to give your user). It answers within a second of the decision. Call it again to keep waiting. Waiting decides nothing: you cannot approve.",
+		int(approval.DecisionWaitMax/time.Second), int(waitDefault/time.Second)) + humansDecide}, t.waitForDecision)
 	mcp.AddTool(s, &mcp.Tool{Name: "list_campaigns", Description: "List campaigns, newest first, with their state." + humansDecide}, t.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "audit", Description: "The exactly-once audit of an approved campaign: approved recipients, exactly once, missing, in doubt, failed, stranded, revoked, duplicates, whether the frozen plan is intact, whether exactly-once holds, and the reasons when it does not." + humansDecide}, t.audit)
+	addEffectTools(s, t)
 	return s
 }
 
@@ -186,6 +211,43 @@ func (t *tools) status(ctx context.Context, req *mcp.CallToolRequest, in Campaig
 		}
 	}
 	return res, out, nil
+}
+
+func (t *tools) waitForDecision(ctx context.Context, req *mcp.CallToolRequest, in WaitInput) (*mcp.CallToolResult, Result, error) {
+	maxSeconds := int(approval.DecisionWaitMax / time.Second)
+	wait := waitDefault
+	switch {
+	case in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxSeconds:
+		return nil, nil, fmt.Errorf("timeout_seconds must be between 1 and %d, not %d; call wait_for_decision again to wait longer",
+			maxSeconds, in.TimeoutSeconds)
+	case in.TimeoutSeconds > 0:
+		wait = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	if token := req.Params.GetProgressToken(); token != nil {
+		// The client asked for progress: report it while waiting, so
+		// that a client which times calls out on silence keeps this one.
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			tick := time.NewTicker(waitProgressEvery)
+			defer tick.Stop()
+			start := time.Now()
+			for {
+				select {
+				case <-done:
+					return
+				case <-ctx.Done():
+					return
+				case now := <-tick.C:
+					// Advisory: a progress report that fails changes nothing.
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+						Progress: now.Sub(start).Seconds(), Total: wait.Seconds(), Message: "waiting for a person to decide"})
+				}
+			}
+		}()
+	}
+	q := url.Values{"wait": {strconv.Itoa(int(wait / time.Second))}}
+	return t.call(ctx, apiclient.Request{Method: http.MethodGet, Path: path(in.CampaignID, "/decision"), Query: q})
 }
 
 func (t *tools) list(ctx context.Context, _ *mcp.CallToolRequest, in ListInput) (*mcp.CallToolResult, Result, error) {

@@ -3,7 +3,8 @@
 // live workers per provider its heartbeat reads, and gauges read from the
 // database at scrape time (shared by every process): effects by state,
 // attempts in doubt, the oldest pending attempt, queue depth and paused
-// queues. `onceplan serve` exposes them at /metrics.
+// queues, notifications by state. `onceplan serve` exposes them at
+// /metrics.
 package metrics
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/onceplan/onceplan/jobs/riverdb"
+	"github.com/onceplan/onceplan/notify"
 )
 
 var (
@@ -68,6 +70,8 @@ var (
 		[]string{"queue"}, nil)
 	scrapeErrorDesc = prometheus.NewDesc("onceplan_metrics_database_up", "1 when the database gauges could be read at this scrape.",
 		nil, nil)
+	notificationsDesc = prometheus.NewDesc("onceplan_notifications", "Notifications by notifier and state (pending, retrying, failed, delivered), across every process: failed ones were given up on, and show on the admin page with the notifier's last answer.",
+		[]string{"notifier", "state"}, nil)
 )
 
 // dbCollector reads the shared gauges at scrape time, under a short
@@ -97,7 +101,7 @@ type effectCount struct {
 }
 
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{effectsDesc, inDoubtDesc, oldestPendingDesc, queueDepthDesc, queuePausedDesc, scrapeErrorDesc} {
+	for _, d := range []*prometheus.Desc{effectsDesc, inDoubtDesc, oldestPendingDesc, queueDepthDesc, queuePausedDesc, scrapeErrorDesc, notificationsDesc} {
 		ch <- d
 	}
 }
@@ -149,6 +153,16 @@ func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) 
 			paused = 1
 		}
 		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, paused, queue)
+	}
+
+	notes, err := notify.StateCounts(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	for notifier, byState := range notes {
+		for _, state := range notify.States {
+			ch <- prometheus.MustNewConstMetric(notificationsDesc, prometheus.GaugeValue, float64(byState[state]), notifier, state)
+		}
 	}
 
 	counts, err := c.effectCounts(ctx)

@@ -1,12 +1,15 @@
 package sink
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"sync"
 	"time"
 )
@@ -19,6 +22,65 @@ type WebhookOpts struct {
 	// Probe: URL() names the probe endpoint (GET /effects/{id}). The
 	// endpoint answers either way.
 	Probe bool
+	// Record, when set, is a file each applied effect is appended to as
+	// one JSON line (RecordedEffect), synced before the POST is answered:
+	// evidence that outlives the sink (ReadRecord).
+	Record string
+}
+
+// RecordedEffect is one line of a webhook sink's Record file.
+type RecordedEffect struct {
+	EffectID string    `json:"effect_id"`
+	Target   string    `json:"target"`
+	Receipt  string    `json:"receipt"`
+	At       time.Time `json:"at"`
+}
+
+// ReadRecord reads a Record file: every effect the sink applied, in order.
+func ReadRecord(path string) ([]RecordedEffect, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []RecordedEffect
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var e RecordedEffect
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// appendRecord appends e to the Record file and syncs it (w.mu held).
+func (w *Webhook) appendRecord(e WebhookEffect) error {
+	if w.opts.Record == "" {
+		return nil
+	}
+	line, err := json.Marshal(RecordedEffect{EffectID: e.EffectID, Target: e.Target, Receipt: e.Receipt, At: e.At})
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(w.opts.Record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // WebhookRequest is one request the webhook sink received.
@@ -234,6 +296,11 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 		w.byID[id] = len(w.effects)
 	}
 	w.effects = append(w.effects, e)
+	if err := w.appendRecord(e); err != nil {
+		w.mu.Unlock()
+		http.Error(rw, "recording the effect: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
 	var then applied
 	if !e.Stranded {
 		then = w.after.next()

@@ -27,6 +27,7 @@ import (
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/httperr"
 )
 
@@ -59,12 +60,19 @@ type Config struct {
 	// the UI's, so that one user's rate limit covers both. Nil: the route
 	// answers 503.
 	TestSend *testsend.Sender
+	// Stopping is closed when the server begins to shut down: the
+	// decision long polls answer at once with what they know, so that
+	// shutdown does not wait out their waits. Nil: never.
+	Stopping <-chan struct{}
+	// ToolCalls serves the single effects (/effects); nil: one on Pool.
+	ToolCalls *toolcall.Service
 }
 
 // API serves the routes.
 type API struct {
 	cfg    Config
 	tokens *keyedrate.Limiter[int64] // per API token
+	tools  *toolcall.Service
 }
 
 // route is one endpoint; the table is what the OpenAPI test walks.
@@ -89,6 +97,12 @@ func routes() []route {
 		{http.MethodPost, "/campaigns/{id}/resume", (*API).resume},
 		{http.MethodPost, "/campaigns/{id}/cancel", (*API).cancel},
 		{http.MethodGet, "/campaigns/{id}/audit", (*API).audit},
+		{http.MethodGet, "/campaigns/{id}/diff", (*API).diff},
+		{http.MethodGet, "/campaigns/{id}/decision", (*API).decision},
+		{http.MethodPost, "/effects", (*API).beginEffect},
+		{http.MethodGet, "/effects/{key}", (*API).getEffect},
+		{http.MethodPost, "/effects/{key}/settle", (*API).settleEffect},
+		{http.MethodPost, "/effects/{key}/heartbeat", (*API).heartbeatEffect},
 		{http.MethodPost, "/effects/{key}/resolve", (*API).resolve},
 		{http.MethodPost, "/effects/{key}/supersede", (*API).supersede},
 		{http.MethodPost, "/effects/{key}/revoke", (*API).revoke},
@@ -123,7 +137,10 @@ func Register(e *echo.Echo, cfg Config) *API {
 	if cfg.Counts == nil {
 		cfg.Counts = approval.NewCountsCache()
 	}
-	a := &API{cfg: cfg, tokens: keyedrate.New[int64](cfg.RatePerToken, int(2*cfg.RatePerToken), 0)}
+	if cfg.ToolCalls == nil {
+		cfg.ToolCalls = toolcall.NewService(cfg.Pool, toolcall.Options{Logger: cfg.Logger})
+	}
+	a := &API{cfg: cfg, tokens: keyedrate.New[int64](cfg.RatePerToken, int(2*cfg.RatePerToken), 0), tools: cfg.ToolCalls}
 	g := e.Group(Prefix)
 	g.GET("/openapi.yaml", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/yaml", openAPI)

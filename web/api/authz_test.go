@@ -41,6 +41,12 @@ var routeAction = map[string]struct {
 	"POST /api/v1/campaigns/{id}/resume":   {approval.ActionResume, "paused", "", 200},
 	"POST /api/v1/campaigns/{id}/cancel":   {approval.ActionCancel, "running", `{"reason":"stop"}`, 200},
 	"GET /api/v1/campaigns/{id}/audit":     {"", "running", "", 200},
+	"GET /api/v1/campaigns/{id}/diff":      {"", "pending", "", 200},
+	"GET /api/v1/campaigns/{id}/decision":  {"", "pending", "", 200},
+	"POST /api/v1/effects":                 {approval.ActionPerform, "", `{"event":"matrix-%[3]d","tool":"matrix.tool","target":{"kind":"subject","value":"t"},"args":{}}`, 201},
+	"GET /api/v1/effects/{key}":            {"", "tool", "", 200},
+	"POST /api/v1/effects/{key}/settle":    {approval.ActionPerform, "tool", `{"lease":"%[1]s","outcome":"done","receipt":"r","raw":"ok"}`, 200}, // "tool": a single effect begun, pending; %[1]s is its lease
+	"POST /api/v1/effects/{key}/heartbeat": {approval.ActionPerform, "tool", `{"lease":"%[1]s"}`, 200},
 	"POST /api/v1/effects/{key}/resolve":   {approval.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
 	"POST /api/v1/effects/{key}/supersede": {approval.ActionSupersede, "done", `{"target":"%[2]s","reason":"asked again"}`, 200},
 	"POST /api/v1/effects/{key}/revoke":    {approval.ActionRevoke, "done", `{"reason":"reversed"}`, 200},

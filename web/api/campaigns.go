@@ -50,6 +50,9 @@ type campaignView struct {
 	// nothing: no live worker for an approved or started campaign's
 	// provider; blank merge variables in the answer of a submit.
 	Warnings []warning `json:"warnings"`
+	// NextSteps says what a person must do next (approval.NextSteps):
+	// who, what, and the page where it is done.
+	NextSteps []stepView `json:"next_steps"`
 }
 
 // warning is one entry of a campaign's warnings.
@@ -89,12 +92,13 @@ func nonNil[T any](s []T) []T {
 	return s
 }
 
-// warnings are the campaign's warnings after res (see campaignView).
-func (a *API) warnings(c echo.Context, res approval.Result) (int, []warning, error) {
+// warnings are the campaign's warnings after res (see campaignView), and
+// whether a live worker serves its provider.
+func (a *API) warnings(c echo.Context, res approval.Result) (approval.Serving, []warning, error) {
 	out := []warning{}
 	serving, err := a.cfg.Approval.Serving(c.Request().Context(), res.Campaign)
 	if err != nil {
-		return 0, nil, err
+		return serving, nil, err
 	}
 	if serving.Warning != "" {
 		out = append(out, warning{Code: warnNoLiveWorker, Message: serving.Warning})
@@ -102,7 +106,7 @@ func (a *API) warnings(c echo.Context, res approval.Result) (int, []warning, err
 	if k := res.Check; k != nil && k.EmptyCount > 0 {
 		out = append(out, warning{Code: warnEmptyVars, Message: plan.EmptyWarning(k.Empty[0], k.EmptyCount), Targets: k.Empty, Count: k.EmptyCount})
 	}
-	return serving.Live, out, nil
+	return serving, out, nil
 }
 
 func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
@@ -121,15 +125,20 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 	if err != nil {
 		return campaignView{}, err
 	}
-	live, warnings, err := a.warnings(c, res)
+	serving, warnings, err := a.warnings(c, res)
+	if err != nil {
+		return campaignView{}, err
+	}
+	d, err := a.cfg.Approval.Decision(ctx, res.Campaign.ID)
 	if err != nil {
 		return campaignView{}, err
 	}
 	cm := res.Campaign
 	return campaignView{
-		ProviderWorkers: live, Warnings: warnings, ListUnsubscribe: res.Campaign.ListUnsubscribe,
+		ProviderWorkers: serving.Live, Warnings: warnings, ListUnsubscribe: res.Campaign.ListUnsubscribe,
+		NextSteps: a.steps(c, cm.ID, approval.NextSteps(cm, d, k, serving, a.cfg.Approval.Now())), Approvals: n,
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
-		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals, Approvals: n,
+		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals,
 		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,
 		ApprovalURL: a.baseURL(c) + "/campaigns/" + cm.ID + "/approval",
 		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, Import: viewImport(res.Import),
@@ -578,6 +587,12 @@ func (a *API) resolve(c echo.Context, actor approval.Actor) error {
 	if strings.TrimSpace(req.Reason) == "" {
 		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: say how you know"})
 	}
+	if tool, err := a.toolKey(c); err != nil || tool {
+		if err != nil {
+			return a.fail(c, err)
+		}
+		return a.resolveTool(c, actor, outcome, req.Reason)
+	}
 	id, key, err := a.effectCampaign(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -599,6 +614,14 @@ func (a *API) supersede(c echo.Context, actor approval.Actor) error {
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
 	}
+	if tool, err := a.toolKey(c); err != nil || tool {
+		if err == nil {
+			if err = approval.Authorize(actor, approval.ActionSupersede); err == nil {
+				err = errSupersedeTool
+			}
+		}
+		return a.fail(c, err)
+	}
 	id, key, err := a.effectCampaign(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -614,6 +637,12 @@ func (a *API) revoke(c echo.Context, actor approval.Actor) error {
 	why, err := a.reason(c, true)
 	if err != nil {
 		return a.fail(c, err)
+	}
+	if tool, err := a.toolKey(c); err != nil || tool {
+		if err != nil {
+			return a.fail(c, err)
+		}
+		return a.revokeTool(c, actor, why)
 	}
 	id, key, err := a.effectCampaign(c)
 	if err != nil {

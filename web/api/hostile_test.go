@@ -32,6 +32,7 @@ type world struct {
 	ctx     context.Context
 	author  approval.Actor // proposes every campaign
 	decider approval.Actor // approves and operates them
+	tools   int            // single effects begun (toolCall)
 }
 
 func newWorld(t *testing.T) *world {
@@ -69,6 +70,9 @@ type campaign struct {
 // unknown) or done (running, first target's effect done).
 func (w *world) campaignIn(t *testing.T, state string) campaign {
 	t.Helper()
+	if state == "tool" {
+		return w.toolCall(t)
+	}
 	res, err := w.svc.Create(w.ctx, w.author, approval.CreateParams{
 		Name: "Campaign " + state, Provider: "outbox",
 		Payload: plan.Payload{From: "news@example.com", Subject: "Hi {{.name}}", Text: "Hello {{.name}}"},
@@ -123,7 +127,8 @@ func snapshot(t *testing.T, s *server) map[string]string {
 	out := map[string]string{}
 	for _, table := range []string{"campaign", "draft", "target_list", "target", "plan", "approval", "run", "campaign_event",
 		"effect", "effect_bump", "effect_response", "api_idempotency", "river_job", "app_user",
-		"suppression", "suppression_removal"} {
+		"suppression", "suppression_removal",
+		"tool_policy", "tool_call", "tool_attempt", "tool_approval_request", "tool_approval", "tool_call_event"} {
 		var rows string
 		require.NoError(t, s.pool.QueryRow(context.Background(),
 			`SELECT coalesce(string_agg(to_jsonb(x)::text, E'\n' ORDER BY to_jsonb(x)::text), '') FROM `+table+` x`).Scan(&rows))

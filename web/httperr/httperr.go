@@ -27,6 +27,7 @@ import (
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // Entry is one row of the table: an error for which errors.Is(err, Err)
@@ -44,7 +45,7 @@ type Entry struct {
 // API's contract (openapi.yaml): 400 invalid input, 409 a refusal by the
 // campaign's or the ledger's rules (a stale hash, an illegal transition, a
 // write-once record), 422 only an idempotency key reused for a different
-// request.
+// request, or a single effect's key begun again with other args.
 var table = []Entry{
 	{Err: auth.ErrThrottled, Status: http.StatusTooManyRequests, Code: "throttled"},
 	{Err: auth.ErrBadCredentials, Status: http.StatusUnauthorized, Code: "bad_credentials"},
@@ -55,6 +56,8 @@ var table = []Entry{
 	{Err: auth.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
 	{Err: ledger.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
 	{Err: approval.ErrIdempotencyMismatch, Status: http.StatusUnprocessableEntity, Code: "idempotency_mismatch"},
+	// A single effect's key begun again with other args (toolcall).
+	{Err: toolcall.ErrArgsMismatch, Status: http.StatusUnprocessableEntity, Code: "args_mismatch"},
 	{Err: plan.ErrInvalid, Status: http.StatusBadRequest, Code: "invalid"},
 	{Err: ledger.ErrInvalidTarget, Status: http.StatusBadRequest, Code: "invalid"},
 	{Err: ledger.ErrMissingEvidence, Status: http.StatusBadRequest, Code: "invalid"},

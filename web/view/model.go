@@ -174,14 +174,6 @@ type DraftPage struct {
 	TestSend *TestSendForm
 }
 
-// DiffField compares one payload field with the previously approved plan.
-type DiffField struct {
-	Field   string
-	Old     string
-	New     string
-	Changed bool
-}
-
 // ApprovalPage shows what an approver approves.
 type ApprovalPage struct {
 	Page
@@ -200,10 +192,10 @@ type ApprovalPage struct {
 	CanApprove  bool
 	// WhyNot says why the signed-in user may not approve (when they are an
 	// approver).
-	WhyNot          string
-	PrevVersion     int
-	PrevTargetCount int
-	Diff            []DiffField
+	WhyNot string
+	// Diffs are what changed: against the last approved version, and
+	// against the previous submission when that is another version.
+	Diffs []VersionDiff
 	// LeftOut is how many rows the imports of this list left out because
 	// their address was suppressed; SuppressedNow how many of the list's
 	// targets are suppressed now (they will not be mailed).
@@ -412,6 +404,9 @@ type AdminPage struct {
 	RiverUI     bool
 	// Events is the administration audit trail, newest first.
 	Events []AdminEvent
+	// Notifications: the notifiers and the deliveries that did not
+	// succeed.
+	Notifications NotificationsSection
 }
 
 // AdminEvent is one administrative action.

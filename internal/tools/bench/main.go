@@ -50,7 +50,7 @@ func main() {
 func run() error {
 	targets := flag.Int("targets", 1_000_000, "targets in the freeze scenario (and the start and page figures taken on it)")
 	effects := flag.Int("effects", 20_000, "effects in the exec scenario")
-	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,mailpit,audit", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, mailpit, audit (last: its seeded campaign runs on provider outbox, which the worker scenarios configure)")
+	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,mailpit,audit,diff", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, mailpit, audit and diff (last: their seeded campaigns run on provider outbox, which the worker scenarios configure)")
 	auditTargets := flag.Int("audit-targets", 1_000_000, "targets of the plan the audit scenario seeds")
 	smtpMessages := flag.Int("smtp-messages", 10_000, "messages in the smtp scenario")
 	mailpitMessages := flag.Int("mailpit-messages", 10_000, "messages in the mailpit scenario (Mailpit "+mailpitVersion+", installed by scripts/ensure-mailpit.sh)")
@@ -58,6 +58,7 @@ func run() error {
 	scaleoutTargets := flag.Int("scaleout-targets", 20_000, "targets in the scaleout scenario")
 	scaleoutProcs := flag.String("scaleout-procs", "1,2,4", "worker process counts in the scaleout scenario")
 	rssTargets := flag.Int("rss-targets", 1_000_000, "targets in the rss scenario")
+	diffTargets := flag.Int("diff-targets", 1_000_000, "targets of each version in the diff scenario")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
 	flag.StringVar(&execWorkers, "exec-workers", "16,100", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
 	flag.BoolVar(&explainPages, "explain", false, "print EXPLAIN (ANALYZE, BUFFERS) of every query of the per-target page shapes")
@@ -84,7 +85,7 @@ func run() error {
 			return fmt.Errorf("-quick and -doc: a quick run's figures do not go into the document")
 		}
 		*targets, *effects, *auditTargets, *smtpMessages, *mailpitMessages = 2_000, 1_000, 2_000, 300, 300
-		*recoveryTargets, *scaleoutTargets, *rssTargets = 1_000, 500, 1_000
+		*recoveryTargets, *scaleoutTargets, *rssTargets, *diffTargets = 1_000, 500, 1_000, 2_000
 		*scaleoutProcs, execWorkers, *execRounds = "1,2", "16", 1
 	}
 	started := time.Now()
@@ -134,6 +135,8 @@ func run() error {
 			err = benchExec(ctx, pool, *effects)
 		case "audit":
 			err = benchAudit(ctx, pool, *auditTargets)
+		case "diff":
+			err = benchDiff(ctx, pool, *diffTargets)
 		case "smtp":
 			err = benchSMTP(ctx, pool, *smtpMessages)
 		case "recovery":
@@ -149,7 +152,7 @@ func run() error {
 		case "mailpit":
 			err = withProcs(func(e *procEnv) error { return benchMailpit(ctx, pool, e, *mailpitMessages) })
 		default:
-			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit)", sc)
+			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit, diff)", sc)
 		}
 		if err != nil {
 			return err

@@ -1,0 +1,14 @@
+DROP TRIGGER effect_tool_attempt ON effect;
+DROP FUNCTION effect_tool_attempt();
+DROP TABLE tool_call_event;
+DROP TABLE tool_attempt;
+DROP FUNCTION tool_attempt_update();
+DROP FUNCTION tool_attempt_insert();
+DROP TABLE tool_approval;
+DROP FUNCTION tool_approval_insert();
+DROP TABLE tool_approval_request;
+DROP TABLE tool_call;
+DROP FUNCTION tool_policy_current(text);
+DROP TABLE tool_policy;
+DROP FUNCTION tool_key_of(text);
+DROP FUNCTION tool_args_digest(jsonb);

@@ -1,0 +1,104 @@
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// message is what every recipient of one event is told, before it is
+// addressed: the subject, the paragraphs of the text, the webhook's
+// structured fields, and the users the event is for.
+type message struct {
+	event    Event
+	campaign plan.Campaign
+	subject  string
+	paras    []string
+	// fields are the webhook body's structured fields (besides "text"
+	// and "event").
+	fields map[string]any
+	// users are the users the event is for, enabled, before their
+	// preferences; why says why they get it ("you are an approver").
+	users []auth.User
+	why   string
+	at    time.Time
+}
+
+// oneLine makes s fit a subject or a sentence: control characters (a line
+// break in a campaign's name) become spaces.
+func oneLine(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }), " ")
+}
+
+// quoted is a campaign's name as the messages quote it.
+func quoted(name string) string { return "“" + oneLine(name) + "”" }
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// summary is the webhook's "text": the subject, then the first paragraph's
+// link line when the message has one.
+func (m message) summary() string {
+	s := m.subject
+	if link, ok := m.fields["url"].(string); ok && link != "" {
+		s += " " + link
+	}
+	return s
+}
+
+// text is the email text for one recipient: the paragraphs and a footer
+// saying why they get it.
+func (m message) text(footer string) string {
+	return strings.Join(append(append([]string{}, m.paras...), footer), "\n\n") + "\n"
+}
+
+// webhookBody is the JSON a webhook receives: Slack's "text" (Slack shows
+// it and ignores the rest) and the structured fields.
+func (m message) webhookBody() (string, error) {
+	body := map[string]any{"text": m.summary(), "event": string(m.event), "occurred_at": m.at.UTC().Format(time.RFC3339)}
+	for k, v := range m.fields {
+		body[k] = v
+	}
+	b, err := json.Marshal(body)
+	return string(b), err
+}
+
+// emails lists the users' addresses.
+func emails(us []auth.User) []string {
+	out := make([]string, 0, len(us))
+	for _, u := range us {
+		out = append(out, u.Email)
+	}
+	return out
+}
+
+// who names a user for a message: the email, or "the system" for 0.
+func who(users map[int64]auth.User, id int64) string {
+	if id == 0 {
+		return "the system"
+	}
+	if u, ok := users[id]; ok {
+		return u.Email
+	}
+	return fmt.Sprintf("user %d", id)
+}
+
+// joinAnd lists names as a sentence does: "a", "a and b", "a, b and c".
+func joinAnd(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}

@@ -1,0 +1,200 @@
+package toolcall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/provider"
+)
+
+// recoverable is the SQL condition that the attempt a (tool_attempt) of
+// effect e, under policy p, is for recovery to act on now: a pending
+// attempt whose lease ended (unless its tool deduplicates: then the next
+// begin performs it again), or an unknown one its probe can settle.
+const recoverable = `((e.state = 'pending' AND a.lease_until < now() AND p.recovery <> 'dedupe')
+	OR (e.state = 'unknown' AND p.recovery = 'probe'))`
+
+// RecoverDue recovers up to limit attempts in doubt (see recoverable),
+// oldest first, and returns how many changed state. Maintenance calls it
+// every round, in every process: two at once cannot disagree, as every
+// change locks its attempt and re-checks it.
+func (s *Service) RecoverDue(ctx context.Context, limit int) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT e.id FROM effect e
+		JOIN tool_attempt a ON a.effect_id = e.id
+		JOIN tool_policy p ON p.id = a.policy_id
+		WHERE e.state IN ('pending', 'unknown') AND e.plan_id IS NULL AND `+recoverable+`
+		ORDER BY e.updated_at LIMIT $1`, limit)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		changed, err := s.recoverAttempt(ctx, id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("recovering tool attempt %d: %w", id, err))
+		} else if changed {
+			n++
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// doubt is an attempt as recovery sees it.
+type doubt struct {
+	key        ledger.Key
+	tool       string
+	event      string
+	state      ledger.State
+	leaseID    string
+	leaseUntil time.Time
+	expired    bool
+	policy     Policy
+	holder     string
+	// windowOver: the policy's settle window after the lease has passed.
+	windowOver bool
+}
+
+// readDoubt reads (and, in a transaction, locks) attempt id.
+func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error) {
+	var d doubt
+	var state string
+	var policyID int64
+	err := db.QueryRow(ctx, `
+		SELECT a.key, c.tool, c.event, e.state, a.lease_id::text, a.lease_until, a.lease_until < now(), a.policy_id, a.holder,
+		       a.lease_until + p.settle_window <= now()
+		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key JOIN tool_policy p ON p.id = a.policy_id
+		WHERE a.effect_id = $1`+lock, id).
+		Scan(&d.key, &d.tool, &d.event, &state, &d.leaseID, &d.leaseUntil, &d.expired, &policyID, &d.holder, &d.windowOver)
+	if err != nil {
+		return d, err
+	}
+	d.state = ledger.State(state)
+	d.policy, err = policyByID(ctx, db, policyID)
+	return d, err
+}
+
+// recoverAttempt recovers attempt id by its policy, if it is in doubt,
+// and reports whether its state changed:
+//   - none: a pending attempt whose lease ended becomes unknown, for a
+//     person (never "did not happen");
+//   - probe: the probe is asked (its answer recorded before it is read);
+//     found → done (an unknown one: resolved delivered); not found once
+//     the settle window after the lease has passed → failed (resolved not
+//     delivered), which frees the key; inside the window → nothing yet;
+//   - dedupe: nothing here; the next begin performs it again.
+//
+// Every change is made with the attempt locked and re-checked, so a
+// settle, heartbeat or takeover that came first wins.
+func (s *Service) recoverAttempt(ctx context.Context, id int64) (bool, error) {
+	d, err := readDoubt(ctx, s.pool, id, "")
+	if err != nil {
+		return false, err
+	}
+	inDoubt := (d.state == ledger.StatePending && d.expired) || d.state == ledger.StateUnknown
+	if !inDoubt {
+		return false, nil
+	}
+	switch d.policy.Recovery {
+	case RecoveryNone:
+		if d.state != ledger.StatePending {
+			return false, nil // unknown: a person resolves it
+		}
+		return s.lockedRecovery(ctx, id, d, func(tx pgx.Tx, now doubt) (ledger.State, string, error) {
+			if now.state != ledger.StatePending || !now.expired {
+				return "", "", nil
+			}
+			reason := fmt.Sprintf("the lease of %s ended at %s without a settle, and tool %s can neither deduplicate nor be asked: the call may or may not have happened — a person resolves it",
+				now.holder, now.leaseUntil.UTC().Format(time.RFC3339), now.tool)
+			_, err := ledger.NewStore(tx).Settle(ctx, ledger.SettleParams{EffectID: id, State: ledger.StateUnknown, Reason: reason})
+			return ledger.StateUnknown, reason, err
+		})
+	case RecoveryProbe:
+		return s.probe(ctx, id, d)
+	}
+	return false, nil
+}
+
+// probe asks the attempt's probe and settles from its answer.
+func (s *Service) probe(ctx context.Context, id int64, d doubt) (bool, error) {
+	u := d.policy.ProbeURLFor(d.key)
+	pr, perr := provider.ProbeHTTP(ctx, s.http, "tool "+d.tool, u)
+	if perr != nil && pr.Raw == nil {
+		s.logger.Warn("probing a tool call in doubt", "key", string(d.key), "tool", d.tool, "err", perr)
+		return false, nil // the probe said nothing: ask again next round
+	}
+	return s.lockedRecovery(ctx, id, d, func(tx pgx.Tx, now doubt) (ledger.State, string, error) {
+		store := ledger.NewStore(tx)
+		if now.state != ledger.StateUnknown && !(now.state == ledger.StatePending && now.expired) {
+			return "", "", nil // settled, or its lease renewed, meanwhile
+		}
+		// The probe's answer is recorded before anything reads it.
+		if _, err := store.RecordResponse(ctx, id, ledger.ResponseProbe, pr.Raw); err != nil {
+			return "", "", err
+		}
+		var to ledger.State
+		var reason string
+		switch {
+		case perr != nil:
+			s.logger.Warn("probing a tool call in doubt", "key", string(d.key), "tool", d.tool, "err", perr)
+			return "", "", nil
+		case pr.Found:
+			receipt := pr.Receipt
+			if receipt == "" {
+				receipt = "found by probe"
+			}
+			to, reason = ledger.StateDone, "the probe found it: "+receipt
+			if now.state == ledger.StatePending {
+				_, err := store.Settle(ctx, ledger.SettleParams{EffectID: id, State: to, Receipt: receipt})
+				return to, reason, err
+			}
+			_, err := store.Resolve(ctx, ledger.ResolveParams{Key: d.key, Outcome: ledger.Delivered, Actor: "probe:" + d.tool, Reason: reason})
+			return to, reason, err
+		case !now.windowOver:
+			return "", "", nil // not yet believed: ask again later
+		default:
+			to = ledger.StateFailed
+			reason = fmt.Sprintf("the probe found nothing %s after the lease ended: it did not happen; the key is free again", d.policy.SettleWindow)
+			if now.state == ledger.StatePending {
+				_, err := store.Settle(ctx, ledger.SettleParams{EffectID: id, State: to, Reason: reason})
+				return to, reason, err
+			}
+			_, err := store.Resolve(ctx, ledger.ResolveParams{Key: d.key, Outcome: ledger.NotDelivered, Actor: "probe:" + d.tool, Reason: reason})
+			return to, reason, err
+		}
+	})
+}
+
+// lockedRecovery runs decide on attempt id locked and read again (now),
+// and records its change in the trail; decide returns "" for no change.
+func (s *Service) lockedRecovery(ctx context.Context, id int64, before doubt, decide func(tx pgx.Tx, now doubt) (ledger.State, string, error)) (bool, error) {
+	changed := false
+	err := pgx.BeginFunc(context.WithoutCancel(ctx), s.pool, func(tx pgx.Tx) error {
+		now, err := readDoubt(ctx, tx, id, " FOR UPDATE OF a")
+		if err != nil {
+			return err
+		}
+		if now.leaseID != before.leaseID {
+			return nil // taken over meanwhile
+		}
+		to, reason, err := decide(tx, now)
+		if err != nil || to == "" {
+			return err
+		}
+		changed = true
+		s.logger.Info("recovered a tool call in doubt", "key", string(now.key), "tool", now.tool, "recovery", string(now.policy.Recovery), "state", string(to))
+		return recordEvent(ctx, tx, eventParams{Key: now.key, Tool: now.tool, Event: now.event, Action: "recover",
+			Actor: nil, EffectID: id, State: to, Reason: reason, Detail: map[string]any{"recovery": now.policy.Recovery, "from": now.state}})
+	})
+	return changed, err
+}

@@ -1,0 +1,196 @@
+package toolcall_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/toolcall"
+)
+
+// bundle is one test database, as the application role, with an agent.
+type bundle struct {
+	ctx   context.Context
+	pool  *pgxpool.Pool // the application role's
+	owner *pgxpool.Pool // the schema owner's
+	svc   *toolcall.Service
+	agent approval.Actor
+	oper  approval.Actor
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	urls := pgtest.Database(t)
+	b := &bundle{ctx: t.Context(), pool: pgtest.NewPool(t, urls.App), owner: pgtest.NewPool(t, urls.Owner)}
+	b.svc = toolcall.NewService(b.pool, toolcall.Options{})
+	id := pgtest.User(t, b.pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer", "operator"}})
+	b.agent = approval.Actor{UserID: id, Email: "owner@example.com", Roles: []approval.Role{approval.RoleProposer, approval.RoleOperator}, Agent: true}
+	id = pgtest.User(t, b.pool, pgtest.UserOpts{Email: "oli@example.com", Roles: []string{"operator"}})
+	b.oper = approval.Actor{UserID: id, Email: "oli@example.com", Roles: []approval.Role{approval.RoleOperator}}
+	return b
+}
+
+func (b *bundle) register(t *testing.T, tool string, rec toolcall.Recovery) {
+	t.Helper()
+	_, err := toolcall.Register(b.ctx, b.owner, toolcall.RegisterParams{Tool: tool, Recovery: rec, RegisteredBy: "admin"})
+	require.NoError(t, err)
+}
+
+func (b *bundle) begin(t *testing.T, tool, event string, args string, lease time.Duration) toolcall.BeginResult {
+	t.Helper()
+	res, err := b.svc.Begin(b.ctx, b.agent, toolcall.BeginParams{
+		Identity: ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}},
+		Args:     []byte(args), Lease: lease})
+	require.NoError(t, err)
+	return res
+}
+
+// TestBeginRefusesBadInput: each refusal names its field in one sentence,
+// and a refused first use registers nothing.
+func TestBeginRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}
+	for _, tc := range []struct {
+		p     toolcall.BeginParams
+		field string
+		msg   string
+	}{
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Tool: "crm.set", Target: target}, Args: []byte(`{}`)}, "event", "event is required"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "CRM", Target: target}, Args: []byte(`{}`)}, "tool", `"CRM" is not a tool name`},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set"}, Args: []byte(`{}`)}, "target", "target kind is empty"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}}, "args", "is required"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{"a":`)}, "args", "not valid JSON"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{}`), Lease: time.Millisecond}, "lease_seconds", "between 1 and 3600"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{}`), Recovery: toolcall.RecoveryDedupe}, "recovery",
+			"tool crm.set is not registered, and a tool's first use registers it with no recovery and no approval"},
+	} {
+		_, err := b.svc.Begin(b.ctx, b.agent, tc.p)
+		var fe *plan.FieldError
+		require.ErrorAs(t, err, &fe, "%+v", tc.p)
+		require.Equal(t, tc.field, fe.Field)
+		require.Contains(t, err.Error(), tc.msg)
+		require.NotContains(t, err.Error(), "\n")
+	}
+	policies, err := toolcall.Policies(b.ctx, b.pool)
+	require.NoError(t, err)
+	require.Empty(t, policies, "a refused begin registers nothing")
+
+	// A declaration that differs from the registration is refused.
+	b.register(t, "crm.dedupe", toolcall.RecoveryDedupe)
+	_, err = b.svc.Begin(b.ctx, b.agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.dedupe", Target: target},
+		Args: []byte(`{}`), Recovery: toolcall.RecoveryNone})
+	require.ErrorContains(t, err, "tool crm.dedupe is registered with recovery: dedupe by key, no approval (by admin), not what this call declares (recovery none)")
+	res, err := b.svc.Begin(b.ctx, b.agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.dedupe", Target: target},
+		Args: []byte(`{}`), Recovery: toolcall.RecoveryDedupe})
+	require.NoError(t, err)
+	require.Equal(t, toolcall.Perform, res.Outcome)
+}
+
+// TestLeaseFencing: a heartbeat extends the lease; once a deduplicating
+// tool's lease ended, the next begin takes the call over with a new
+// lease, and the old lease can neither heartbeat nor settle. The
+// takeover's settle is the one recorded, as a re-send.
+func TestLeaseFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "crm.dedupe", toolcall.RecoveryDedupe)
+	first := b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Second)
+	require.Equal(t, toolcall.Perform, first.Outcome)
+	st, err := b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, first.Status.LeaseID, 2*time.Second)
+	require.NoError(t, err)
+	require.True(t, st.LeaseUntil.After(first.Status.LeaseUntil))
+	require.Equal(t, toolcall.InDoubt, b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Second).Outcome, "the lease runs")
+
+	require.Eventually(t, func() bool {
+		return b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Minute).Outcome != toolcall.InDoubt
+	}, 10*time.Second, 100*time.Millisecond)
+	now, err := b.svc.Get(b.ctx, first.Status.Key)
+	require.NoError(t, err)
+	require.Equal(t, 1, now.Takeovers)
+	require.NotEqual(t, first.Status.LeaseID, now.LeaseID)
+
+	_, err = b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, first.Status.LeaseID, time.Minute)
+	require.ErrorIs(t, err, toolcall.ErrLease)
+	_, err = b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: first.Status.LeaseID, Outcome: toolcall.Done, Receipt: "r", Raw: []byte("old")})
+	require.ErrorIs(t, err, toolcall.ErrLease)
+	require.Contains(t, err.Error(), "do not settle")
+
+	done, err := b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: now.LeaseID, Outcome: toolcall.Done, Receipt: "r2", Raw: []byte("new")})
+	require.NoError(t, err)
+	require.Equal(t, toolcall.State(ledger.StateDone), done.State)
+	require.Equal(t, "new", string(done.Raw))
+	require.Equal(t, ledger.ResponseResend, done.RawKind)
+	_, err = b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, now.LeaseID, time.Minute)
+	require.ErrorIs(t, err, ledger.ErrConflict, "no call in hand once settled")
+}
+
+// TestSettledUnknownByDedupeIsPerformedAgain: the agent itself reports
+// unknown (a timeout); with a deduplicating tool the next begin performs
+// it again with the same key, and its answer resolves the doubt.
+func TestSettledUnknownByDedupeIsPerformedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.register(t, "crm.dedupe", toolcall.RecoveryDedupe)
+	first := b.begin(t, "crm.dedupe", "run-1", `{}`, time.Minute)
+	_, err := b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: first.Status.LeaseID, Outcome: toolcall.Unknown, Reason: "timed out"})
+	require.NoError(t, err)
+	again := b.begin(t, "crm.dedupe", "run-1", `{}`, time.Minute)
+	require.Equal(t, toolcall.Perform, again.Outcome)
+	require.True(t, again.Takeover)
+	st, err := b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: again.Status.LeaseID, Outcome: toolcall.Done, Receipt: "r1", Raw: []byte(`{"dup":true}`)})
+	require.NoError(t, err)
+	require.Equal(t, toolcall.State(ledger.StateDone), st.State)
+	require.Equal(t, "dedupe:agent:owner@example.com", st.ResolvedBy)
+	require.Equal(t, toolcall.AlreadyDone, b.begin(t, "crm.dedupe", "run-1", `{}`, time.Minute).Outcome)
+}
+
+// TestLateSettleOfAnUnknown: a tool without recovery whose lease ended is
+// unknown; the agent's late answer does not settle it (only a person
+// does), but is recorded beside it for that person.
+func TestLateSettleOfAnUnknown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.begin(t, "crm.none", "run-1", `{}`, time.Second)
+	require.True(t, first.Registered)
+	require.Eventually(t, func() bool {
+		n, err := b.svc.RecoverDue(b.ctx, 10)
+		require.NoError(t, err)
+		return n == 1
+	}, 10*time.Second, 100*time.Millisecond)
+	st, err := b.svc.Get(b.ctx, first.Status.Key)
+	require.NoError(t, err)
+	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)
+	require.Contains(t, st.Reason, "a person resolves it")
+
+	_, err = b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: first.Status.LeaseID, Outcome: toolcall.Done, Receipt: "r", Raw: []byte("it worked")})
+	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.Contains(t, err.Error(), "your answer is recorded beside it")
+	st, err = b.svc.Get(b.ctx, first.Status.Key)
+	require.NoError(t, err)
+	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)
+	require.Equal(t, "it worked", string(st.Raw))
+
+	// A person resolves it; the agent may not.
+	_, err = b.svc.Resolve(b.ctx, b.agent, first.Status.Key, ledger.Delivered, "the agent says so")
+	require.ErrorIs(t, err, approval.ErrForbidden)
+	_, err = b.svc.Resolve(b.ctx, b.oper, first.Status.Key, ledger.Delivered, "the CRM shows it")
+	require.NoError(t, err)
+	require.Equal(t, toolcall.AlreadyDone, b.begin(t, "crm.none", "run-1", `{}`, time.Minute).Outcome)
+
+	events, err := b.svc.Events(b.ctx, toolcall.EventFilter{Tool: "crm.none", Event: "run-1"})
+	require.NoError(t, err)
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, fmt.Sprintf("%s:%s", e.Action, e.State))
+	}
+	require.Equal(t, []string{"begin:pending", "recover:unknown", "settle:unknown", "resolve:done"}, actions)
+}

@@ -1,0 +1,260 @@
+package toolcall
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// State is where a single effect stands: a ledger state of its latest
+// attempt at the key's current epoch, or, before any attempt, where its
+// approval stands.
+type State string
+
+// States besides the ledger's (ledger.State values are States too).
+const (
+	// StateNew: nothing recorded for the key yet.
+	StateNew State = ""
+	// StateAwaitingApproval: the tool requires approval and no person has
+	// decided on these args yet.
+	StateAwaitingApproval State = "awaiting_approval"
+	// StateRejected: a person rejected these args; nothing is performed.
+	StateRejected State = "rejected"
+)
+
+// Status is the one read model of a single effect ("what is this key's
+// state now?"): the begin's answers, GET /api/v1/effects/{key}, the MCP
+// tools, the UI and the audit all read it.
+type Status struct {
+	Key         ledger.Key
+	Tool        string
+	Event       string
+	Target      ledger.Target
+	AmountMinor int64
+	Scope       string
+	// ArgsDigest is the digest of the args the key is bound to (once an
+	// attempt began), else of the args awaiting approval.
+	ArgsDigest string
+	Args       json.RawMessage
+	Bound      bool // the key is bound to ArgsDigest for good
+
+	State   State
+	Epoch   int
+	Attempt int
+	// EffectID is the latest attempt's ledger row (0 before any).
+	EffectID   int64
+	LeaseID    string
+	LeaseUntil time.Time
+	// LeaseExpired: the lease ended (by the database's clock) before a
+	// settle.
+	LeaseExpired bool
+	Holder       string
+	Takeovers    int
+	Receipt      string
+	Reason       string
+	ResolvedBy   string
+	Resolution   string
+	// Raw is the latest raw answer recorded for the attempt (the outside
+	// system's, or a probe's), exactly as received.
+	Raw       []byte
+	RawKind   ledger.ResponseKind
+	SettledAt time.Time
+	UpdatedAt time.Time
+
+	// Policy is the attempt's (the policy it was begun under), else the
+	// tool's policy in force.
+	Policy Policy
+	// ApprovalID is the approval request of ArgsDigest, when the tool
+	// requires approval; ApprovedBy names who approved it.
+	ApprovalID int64
+	ApprovedBy string
+	// RejectReason is the person's reason (StateRejected).
+	RejectReason string
+}
+
+// InDoubt reports whether the effect may or may not have happened and
+// nobody may perform it now: pending or unknown.
+func (s Status) InDoubt() bool {
+	return s.State == State(ledger.StatePending) || s.State == State(ledger.StateUnknown)
+}
+
+// latestAttemptFrom is the FROM clause of every read of calls: each
+// intent c, its key's current epoch cur, its latest attempt x at that
+// epoch (the blocking one when there is one: none can be inserted after
+// it while it blocks) and the attempt's lease a.
+var latestAttemptFrom = `
+FROM tool_call c
+CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("c.key") + ` cur
+LEFT JOIN LATERAL (SELECT e.* FROM effect e WHERE e.key = c.key AND e.epoch = cur.epoch ORDER BY e.id DESC LIMIT 1) x ON true
+LEFT JOIN tool_attempt a ON a.effect_id = x.id`
+
+// statusQuery reads the call's intent and its latest attempt at the key's
+// current epoch ($1), with the attempt's policy and its latest raw
+// answer, in one snapshot.
+var statusQuery = `
+SELECT c.identity, c.args, c.args_digest, cur.epoch,
+       coalesce(x.id, 0), coalesce(x.state::text, ''), coalesce(x.attempt, 0),
+       coalesce(x.receipt, ''), coalesce(x.reason, ''), coalesce(x.resolved_by, ''), coalesce(x.resolution, ''),
+       x.settled_at, x.updated_at,
+       coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
+       coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0),
+       r.body, coalesce(r.kind, '')` + latestAttemptFrom + `
+LEFT JOIN LATERAL (SELECT body, kind FROM effect_response WHERE effect_id = x.id ORDER BY id DESC LIMIT 1) r ON true
+WHERE c.key = $1`
+
+// identity is the stored canonical JSON of a key's identity.
+type identity struct {
+	Event       string        `json:"event"`
+	Tool        string        `json:"tool"`
+	Target      ledger.Target `json:"target"`
+	AmountMinor int64         `json:"amount_minor"`
+	Scope       string        `json:"scope"`
+}
+
+func (st *Status) setIdentity(canonical string) error {
+	var id identity
+	if err := json.Unmarshal([]byte(canonical), &id); err != nil {
+		return fmt.Errorf("the stored identity of %s: %w", st.Key, err)
+	}
+	st.Event, st.Tool, st.Target, st.AmountMinor, st.Scope = id.Event, id.Tool, id.Target, id.AmountMinor, id.Scope
+	return nil
+}
+
+// Get is the status of key: ErrNotFound when no call was begun with it.
+func (s *Service) Get(ctx context.Context, key ledger.Key) (Status, error) {
+	return getStatus(ctx, s.pool, key, "")
+}
+
+// ErrNotFound: no single effect has the key.
+var ErrNotFound = fmt.Errorf("%w: no single effect", plan.ErrNotFound)
+
+// getStatus reads key's status. Before the key is bound (no attempt yet),
+// digest names the args whose approval to report ("" : the latest
+// request's).
+func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Status, error) {
+	st := Status{Key: key}
+	var (
+		canonical   string
+		state       string
+		settled     *time.Time
+		updated     *time.Time
+		leaseUntil  *time.Time
+		policyID    int64
+		raw         []byte
+		rawKind     string
+		attemptAppr int64
+	)
+	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
+		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &settled, &updated,
+		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &attemptAppr, &raw, &rawKind)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return requestStatus(ctx, db, key, digest)
+	case err != nil:
+		return Status{}, err
+	}
+	st.Bound = true
+	st.State, st.Raw, st.RawKind = State(state), raw, ledger.ResponseKind(rawKind)
+	if settled != nil {
+		st.SettledAt = *settled
+	}
+	if updated != nil {
+		st.UpdatedAt = *updated
+	}
+	if leaseUntil != nil {
+		st.LeaseUntil = *leaseUntil
+	}
+	if err := st.setIdentity(canonical); err != nil {
+		return Status{}, err
+	}
+	if policyID != 0 {
+		st.Policy, err = policyByID(ctx, db, policyID)
+	} else {
+		st.Policy, err = CurrentPolicy(ctx, db, st.Tool)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	if attemptAppr != 0 {
+		st.ApprovalID = attemptAppr
+	}
+	if st.State == StateNew && st.Policy.ApprovalRequired {
+		// Bound by an earlier attempt that failed or was revoked: a new
+		// attempt needs the approval of the bound args, as any.
+		if err := st.setApproval(ctx, db, st.ArgsDigest); err != nil {
+			return Status{}, err
+		}
+	} else if st.ApprovalID != 0 {
+		if err := st.approver(ctx, db); err != nil {
+			return Status{}, err
+		}
+	}
+	return st, nil
+}
+
+// requestStatus is the status of a key with no intent yet: its approval
+// request of digest (or the latest), else ErrNotFound.
+func requestStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Status, error) {
+	st := Status{Key: key}
+	var canonical string
+	var policyID int64
+	err := db.QueryRow(ctx, `
+		SELECT identity, args, args_digest, policy_id FROM tool_approval_request
+		WHERE key = $1 AND ($2 = '' OR args_digest = $2) ORDER BY id DESC LIMIT 1`, string(key), digest).
+		Scan(&canonical, &st.Args, &st.ArgsDigest, &policyID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Status{}, fmt.Errorf("%w has key %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	if err := st.setIdentity(canonical); err != nil {
+		return Status{}, err
+	}
+	if st.Policy, err = CurrentPolicy(ctx, db, st.Tool); err != nil {
+		return Status{}, err
+	}
+	return st, st.setApproval(ctx, db, st.ArgsDigest)
+}
+
+// setApproval fills in where the approval of digest stands, for a key
+// no attempt holds.
+func (st *Status) setApproval(ctx context.Context, db DB, digest string) error {
+	var decision, reason, by string
+	err := db.QueryRow(ctx, `
+		SELECT r.id, coalesce(a.decision, ''), coalesce(a.reason, ''), coalesce(u.email, '')
+		FROM tool_approval_request r
+		LEFT JOIN tool_approval a ON a.request_id = r.id
+		LEFT JOIN app_user u ON u.id = a.decided_by
+		WHERE r.key = $1 AND r.args_digest = $2`, string(st.Key), digest).Scan(&st.ApprovalID, &decision, &reason, &by)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		st.ApprovalID = 0
+		st.State = StateNew
+		return nil
+	case err != nil:
+		return err
+	}
+	switch decision {
+	case "approved":
+		st.State, st.ApprovedBy = StateNew, by
+	case "rejected":
+		st.State, st.RejectReason = StateRejected, reason
+	default:
+		st.State = StateAwaitingApproval
+	}
+	return nil
+}
+
+// approver names who approved the attempt's args.
+func (st *Status) approver(ctx context.Context, db DB) error {
+	return db.QueryRow(ctx, `SELECT u.email FROM tool_approval a JOIN app_user u ON u.id = a.decided_by WHERE a.request_id = $1`,
+		st.ApprovalID).Scan(&st.ApprovedBy)
+}

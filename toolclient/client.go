@@ -1,0 +1,433 @@
+// Package toolclient performs an agent's tool calls exactly once through a
+// running Onceplan's single-effects API (POST /api/v1/effects and its
+// settle, heartbeat and status routes; package toolcall is the server's
+// side).
+//
+// [Client.Do] is the whole protocol in one call: it commits the intent
+// (begin) before the tool body runs, runs the body only when this caller
+// holds the key's lease, heartbeats while it runs, and settles with the
+// outside system's raw answer. When the key was already performed it
+// returns the recorded result instead of calling again; when the call is
+// in doubt or awaits a person's approval it returns an error that says
+// so, and the body is not run.
+//
+// The body must pass the key to the outside system as its idempotency key
+// (or operation id): that is what lets a tool registered with recovery
+// "dedupe" be performed again after a crash without a second effect, and
+// one with "probe" be asked whether it happened.
+//
+// The package imports only the standard library.
+package toolclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client calls one Onceplan server with one API token (an agent token is
+// enough: agents may begin, heartbeat, settle and read).
+type Client struct {
+	// Server is the base URL, e.g. http://127.0.0.1:8080.
+	Server string
+	Token  string
+	HTTP   *http.Client
+}
+
+// New checks the server URL and returns a client.
+func New(server, token string) (*Client, error) {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("toolclient: the server URL %q is not an http(s) URL like http://127.0.0.1:8080", server)
+	}
+	if strings.TrimSpace(token) == "" {
+		return nil, errors.New("toolclient: no API token (create one with `onceplan token create --agent`)")
+	}
+	return &Client{Server: strings.TrimSuffix(server, "/"), Token: strings.TrimSpace(token), HTTP: &http.Client{Timeout: time.Minute}}, nil
+}
+
+// Target is the resolved identity the effect lands on.
+type Target struct {
+	Kind  string `json:"kind"` // "subject" or "email"
+	Value string `json:"value"`
+}
+
+// Subject is a target named by an opaque id (an account, a record).
+func Subject(id string) Target { return Target{Kind: "subject", Value: id} }
+
+// Email is a target that is an email address.
+func Email(addr string) Target { return Target{Kind: "email", Value: addr} }
+
+// Intent is one tool call: its identity (whose ledger key names it) and
+// its args (stored and hashed beside the key, never part of it).
+type Intent struct {
+	// Event is the run's or trigger's stable occurrence id: the same on a
+	// retry or a restart of the same step, new for a new decision.
+	Event       string
+	Tool        string
+	Target      Target
+	AmountMinor int64
+	Scope       string
+	// Args is the tool's input, marshalled to JSON (a json.RawMessage is
+	// sent as is). nil sends {}.
+	Args any
+	// Recovery is the tool's recovery as the caller declares it ("":
+	// whatever is registered); it must match the registration.
+	Recovery string
+	// Lease is how long the body has before a heartbeat (default 60s).
+	Lease time.Duration
+}
+
+// Effect is the server's answer about a call (the API's SingleEffect).
+type Effect struct {
+	Key              string     `json:"key"`
+	Epoch            int        `json:"epoch"`
+	State            string     `json:"state"`
+	Tool             string     `json:"tool"`
+	Event            string     `json:"event"`
+	Target           Target     `json:"target"`
+	ArgsDigest       string     `json:"args_digest"`
+	Recovery         string     `json:"recovery"`
+	ApprovalRequired bool       `json:"approval_required"`
+	Attempt          int        `json:"attempt"`
+	Lease            string     `json:"lease"`
+	LeaseUntil       *time.Time `json:"lease_until"`
+	Takeover         bool       `json:"takeover"`
+	Receipt          string     `json:"receipt"`
+	Raw              *string    `json:"raw"`
+	Reason           string     `json:"reason"`
+	ApprovalURL      string     `json:"approval_url"`
+	URL              string     `json:"url"`
+	Next             string     `json:"next"`
+	RetryAfter       int        `json:"retry_after"`
+}
+
+// Error is an error answer of the API.
+type Error struct {
+	Status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field"`
+	// StoredArgsDigest is set on 422: the digest of the args the key is
+	// bound to.
+	StoredArgsDigest string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("onceplan: %s (HTTP %d %s)", e.Message, e.Status, e.Code)
+}
+
+// The errors Do returns when it did not run the body, each with the
+// server's answer (errors.As to *NotPerformedError).
+var (
+	// ErrInDoubt: another call holds the key, or its outcome is unknown:
+	// do not perform it (Effect.Next says what happens next).
+	ErrInDoubt = errors.New("in doubt")
+	// ErrAwaitingApproval: a person must approve these args first, at
+	// Effect.ApprovalURL.
+	ErrAwaitingApproval = errors.New("awaiting approval")
+	// ErrArgsMismatch: the key is bound to other args (a changed call
+	// under the same event id): give it a new event id.
+	ErrArgsMismatch = errors.New("args mismatch")
+)
+
+// NotPerformedError is Do's refusal to run the body.
+type NotPerformedError struct {
+	Kind   error // ErrInDoubt, ErrAwaitingApproval or ErrArgsMismatch
+	Effect Effect
+	API    *Error // the 422's error
+}
+
+func (e *NotPerformedError) Error() string {
+	if e.API != nil {
+		return e.API.Error()
+	}
+	return fmt.Sprintf("onceplan: the call was not performed (%s, state %s): %s", e.Kind, e.Effect.State, e.Effect.Next)
+}
+
+// Unwrap makes errors.Is(err, ErrInDoubt) (and the others) hold.
+func (e *NotPerformedError) Unwrap() error { return e.Kind }
+
+// definite marks a body's error as a definite rejection: nothing was
+// performed at the outside system.
+type definite struct{ err error }
+
+func (d definite) Error() string { return d.err.Error() }
+func (d definite) Unwrap() error { return d.err }
+
+// Rejected wraps a body's error to say the outside system definitely did
+// not perform the call (it refused it, or the request never left): Do
+// settles it as failed, which frees the key. Any other error of the body
+// is settled as unknown — it may or may not have happened.
+func Rejected(err error) error { return definite{err} }
+
+// Result is what Do did.
+type Result struct {
+	Effect Effect
+	// Replayed: the call was already done; nothing was performed now, and
+	// Receipt and Raw are the recorded result.
+	Replayed bool
+	Receipt  string
+	Raw      []byte
+}
+
+// Body performs the call at the outside system with key as its
+// idempotency key, and returns the outside system's raw answer and its id
+// for the effect (the receipt). ctx ends when the lease is lost.
+type Body func(ctx context.Context, key string) (raw []byte, receipt string, err error)
+
+// Do performs the call in.Event/in.Tool/in.Target once: begin; then, only
+// when this caller holds the lease, body (heartbeating meanwhile) and the
+// settle with its answer. A key already done returns its recorded result
+// (Replayed) without running body; in doubt, awaiting approval and args
+// mismatch return a *NotPerformedError without running it. The error of
+// a body that ran is returned after its outcome is settled.
+func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
+	lease := in.Lease
+	if lease == 0 {
+		lease = time.Minute
+	}
+	sent := time.Now()
+	eff, status, err := c.begin(ctx, in, lease)
+	if err != nil {
+		return Result{}, err
+	}
+	switch status {
+	case http.StatusOK:
+		res := Result{Effect: eff, Replayed: true, Receipt: eff.Receipt}
+		if eff.Raw != nil {
+			res.Raw = []byte(*eff.Raw)
+		}
+		return res, nil
+	case http.StatusAccepted:
+		return Result{Effect: eff}, &NotPerformedError{Kind: ErrAwaitingApproval, Effect: eff}
+	case http.StatusConflict:
+		return Result{Effect: eff}, &NotPerformedError{Kind: ErrInDoubt, Effect: eff}
+	}
+	// 201: the lease is ours from when the begin was sent (the server's
+	// lease runs from its commit, later), so the local deadline is never
+	// past the server's.
+	bodyCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	deadline := sent.Add(lease)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		c.heartbeat(bodyCtx, eff, lease, deadline, stop)
+	}()
+	var raw []byte
+	var receipt string
+	var bodyErr error
+	if time.Until(deadline) <= 0 {
+		// Never start a call after the lease: another caller may own it.
+		bodyErr = fmt.Errorf("%w: the lease ended before the body could start", ErrInDoubt)
+	} else {
+		raw, receipt, bodyErr = body(bodyCtx, eff.Key)
+	}
+	stop(nil)
+	<-hbDone
+	outcome, reason := "done", ""
+	var def definite
+	switch {
+	case bodyErr != nil && errors.As(bodyErr, &def):
+		outcome, reason = "failed", bodyErr.Error()
+	case bodyErr != nil:
+		outcome, reason = "unknown", bodyErr.Error()
+	case strings.TrimSpace(receipt) == "":
+		receipt = "ok"
+	}
+	if raw == nil && outcome != "unknown" {
+		raw = []byte{}
+	}
+	settled, err := c.settleRetrying(context.WithoutCancel(ctx), eff, outcome, receipt, reason, raw)
+	if err != nil {
+		return Result{Effect: eff, Receipt: receipt, Raw: raw}, errors.Join(bodyErr, err)
+	}
+	// The settle's answer, with what the begin said of this attempt.
+	settled.Takeover, settled.Lease = eff.Takeover, eff.Lease
+	return Result{Effect: settled, Receipt: receipt, Raw: raw}, bodyErr
+}
+
+// heartbeat extends the lease every third of it while the body runs, and
+// cancels the body when the lease is lost (refused) or its local deadline
+// passes without a successful heartbeat.
+func (c *Client) heartbeat(ctx context.Context, eff Effect, lease time.Duration, deadline time.Time, stop context.CancelCauseFunc) {
+	every := max(lease/3, 200*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(deadline)):
+			stop(fmt.Errorf("%w: the lease ended without a heartbeat", ErrInDoubt))
+			return
+		case <-t.C:
+			sent := time.Now()
+			_, err := c.Heartbeat(ctx, eff.Key, eff.Lease, lease)
+			var apiErr *Error
+			switch {
+			case err == nil:
+				deadline = sent.Add(lease)
+			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict:
+				stop(fmt.Errorf("%w: the lease was lost: %s", ErrInDoubt, apiErr.Message))
+				return
+			}
+		}
+	}
+}
+
+// settleRetrying settles, again after a transport error (a settle that
+// committed answers the same when repeated).
+func (c *Client) settleRetrying(ctx context.Context, eff Effect, outcome, receipt, reason string, raw []byte) (Effect, error) {
+	var err error
+	for try := range 5 {
+		var out Effect
+		out, err = c.Settle(ctx, eff.Key, SettleParams{Lease: eff.Lease, Outcome: outcome, Receipt: receipt, Reason: reason, Raw: raw})
+		var apiErr *Error
+		if err == nil || errors.As(err, &apiErr) {
+			return out, err
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	return Effect{}, err
+}
+
+// Begin commits in's intent and answers the server's status: 201 (this
+// caller holds Effect.Lease and may perform it), 200 done, 202 awaiting
+// approval, 409 in doubt. A 422 (args mismatch) is a *NotPerformedError;
+// other failures an *Error.
+func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
+	lease := in.Lease
+	if lease == 0 {
+		lease = time.Minute
+	}
+	return c.begin(ctx, in, lease)
+}
+
+func (c *Client) begin(ctx context.Context, in Intent, lease time.Duration) (Effect, int, error) {
+	args := in.Args
+	if args == nil {
+		args = json.RawMessage(`{}`)
+	}
+	body := map[string]any{"event": in.Event, "tool": in.Tool, "target": in.Target, "args": args,
+		"lease_seconds": int(max(lease, time.Second) / time.Second)}
+	if in.AmountMinor != 0 {
+		body["amount_minor"] = in.AmountMinor
+	}
+	if in.Scope != "" {
+		body["scope"] = in.Scope
+	}
+	if in.Recovery != "" {
+		body["recovery"] = in.Recovery
+	}
+	var eff Effect
+	status, err := c.call(ctx, http.MethodPost, "/effects", body, &eff, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusConflict)
+	var apiErr *Error
+	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnprocessableEntity {
+		return Effect{}, status, &NotPerformedError{Kind: ErrArgsMismatch, API: apiErr}
+	}
+	return eff, status, err
+}
+
+// SettleParams is a settle's body.
+type SettleParams struct {
+	Lease   string
+	Outcome string // done, failed or unknown
+	Receipt string
+	Reason  string
+	// Raw is the outside system's answer as received; nil sends none
+	// (allowed only with unknown).
+	Raw []byte
+}
+
+// Settle reports the call's outcome with its raw answer.
+func (c *Client) Settle(ctx context.Context, key string, p SettleParams) (Effect, error) {
+	body := map[string]any{"lease": p.Lease, "outcome": p.Outcome}
+	if p.Receipt != "" {
+		body["receipt"] = p.Receipt
+	}
+	if p.Reason != "" {
+		body["reason"] = p.Reason
+	}
+	if p.Raw != nil {
+		body["raw"] = string(p.Raw)
+	}
+	var eff Effect
+	_, err := c.call(ctx, http.MethodPost, "/effects/"+url.PathEscape(key)+"/settle", body, &eff, http.StatusOK)
+	return eff, err
+}
+
+// Heartbeat extends the lease to lease from now.
+func (c *Client) Heartbeat(ctx context.Context, key, leaseID string, lease time.Duration) (Effect, error) {
+	var eff Effect
+	_, err := c.call(ctx, http.MethodPost, "/effects/"+url.PathEscape(key)+"/heartbeat",
+		map[string]any{"lease": leaseID, "lease_seconds": int(max(lease, time.Second) / time.Second)}, &eff, http.StatusOK)
+	return eff, err
+}
+
+// Get reads the call's state now.
+func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
+	var eff Effect
+	_, err := c.call(ctx, http.MethodGet, "/effects/"+url.PathEscape(key), nil, &eff, http.StatusOK)
+	return eff, err
+}
+
+// call performs one request and decodes an answer with one of the ok
+// statuses into out; any other is an *Error.
+func (c *Client) call(ctx context.Context, method, path string, in, out any, ok ...int) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Server+"/api/v1"+path, body)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	client := c.HTTP
+	if client == nil {
+		client = http.DefaultClient
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return res.StatusCode, err
+	}
+	for _, s := range ok {
+		if res.StatusCode == s {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return res.StatusCode, fmt.Errorf("onceplan answered HTTP %d with a body that is not its JSON: %w", res.StatusCode, err)
+			}
+			return res.StatusCode, nil
+		}
+	}
+	var e struct {
+		Error            Error  `json:"error"`
+		StoredArgsDigest string `json:"stored_args_digest"`
+	}
+	if json.Unmarshal(raw, &e) != nil || e.Error.Message == "" {
+		e.Error = Error{Code: "http", Message: strings.TrimSpace(string(raw))}
+	}
+	e.Error.Status, e.Error.StoredArgsDigest = res.StatusCode, e.StoredArgsDigest
+	return res.StatusCode, &e.Error
+}

@@ -1,0 +1,255 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/toolcall"
+	"github.com/onceplan/onceplan/web/api"
+)
+
+// begin is POST /effects as who, for tool on target with args.
+func (s *server) begin(who, event, tool, target string, args any, extra ...map[string]any) reply {
+	s.t.Helper()
+	body := map[string]any{"event": event, "tool": tool, "target": map[string]any{"kind": "subject", "value": target}, "args": args}
+	for _, e := range extra {
+		for k, v := range e {
+			body[k] = v
+		}
+	}
+	return s.json(who, http.MethodPost, "/effects", body)
+}
+
+// settle is POST /effects/{key}/settle.
+func (s *server) settle(who string, r reply, outcome, receipt, raw string) reply {
+	s.t.Helper()
+	body := map[string]any{"lease": r.body["lease"], "outcome": outcome, "raw": raw}
+	if receipt != "" {
+		body["receipt"] = receipt
+	}
+	if outcome != "done" {
+		body["reason"] = "the system said " + raw
+	}
+	return s.json(who, http.MethodPost, "/effects/"+r.body["key"].(string)+"/settle", body)
+}
+
+// TestEffectBeginSettleReplay: the first begin may perform (201, with key,
+// epoch, lease and lease_until); its settle records the raw answer; a
+// begin after it answers 200 with the receipt and raw answer to replay,
+// and a begin while it runs 409 pending. The first use registers the
+// tool with no recovery and no approval, shown as such.
+func TestEffectBeginSettleReplay(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	r := s.begin("agent", "run-1/step-1", "crm.set_status", "customer-17", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusCreated, r.status, r.raw)
+	require.Equal(t, "pending", r.body["state"])
+	require.Regexp(t, `^v1:[0-9a-f]{64}$`, r.body["key"])
+	require.EqualValues(t, 0, r.body["epoch"])
+	require.NotEmpty(t, r.body["lease"])
+	require.NotEmpty(t, r.body["lease_until"])
+	require.Equal(t, true, r.body["registered"])
+	require.Equal(t, "none", r.body["recovery"])
+	require.Equal(t, false, r.body["approval_required"])
+	pol, err := toolcall.CurrentPolicy(t.Context(), s.pool, "crm.set_status")
+	require.NoError(t, err)
+	require.Equal(t, "no recovery, no approval (registered on first use)", pol.Summary())
+
+	again := s.begin("proposer", "run-1/step-1", "crm.set_status", "customer-17", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusConflict, again.status, again.raw)
+	require.Equal(t, "pending", again.body["state"])
+	require.Nil(t, again.body["lease"], "only the holder gets the lease")
+	require.Equal(t, "in_doubt", again.errCode())
+	require.Contains(t, again.body["next"], "do not call")
+
+	done := s.settle("agent", r, "done", "crm-op-9", `{"ok":true,"id":"crm-op-9"}`)
+	require.Equal(t, http.StatusOK, done.status, done.raw)
+	require.Equal(t, "done", done.body["state"])
+
+	replay := s.begin("agent", "run-1/step-1", "crm.set_status", "customer-17", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusOK, replay.status, replay.raw)
+	require.Equal(t, "done", replay.body["state"])
+	require.Equal(t, "crm-op-9", replay.body["receipt"])
+	require.Equal(t, `{"ok":true,"id":"crm-op-9"}`, replay.body["raw"])
+
+	// The settle repeated (its answer lost) answers the same, changes nothing.
+	require.Equal(t, http.StatusOK, s.settle("agent", r, "done", "crm-op-9", `{"ok":true,"id":"crm-op-9"}`).status)
+	got := s.do("viewer", http.MethodGet, "/effects/"+r.body["key"].(string), "", "")
+	require.Equal(t, http.StatusOK, got.status, got.raw)
+	require.Equal(t, "done", got.body["state"])
+	require.Equal(t, "customer-17", got.body["target"].(map[string]any)["value"])
+}
+
+// TestEffectSameKeyOtherArgs: set A, set B, restore A. With three event
+// ids, three calls, each performed, final state A; with one event id, the
+// changed args are refused with 422 showing the stored args' digest, and
+// only the first is performed.
+func TestEffectSameKeyOtherArgs(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	// The outside system: the account's setting, and each real effect.
+	state, effects := "", 0
+	perform := func(r reply, value string) {
+		require.Equal(t, http.StatusCreated, r.status, r.raw)
+		state, effects = value, effects+1
+		require.Equal(t, http.StatusOK, s.settle("agent", r, "done", fmt.Sprintf("set-%d", effects), "set to "+value).status)
+	}
+	seq := []string{"A", "B", "A"}
+	for i, v := range seq {
+		r := s.begin("agent", fmt.Sprintf("run-7/turn-%d", i), "settings.set", "acct-1", map[string]any{"value": v})
+		perform(r, v)
+	}
+	require.Equal(t, "A", state)
+	require.Equal(t, 3, effects)
+
+	state, effects = "", 0
+	first := s.begin("agent", "run-8", "settings.set", "acct-2", map[string]any{"value": "A"})
+	perform(first, "A")
+	for _, v := range seq[1:] {
+		r := s.begin("agent", "run-8", "settings.set", "acct-2", map[string]any{"value": v})
+		if v == "A" {
+			require.Equal(t, http.StatusOK, r.status, "restoring A is the first call again: done")
+			continue
+		}
+		require.Equal(t, http.StatusUnprocessableEntity, r.status, r.raw)
+		require.Equal(t, "args_mismatch", r.errCode())
+		require.Equal(t, first.body["args_digest"], r.body["stored_args_digest"])
+		require.NotEqual(t, r.body["stored_args_digest"], r.body["args_digest"])
+		require.Contains(t, r.errMessage(), first.body["args_digest"].(string))
+	}
+	require.Equal(t, 1, effects)
+}
+
+// TestEffectRace: 64 runtimes begin the same key at once: exactly one 201;
+// every other answer is 409 (in flight) or 200 (done by then). Looped.
+func TestEffectRace(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(c *api.Config) { c.RatePerToken = 100_000 })
+	for round := range 5 {
+		const n = 64
+		var wg sync.WaitGroup
+		replies := make([]reply, n)
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				replies[i] = s.begin("agent", fmt.Sprintf("race-%d", round), "payment.send", "acct-9", map[string]any{"cents": 500})
+				if replies[i].status == http.StatusCreated {
+					s.settle("agent", replies[i], "done", "pay-1", "ok")
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		counts := map[int]int{}
+		for _, r := range replies {
+			counts[r.status]++
+		}
+		require.Equal(t, 1, counts[http.StatusCreated], "round %d: %v", round, counts)
+		require.Equal(t, n-1, counts[http.StatusConflict]+counts[http.StatusOK], "round %d: %v", round, counts)
+	}
+}
+
+// toolCall begins a single effect as the world's author and returns it
+// as a campaign of the matrix: its key, and its lease as the hash.
+func (w *world) toolCall(t *testing.T) campaign {
+	t.Helper()
+	w.tools++
+	res, err := toolcall.NewService(w.pool, toolcall.Options{}).Begin(w.ctx, w.author, toolcall.BeginParams{
+		Identity: ledger.KeyInput{Event: fmt.Sprintf("world-%d", w.tools), Tool: "world.tool", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "t"}},
+		Args:     []byte(`{"n":1}`),
+	})
+	require.NoError(t, err)
+	require.Equal(t, toolcall.Perform, res.Outcome)
+	return campaign{key: string(res.Status.Key), hash: res.Status.LeaseID}
+}
+
+// decide decides the approval request of approvalURL as a
+// person: the UI's action, through the same service.
+func (s *server) decide(actor approval.Actor, approvalURL, digest string, approve bool) error {
+	s.t.Helper()
+	id, err := strconv.ParseInt(approvalURL[strings.LastIndex(approvalURL, "/")+1:], 10, 64)
+	require.NoError(s.t, err)
+	_, err = toolcall.NewService(s.pool, toolcall.Options{}).Decide(s.t.Context(), actor, id, digest, approve, "not this one")
+	return err
+}
+
+// TestEffectApprovalOfExactArgs: a tool that requires approval performs
+// nothing until a person approves the call's exact args; begun with
+// changed args after the approval, it needs a new approval; an agent
+// token, and the user the call was begun for, never approve.
+func TestEffectApprovalOfExactArgs(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := t.Context()
+	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "payment.send", Recovery: toolcall.RecoveryNone,
+		ApprovalRequired: true, Description: "pays a vendor", RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+	person := func(email string, agent bool, roles ...approval.Role) approval.Actor {
+		var id int64
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT id FROM app_user WHERE email = $1`, email).Scan(&id))
+		return approval.Actor{UserID: id, Email: email, Roles: roles, Agent: agent}
+	}
+	approver := person("approver@example.com", false, approval.RoleApprover)
+	owner := person("agent-owner@example.com", false, approval.RoleProposer, approval.RoleApprover, approval.RoleOperator)
+	agent := person("agent-owner@example.com", true, approval.RoleProposer, approval.RoleApprover, approval.RoleOperator)
+	attempts := func(key string) int {
+		var n int
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE key = $1`, key).Scan(&n))
+		return n
+	}
+	pay := func(cents int) reply {
+		return s.begin("agent", "invoice-42", "payment.send", "vendor-7", map[string]any{"cents": cents}, map[string]any{"amount_minor": 5000})
+	}
+
+	a := pay(5000)
+	require.Equal(t, http.StatusAccepted, a.status, a.raw)
+	require.Equal(t, "awaiting_approval", a.body["state"])
+	require.Regexp(t, `^https://onceplan\.example/tool-calls/approvals/\d+$`, a.body["approval_url"])
+	require.Contains(t, a.body["next"], a.body["args_digest"])
+	key, digestA := a.body["key"].(string), a.body["args_digest"].(string)
+	again := pay(5000)
+	require.Equal(t, http.StatusAccepted, again.status)
+	require.Equal(t, a.body["approval_url"], again.body["approval_url"], "one request per key and args")
+	require.Zero(t, attempts(key), "nothing is performed, not even claimed, before a person approves")
+
+	// Nobody but a person who did not begin it approves.
+	require.ErrorIs(t, s.decide(agent, a.body["approval_url"].(string), digestA, true), approval.ErrForbidden)
+	require.ErrorIs(t, s.decide(owner, a.body["approval_url"].(string), digestA, true), approval.ErrForbidden)
+	require.ErrorIs(t, s.decide(approver, a.body["approval_url"].(string), strings.Repeat("0", 64), true), approval.ErrConflict,
+		"the approval names the digest the person was shown")
+	require.Equal(t, http.StatusAccepted, pay(5000).status)
+	require.NoError(t, s.decide(approver, a.body["approval_url"].(string), digestA, true))
+
+	// The args changed after the approval: a new approval, nothing performed.
+	b := pay(9999)
+	require.Equal(t, http.StatusAccepted, b.status, b.raw)
+	require.NotEqual(t, a.body["approval_url"], b.body["approval_url"])
+	require.NotEqual(t, digestA, b.body["args_digest"])
+	require.Zero(t, attempts(key))
+	// A person rejects those; they are never performed.
+	require.NoError(t, s.decide(approver, b.body["approval_url"].(string), b.body["args_digest"].(string), false))
+	rej := pay(9999)
+	require.Equal(t, http.StatusConflict, rej.status, rej.raw)
+	require.Equal(t, "rejected", rej.body["state"])
+	require.Zero(t, attempts(key))
+
+	// The approved args: performed once.
+	go1 := pay(5000)
+	require.Equal(t, http.StatusCreated, go1.status, go1.raw)
+	require.Equal(t, "approver@example.com", go1.body["approved_by"])
+	require.Equal(t, http.StatusOK, s.settle("agent", go1, "done", "pay-1", `{"id":"pay-1"}`).status)
+	require.Equal(t, http.StatusOK, pay(5000).status)
+	require.Equal(t, http.StatusUnprocessableEntity, pay(9999).status, "bound to the approved args for good")
+	require.Equal(t, 1, attempts(key))
+}
