@@ -89,17 +89,6 @@ func draftTargets(ctx context.Context, db plan.DB, listID int64, after, limit in
 	})
 }
 
-// approverEmails lists who approved a version's hash, in order.
-func approverEmails(ctx context.Context, db plan.DB, campaignID string, version int, hash string) ([]string, error) {
-	rows, err := db.Query(ctx, `
-		SELECT u.email FROM approval a JOIN app_user u ON u.id = a.approver_id
-		WHERE a.campaign_id = $1 AND a.version = $2 AND a.plan_hash = $3 ORDER BY a.id`, campaignID, version, hash)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
 // userEmails maps user ids to emails.
 func userEmails(ctx context.Context, db plan.DB, ids []int64) (map[int64]string, error) {
 	out := map[int64]string{}
