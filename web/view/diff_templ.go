@@ -156,7 +156,7 @@ func unchangedFields(fs []DiffFieldView) string {
 func listComma(i int, fs []DiffFieldView) string {
 	for _, f := range fs[i+1:] {
 		if !f.Changed {
-			return ","
+			return ", "
 		}
 	}
 	return "."
