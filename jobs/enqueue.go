@@ -216,6 +216,37 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, 
 	return r, err
 }
 
+// failedForGoodSQL counts plan @plan's targets whose newest attempt at
+// their key's current epoch failed and that no live job carries: nothing
+// will retry them (their retries ran out, or the provider refused them
+// for good) until a person resumes the campaign. It starts from the
+// plan's failed attempts (effect_plan_target), so a plan without failures
+// costs one short index range, not a walk of its list.
+var failedForGoodSQL = `
+	SELECT count(DISTINCT t.ordinal) FROM effect e
+	JOIN target t ON t.list_id = @list AND t.ordinal = e.ordinal
+	WHERE e.plan_id = @plan AND e.state = 'failed' AND e.epoch = ` + ledger.CurrentEpochOf("t.key") + `
+	  AND NOT EXISTS (SELECT 1 FROM effect n WHERE n.key = e.key AND n.epoch = e.epoch AND n.id > e.id)
+	  AND ` + notBlocked + ` AND ` + noLiveJob
+
+// FailedForGood counts campaign c's targets (of its current plan) that
+// failed and that no job will retry — a running job of a process silent
+// for longer than this enqueuer's OwnerTimeout does not count as one: the
+// "failed after their retries" that notifications tell operators about
+// (notify.Config.FailedForGood).
+func (e *Enqueuer) FailedForGood(ctx context.Context, db plan.DB, c plan.Campaign) (int, error) {
+	if c.PlanID == 0 {
+		return 0, nil
+	}
+	p, err := plan.GetPlan(ctx, db, c.PlanID)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = db.QueryRow(ctx, failedForGoodSQL, pgx.NamedArgs{"list": p.ListID, "plan": p.ID, "owner_timeout": e.OwnerTimeout.String()}).Scan(&n)
+	return n, err
+}
+
 // ProviderWorkers counts the live worker processes serving provider, alive
 // within this enqueuer's OwnerTimeout (the workers').
 func (e *Enqueuer) ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error) {

@@ -462,3 +462,45 @@ func TestNotifyBackoffIsBounded(t *testing.T) {
 		[]time.Duration{jobs.NotifyBackoff(time.Second, 1), jobs.NotifyBackoff(time.Second, 2), jobs.NotifyBackoff(time.Second, 3), jobs.NotifyBackoff(time.Second, 4)})
 	require.Equal(t, jobs.NotifyRetryMax, jobs.NotifyBackoff(time.Second, 40))
 }
+
+// TestAttentionWaitsForTheRetries: "failed after their retries" — targets
+// whose attempt failed while their retry is queued (the provider refuses
+// connections: nothing left the process) are no news for an operator, and
+// no attention message goes out for them through a whole window; targets
+// the provider refused for good (a 400: no retry) are, in one message.
+func TestAttentionWaitsForTheRetries(t *testing.T) {
+	t.Parallel()
+	team := sink.NewReceiver()
+	t.Cleanup(team.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := "http://" + ln.Addr().String() + "/hook"
+	require.NoError(t, ln.Close())
+	refusing := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(refusing.Close)
+	refusing.FailNext(4, http.StatusBadRequest, nil, `{"error":"no such recipient"}`)
+	const window = 2 * time.Second
+	w := newNotifyWorld(t, jobs.Config{NotifyWindow: window, NotifyWait: 300 * time.Millisecond},
+		[]string{"down=" + down, "refusing=" + refusing.URL()},
+		[]string{"team=" + team.URL() + "?events=attention"})
+	w.start(t)
+
+	retrying := w.running(t, "down", 4)
+	waitFor(t, 20*time.Second, "4 targets failed once, their retries queued", func() bool { return w.states(t, retrying)["failed"] == 4 })
+	failedAt := time.Now()
+	// Their retries back off (1 s, 2 s, 4 s …, 8 attempts): through a
+	// window and its wait, the scan sees them failed and not given up.
+	time.Sleep(time.Until(failedAt.Add(window + time.Second)))
+	require.Equal(t, 4, w.states(t, retrying)["failed"], "still failed, between retries")
+	require.Empty(t, team.Requests(), "no attention message for targets whose retries are queued")
+
+	rejected := w.running(t, "refusing", 4)
+	waitFor(t, 20*time.Second, "4 targets refused", func() bool { return w.states(t, rejected)["failed"] == 4 })
+	waitFor(t, 20*time.Second, "the attention message", func() bool { return len(team.Accepted()) >= 1 })
+	reqs := team.Requests()
+	require.Len(t, reqs, 1, "one attention message: the refused campaign's")
+	b := bodyOf(t, reqs[0])
+	require.Equal(t, "attention", b["event"])
+	require.Equal(t, map[string]any{"unknown": 0.0, "stranded": 0.0, "failed": 4.0}, b["counts"])
+	require.Contains(t, b["url"], "/campaigns/"+rejected+"/run?state=failed")
+}

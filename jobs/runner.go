@@ -76,7 +76,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		queues := map[string]river.QueueConfig{MaintenanceQueue: {MaxWorkers: 2}}
 		if cfg.Notifiers.Len() > 0 {
 			r.notify, err = notify.NewService(notify.Config{DB: cfg.Pool, Notifiers: cfg.Notifiers, PublicURL: cfg.PublicURL,
-				Window: cfg.NotifyWindow, Wait: cfg.NotifyWait, Owner: exec.Owner(), Logger: cfg.Logger})
+				Window: cfg.NotifyWindow, Wait: cfg.NotifyWait, FailedForGood: r.failedForGood, Owner: exec.Owner(), Logger: cfg.Logger})
 			if err != nil {
 				return nil, err
 			}
@@ -113,6 +113,12 @@ func NewRunner(cfg Config) (*Runner, error) {
 	r.enqueuer.OwnerTimeout = cfg.OwnerTimeout
 	r.enqueuer.WorkersPerQueue = cfg.WorkersPerQueue
 	return r, nil
+}
+
+// failedForGood is the enqueuer's FailedForGood; the notification service
+// is made before the enqueuer, and scans only once the runner started.
+func (r *Runner) failedForGood(ctx context.Context, db plan.DB, c plan.Campaign) (int, error) {
+	return r.enqueuer.FailedForGood(ctx, db, c)
 }
 
 // Client is the River client (for enqueueing and River's UI).

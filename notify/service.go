@@ -48,6 +48,11 @@ type Config struct {
 	// arrives as one message with its whole count. Default
 	// Window/WaitPerWindow.
 	Wait time.Duration
+	// FailedForGood counts the targets of campaign c's plan whose attempt
+	// failed and that nothing will retry (package jobs knows River's
+	// jobs): attention counts only those as failed, not a target whose
+	// retry is still queued. Nil: every failed target counts.
+	FailedForGood func(ctx context.Context, db plan.DB, c plan.Campaign) (int, error)
 	// Owner names this process in the attempts it records.
 	Owner  string
 	Logger *slog.Logger
@@ -379,7 +384,7 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 	}{
 		{"unknown", a.unknown, "the call may or may not have landed: check the provider, then resolve each as delivered or not delivered"},
 		{"stranded", a.stranded, "the provider holds them and can never complete them: revoke or resolve each"},
-		{"failed", a.failed, "definitely not sent (a failure after their retries, or one still being retried): resume the campaign to send them once more"},
+		{"failed", a.failed, "definitely not sent, and no retry is left (a failure after their retries, or a definite rejection): resume the campaign to send them once more"},
 	} {
 		if st.n == 0 {
 			continue
@@ -552,6 +557,13 @@ func (s *Service) scanOne(ctx context.Context, id string, announce func(ctx cont
 	counts, err := approval.CampaignCounts(ctx, s.cfg.DB, c)
 	if err != nil {
 		return NewAttention{}, false, err
+	}
+	// "Failed after their retries": a failed target whose job will try
+	// it again is not news for an operator yet.
+	if counts.Failed > 0 && s.cfg.FailedForGood != nil {
+		if counts.Failed, err = s.cfg.FailedForGood(ctx, s.cfg.DB, c); err != nil {
+			return NewAttention{}, false, err
+		}
 	}
 	now := [3]int{counts.Unknown, counts.Stranded, counts.Failed}
 	var (
