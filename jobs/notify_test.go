@@ -246,10 +246,7 @@ func TestNotifierDownDoesNotSlowTheSubmit(t *testing.T) {
 	t.Cleanup(hanging.Close)
 	failing.FailNext(2, http.StatusInternalServerError)
 	hanging.HangNext(1, 30*time.Second)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := "http://" + ln.Addr().String() + "/hook"
-	require.NoError(t, ln.Close())
+	dead := refusedURL(t)
 	hook := sink.NewWebhook(sink.WebhookOpts{})
 	t.Cleanup(hook.Close)
 	w := newNotifyWorld(t, jobs.Config{NotifyMaxAttempts: 3}, []string{"hook=" + hook.URL()},
@@ -472,10 +469,7 @@ func TestAttentionWaitsForTheRetries(t *testing.T) {
 	t.Parallel()
 	team := sink.NewReceiver()
 	t.Cleanup(team.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	down := "http://" + ln.Addr().String() + "/hook"
-	require.NoError(t, ln.Close())
+	down := refusedURL(t)
 	refusing := sink.NewWebhook(sink.WebhookOpts{})
 	t.Cleanup(refusing.Close)
 	refusing.FailNext(4, http.StatusBadRequest, nil, `{"error":"no such recipient"}`)
@@ -503,4 +497,15 @@ func TestAttentionWaitsForTheRetries(t *testing.T) {
 	require.Equal(t, "attention", b["event"])
 	require.Equal(t, map[string]any{"unknown": 0.0, "stranded": 0.0, "failed": 4.0}, b["counts"])
 	require.Contains(t, b["url"], "/campaigns/"+rejected+"/run?state=failed")
+}
+
+// refusedURL is an http URL on a local port nothing listens on: every
+// connection is refused.
+func refusedURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	u := "http://" + ln.Addr().String() + "/hook"
+	require.NoError(t, ln.Close())
+	return u
 }
