@@ -112,7 +112,7 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 		return d, err
 	}
 	d.Version, d.PlanHash, d.SubmittedAt = sub.Version, sub.PlanHash, sub.CreatedAt
-	if d.Approvers, err = ApproverEmails(ctx, db, c.ID, sub.Version, sub.PlanHash); err != nil {
+	if d.Approvers, err = plan.ApproverEmails(ctx, db, c.ID, sub.Version, sub.PlanHash); err != nil {
 		return d, err
 	}
 	ends := make([]string, len(decisionEnds))
@@ -155,18 +155,6 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 		d.Changed = true
 	}
 	return d, nil
-}
-
-// ApproverEmails lists who approved a campaign version's plan hash, by
-// email, in the order they approved.
-func ApproverEmails(ctx context.Context, db plan.DB, campaignID string, version int, hash string) ([]string, error) {
-	rows, err := db.Query(ctx, `
-		SELECT u.email FROM approval a JOIN app_user u ON u.id = a.approver_id
-		WHERE a.campaign_id = $1 AND a.version = $2 AND a.plan_hash = $3 ORDER BY a.id`, campaignID, version, hash)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // Message says the decision in one or two sentences, for a person or an

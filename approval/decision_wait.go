@@ -85,9 +85,10 @@ func (s *Service) WaitDecision(ctx context.Context, id string, wait time.Duratio
 type decisionHub struct {
 	pool *pgxpool.Pool
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// waiters by campaign; a campaign without waiters has no entry, so
+	// the map is empty exactly when nobody waits.
 	waiters map[string]map[*decisionWaiter]struct{}
-	count   int
 	// run is the listening goroutine's (nil when none runs); listening
 	// is set while its LISTEN is in effect.
 	run       *hubRun
@@ -131,7 +132,6 @@ func (h *decisionHub) add(id string) *decisionWaiter {
 		h.waiters[id] = map[*decisionWaiter]struct{}{}
 	}
 	h.waiters[id][w] = struct{}{}
-	h.count++
 	switch {
 	case h.run == nil:
 		ctx, cancel := context.WithCancel(context.Background())
@@ -152,9 +152,8 @@ func (h *decisionHub) remove(w *decisionWaiter) {
 	if len(h.waiters[w.id]) == 0 {
 		delete(h.waiters, w.id)
 	}
-	h.count--
 	var r *hubRun
-	if h.count == 0 {
+	if len(h.waiters) == 0 {
 		r, h.run, h.listening = h.run, nil, false
 	}
 	h.mu.Unlock()

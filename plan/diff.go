@@ -351,14 +351,26 @@ func CompareVersions(ctx context.Context, db DB, campaignID string, against Agai
 	if err != nil {
 		return Diff{}, err
 	}
-	d := Diff{Comparison: cmp}
-	if d.Done, err = DoneCount(ctx, db, cmp.Current.ListID); err != nil || cmp.Base == nil {
-		return d, err
+	done, err := DoneCount(ctx, db, cmp.Current.ListID)
+	if err != nil {
+		return Diff{Comparison: cmp}, err
+	}
+	return cmp.Diff(ctx, db, done)
+}
+
+// Diff compares cmp's two sides, as CompareVersions does, given done: the
+// current list's DoneCount (which is the same whatever the base, so two
+// comparisons of one version count it once).
+func (cmp Comparison) Diff(ctx context.Context, db DB, done int) (Diff, error) {
+	d := Diff{Comparison: cmp, Done: done}
+	if cmp.Base == nil {
+		return d, nil
 	}
 	if cmp.Base.Payload != nil {
 		d.Payload = PayloadDiff(*cmp.Base.Payload, *cmp.Current.Payload)
 	}
 	d.Settings = settingsDiff(cmp.Campaign, *cmp.Base, cmp.Current)
+	var err error
 	d.Targets, err = ListDiffCounts(ctx, db, cmp.Base.ListID, cmp.Current.ListID)
 	return d, err
 }

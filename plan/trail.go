@@ -55,13 +55,26 @@ func RunBefore(ctx context.Context, db DB, campaignID string, at time.Time) (Run
 	return r, err
 }
 
+// approvalsOf is the approvals of a campaign's version with a hash
+// ($1, $2, $3), as a FROM and WHERE clause over approval a.
+const approvalsOf = `FROM approval a WHERE a.campaign_id = $1 AND a.version = $2 AND a.plan_hash = $3`
+
 // Approvers lists who approved a campaign's version with hash, in the
 // order they did.
 func Approvers(ctx context.Context, db DB, campaignID string, version int, hash string) ([]int64, error) {
-	rows, err := db.Query(ctx, `SELECT approver_id FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3 ORDER BY id`,
-		campaignID, version, hash)
+	rows, err := db.Query(ctx, `SELECT a.approver_id `+approvalsOf+` ORDER BY a.id`, campaignID, version, hash)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// ApproverEmails is Approvers by email.
+func ApproverEmails(ctx context.Context, db DB, campaignID string, version int, hash string) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT (SELECT u.email FROM app_user u WHERE u.id = a.approver_id) `+approvalsOf+` ORDER BY a.id`,
+		campaignID, version, hash)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

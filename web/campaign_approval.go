@@ -54,7 +54,7 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 		PlanHash: hash, TargetCount: d.TargetCount, Required: camp.RequiredApprovals,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}
-	if p.Approvers, err = approval.ApproverEmails(ctx, s.cfg.Pool, camp.ID, camp.Version, hash); err != nil {
+	if p.Approvers, err = plan.ApproverEmails(ctx, s.cfg.Pool, camp.ID, camp.Version, hash); err != nil {
 		return p, err
 	}
 	p.Approvals = len(p.Approvers)

@@ -35,11 +35,12 @@ func diffURL(campaignID string, against plan.Against, kind plan.RowChange, after
 	return "/campaigns/" + campaignID + "/diff?" + q.Encode()
 }
 
-// versionDiff compares the campaign's current version with the base
-// against names, as a page shows it: the counts, the payload line by line
-// and the first rows of each kind.
-func (s *Server) versionDiff(ctx context.Context, id string, against plan.Against) (view.VersionDiff, error) {
-	d, err := plan.CompareVersions(ctx, s.cfg.Pool, id, against)
+// versionDiff is comparison cmp as a page shows it: the counts, the
+// payload line by line and the first rows of each kind; done is the
+// current list's plan.DoneCount.
+func (s *Server) versionDiff(ctx context.Context, cmp plan.Comparison, done int) (view.VersionDiff, error) {
+	against := cmp.Against
+	d, err := cmp.Diff(ctx, s.cfg.Pool, done)
 	if err != nil {
 		return view.VersionDiff{}, err
 	}
@@ -88,10 +89,14 @@ func (s *Server) approvalDiffs(ctx context.Context, camp plan.Campaign) ([]view.
 	if err != nil {
 		return nil, err
 	}
+	done, err := plan.DoneCount(ctx, s.cfg.Pool, approved.Current.ListID)
+	if err != nil {
+		return nil, err
+	}
 	var out []view.VersionDiff
 	// The approved version itself tells an approver nothing new.
 	if approved.Base == nil || approved.Base.Version != approved.Current.Version {
-		v, err := s.versionDiff(ctx, camp.ID, plan.AgainstApproved)
+		v, err := s.versionDiff(ctx, approved, done)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +105,7 @@ func (s *Server) approvalDiffs(ctx context.Context, camp plan.Campaign) ([]view.
 	same := approved.Base != nil && previous.Base != nil &&
 		approved.Base.Version == previous.Base.Version && approved.Base.PlanHash == previous.Base.PlanHash
 	if previous.Base != nil && !same {
-		v, err := s.versionDiff(ctx, camp.ID, plan.AgainstPrevious)
+		v, err := s.versionDiff(ctx, previous, done)
 		if err != nil {
 			return nil, err
 		}
@@ -184,8 +189,16 @@ func (s *Server) handleDiff(c echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
+	cmp, err := plan.Compare(ctx, s.cfg.Pool, camp.ID, against)
+	if err != nil {
+		return err
+	}
 	if !c.QueryParams().Has("rows") {
-		d, err := s.versionDiff(ctx, camp.ID, against)
+		done, err := plan.DoneCount(ctx, s.cfg.Pool, cmp.Current.ListID)
+		if err != nil {
+			return err
+		}
+		d, err := s.versionDiff(ctx, cmp, done)
 		if err != nil {
 			return err
 		}
@@ -193,10 +206,6 @@ func (s *Server) handleDiff(c echo.Context) error {
 			Campaign: campaignView(camp), Diff: d}))
 	}
 	kind, err := plan.ParseRowChange(c.QueryParam("rows"))
-	if err != nil {
-		return err
-	}
-	cmp, err := plan.Compare(ctx, s.cfg.Pool, camp.ID, against)
 	if err != nil {
 		return err
 	}
