@@ -93,11 +93,7 @@ const answerKept = 2000
 // clean makes s storable as text: valid UTF-8, no NUL, at most
 // answerKept bytes.
 func clean(s string) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) > answerKept {
-		s = strings.ToValidUTF8(s[:answerKept-3], "") + "…"
-	}
-	return s
+	return clip(strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD"), answerKept)
 }
 
 // post sends a webhook notification's body.

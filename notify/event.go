@@ -57,15 +57,16 @@ func ParseEvent(s string) (Event, error) {
 	if e := Event(strings.TrimSpace(s)); slices.Contains(Events, e) {
 		return e, nil
 	}
-	return "", &parseError{msg: "\"" + s + "\" is not an event (" + eventNames() + ")"}
+	return "", &parseError{msg: "\"" + s + "\" is not an event (" + joinEvents(Events, ", ") + ")"}
 }
 
-func eventNames() string {
-	names := make([]string, len(Events))
-	for i, e := range Events {
+// joinEvents joins the events' names with sep.
+func joinEvents(events []Event, sep string) string {
+	names := make([]string, len(events))
+	for i, e := range events {
 		names[i] = string(e)
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(names, sep)
 }
 
 // Audience says, in a few words, who an event reaches (the preferences

@@ -3,6 +3,7 @@ package notify
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode"
@@ -65,9 +66,7 @@ func (m message) text(footer string) string {
 // it and ignores the rest) and the structured fields.
 func (m message) webhookBody() (string, error) {
 	body := map[string]any{"text": m.summary(), "event": string(m.event), "occurred_at": m.at.UTC().Format(time.RFC3339)}
-	for k, v := range m.fields {
-		body[k] = v
-	}
+	maps.Copy(body, m.fields)
 	b, err := json.Marshal(body)
 	return string(b), err
 }

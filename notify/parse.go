@@ -270,11 +270,7 @@ func eventsOption(events []Event) []string {
 	if events == nil {
 		return nil
 	}
-	names := make([]string, len(events))
-	for i, e := range events {
-		names[i] = string(e)
-	}
-	return []string{"events=" + strings.Join(names, ",")}
+	return []string{"events=" + joinEvents(events, ",")}
 }
 
 func parseWebhook(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) (*Notifier, error) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -91,9 +92,6 @@ func NewService(cfg Config) (*Service, error) {
 // Notifiers are the configured notifiers.
 func (s *Service) Notifiers() *Registry { return s.cfg.Notifiers }
 
-// Window is the attention window in force.
-func (s *Service) Window() time.Duration { return s.cfg.Window }
-
 // Source is what a notification is about: a recorded decision (a trail
 // entry's id) or an attention batch (a notification_attention row of kind
 // notified). Exactly one is set.
@@ -154,6 +152,8 @@ func (s *Service) address(ctx context.Context, src Source, m message) ([]draft, 
 	if err != nil {
 		return nil, err
 	}
+	var hookBody string // the same for every webhook
+	userBody := m.text(fmt.Sprintf("You get this because %s. Choose which notifications reach you: %s%s", m.why, s.cfg.PublicURL, AccountPath))
 	var out []draft
 	for _, n := range s.cfg.Notifiers.All() {
 		if !n.Carries(m.event) {
@@ -161,9 +161,12 @@ func (s *Service) address(ctx context.Context, src Source, m message) ([]draft, 
 		}
 		d := draft{src: src, event: m.event, campaign: m.campaign.ID, notifier: n.name, kind: n.kind, subject: m.subject}
 		if n.kind == KindWebhook {
-			if d.body, err = m.webhookBody(); err != nil {
-				return nil, err
+			if hookBody == "" {
+				if hookBody, err = m.webhookBody(); err != nil {
+					return nil, err
+				}
 			}
+			d.body = hookBody
 			out = append(out, d)
 			continue
 		}
@@ -174,18 +177,17 @@ func (s *Service) address(ctx context.Context, src Source, m message) ([]draft, 
 					continue
 				}
 				seen = append(seen, u.Email)
-				d.recipient, d.userID = u.Email, u.ID
-				d.body = m.text(fmt.Sprintf("You get this because %s. Choose which notifications reach you: %s%s", m.why, s.cfg.PublicURL, AccountPath))
+				d.recipient, d.userID, d.body = u.Email, u.ID, userBody
 				out = append(out, d)
 			}
 		}
+		fixedBody := m.text(fmt.Sprintf("Sent to this address by Onceplan's notifier %q.", n.name))
 		for _, a := range n.to {
 			if slices.Contains(seen, a) {
 				continue
 			}
 			seen = append(seen, a)
-			d.recipient, d.userID = a, 0
-			d.body = m.text(fmt.Sprintf("Sent to this address by Onceplan's notifier %q.", n.name))
+			d.recipient, d.userID, d.body = a, 0, fixedBody
 			out = append(out, d)
 		}
 	}
@@ -200,12 +202,12 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 	if err != nil {
 		return message{}, false, err
 	}
+	if src.Attention != 0 {
+		return s.attentionMessage(ctx, src.Attention, users)
+	}
 	byID := make(map[int64]auth.User, len(users))
 	for _, u := range users {
 		byID[u.ID] = u
-	}
-	if src.Attention != 0 {
-		return s.attentionMessage(ctx, src.Attention, users)
 	}
 	ev, err := plan.GetEvent(ctx, db, src.Event)
 	if err != nil {
@@ -239,7 +241,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 			return m, false, err
 		}
 		for _, u := range users {
-			if !u.Disabled() && u.Actor().Has(approval.RoleApprover) && !sub.IsAuthor(u.ID) {
+			if !u.Disabled() && EventSubmitted.For(u.Actor()) && !sub.IsAuthor(u.ID) {
 				m.users = append(m.users, u)
 			}
 		}
@@ -252,7 +254,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 				plural(c.RequiredApprovals, "approval", "approvals")),
 			"Review it, and approve or reject it: " + link,
 		}
-		maps(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
+		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
 			"submitted_by": who(byID, sub.SubmittedBy), "required_approvals": c.RequiredApprovals, "plan_hash": sub.PlanHash,
 			"approval_url": link, "url": link, "must_act": emails(m.users)})
 	case EventApproved:
@@ -288,7 +290,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 				ev.Version, quoted(c.Name), plural(len(ids), "approval", "approvals"), joinAnd(approvers), next),
 			"The run: " + link,
 		}
-		maps(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy), "approvers": approvers,
+		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy), "approvers": approvers,
 			"plan_hash": ev.PlanHash, "url": link})
 	case EventRejected:
 		sub, err := plan.SubmissionOf(ctx, db, ev)
@@ -303,7 +305,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 			fmt.Sprintf("%s rejected version %d of %s: %s", who(byID, ev.ActorID), ev.Version, quoted(c.Name), oneLine(ev.Reason)),
 			"Change the draft and submit it again: " + link,
 		}
-		maps(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
+		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
 			"rejected_by": who(byID, ev.ActorID), "reason": ev.Reason, "url": link})
 	case EventCompleted:
 		run, err := plan.RunBefore(ctx, db, c.ID, ev.CreatedAt)
@@ -330,17 +332,11 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 			m.paras = append(m.paras, strings.Join(metric.Reasons, "\n"))
 		}
 		m.paras = append(m.paras, "The audit: "+link)
-		maps(m.fields, map[string]any{"target_count": p.TargetCount, "proposer": who(byID, p.ProposedBy), "started_by": who(byID, run.StartedBy),
+		maps.Copy(m.fields, map[string]any{"target_count": p.TargetCount, "proposer": who(byID, p.ProposedBy), "started_by": who(byID, run.StartedBy),
 			"headline": headline, "holds": metric.Holds, "exactly_once": metric.ExactlyOnce, "approved": metric.Approved,
 			"audit": metric, "url": link})
 	}
 	return m, true, nil
-}
-
-func maps(dst, src map[string]any) {
-	for k, v := range src {
-		dst[k] = v
-	}
 }
 
 // attention is one notification_attention row.
@@ -354,10 +350,17 @@ type attention struct {
 
 func (a attention) counts() [3]int { return [3]int{a.unknown, a.stranded, a.failed} }
 
+// attentionColumns are the notification_attention columns an attention
+// is read from, in the order of attention.dest.
+const attentionColumns = `id, campaign_id, kind, unknown, stranded, failed, created_at`
+
+func (a *attention) dest() []any {
+	return []any{&a.id, &a.campaignID, &a.kind, &a.unknown, &a.stranded, &a.failed, &a.at}
+}
+
 func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.User) (message, bool, error) {
 	var a attention
-	err := s.cfg.DB.QueryRow(ctx, `SELECT id, campaign_id, kind, unknown, stranded, failed, created_at FROM notification_attention WHERE id = $1`, id).
-		Scan(&a.id, &a.campaignID, &a.kind, &a.unknown, &a.stranded, &a.failed, &a.at)
+	err := s.cfg.DB.QueryRow(ctx, `SELECT `+attentionColumns+` FROM notification_attention WHERE id = $1`, id).Scan(a.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && a.kind != "notified") {
 		return message{}, false, err
 	}
@@ -370,7 +373,7 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 	}
 	m := message{event: EventAttention, campaign: c, at: a.at, why: "you are an operator"}
 	for _, u := range users {
-		if !u.Disabled() && u.Actor().Has(approval.RoleOperator) {
+		if !u.Disabled() && EventAttention.For(u.Actor()) {
 			m.users = append(m.users, u)
 		}
 	}
@@ -468,13 +471,13 @@ func (s *Service) Deliver(ctx context.Context, id int64, attempt int, final bool
 		}
 		cancel()
 	}
-	status, res := "delivered", Delivered
+	status, res := StateDelivered, Delivered
 	switch {
 	case a.outcome == delivered:
 	case a.outcome == permanent || final:
-		status, res = "failed", GaveUp
+		status, res = StateFailed, GaveUp
 	default:
-		status, res = "retrying", Retry
+		status, res = StateRetrying, Retry
 	}
 	var httpStatus *int
 	if a.httpStatus != 0 {
@@ -574,14 +577,13 @@ func (s *Service) scanOne(ctx context.Context, id string, announce func(ctx cont
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('onceplan_attention:' || $1, 0))`, id); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT id, campaign_id, kind, unknown, stranded, failed, created_at FROM notification_attention
-			WHERE campaign_id = $1 ORDER BY id`, id)
+		rows, err := tx.Query(ctx, `SELECT `+attentionColumns+` FROM notification_attention WHERE campaign_id = $1 ORDER BY id`, id)
 		if err != nil {
 			return err
 		}
 		var all []attention
 		var a attention
-		if _, err := pgx.ForEachRow(rows, []any{&a.id, &a.campaignID, &a.kind, &a.unknown, &a.stranded, &a.failed, &a.at}, func() error {
+		if _, err := pgx.ForEachRow(rows, a.dest(), func() error {
 			all = append(all, a)
 			return nil
 		}); err != nil {

@@ -15,9 +15,10 @@ import (
 // The SQL of the notification tables (migration 0020), in one place.
 
 // insertNotifications records drafts, each once per source, notifier and
-// recipient, and returns those it wrote (none that existed already).
+// recipient, and returns those it wrote (none that existed already). The
+// rows go in one batch: one round trip however many recipients.
 func insertNotifications(ctx context.Context, tx pgx.Tx, drafts []draft) ([]Recorded, error) {
-	var out []Recorded
+	b := &pgx.Batch{}
 	for _, d := range drafts {
 		var (
 			event, att *int64
@@ -35,12 +36,18 @@ func insertNotifications(ctx context.Context, tx pgx.Tx, drafts []draft) ([]Reco
 		if att != nil {
 			conflict = `(attention_id, notifier, recipient) WHERE attention_id IS NOT NULL`
 		}
-		var id int64
-		err := tx.QueryRow(ctx, `
+		b.Queue(`
 			INSERT INTO notification (event, campaign_event_id, attention_id, campaign_id, notifier, kind, recipient, user_id, subject, body)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT `+conflict+` DO NOTHING RETURNING id`,
-			string(d.event), event, att, d.campaign, d.notifier, d.kind, d.recipient, user, clip(d.subject, 1000), d.body).Scan(&id)
+			string(d.event), event, att, d.campaign, d.notifier, d.kind, d.recipient, user, clip(d.subject, 1000), d.body)
+	}
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	var out []Recorded
+	for _, d := range drafts {
+		var id int64
+		err := res.QueryRow().Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // expanded before
 		}
@@ -49,7 +56,7 @@ func insertNotifications(ctx context.Context, tx pgx.Tx, drafts []draft) ([]Reco
 		}
 		out = append(out, Recorded{ID: id, Notifier: d.notifier})
 	}
-	return out, nil
+	return out, res.Close()
 }
 
 // clip bounds s to n bytes, ending in "…" when cut.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/onceplan/onceplan/notify"
@@ -29,11 +30,7 @@ func (s *Server) notificationsSection(ctx context.Context) (view.NotificationsSe
 		row.Pending, row.Retrying, row.Failed, row.Delivered = c[notify.StatePending], c[notify.StateRetrying], c[notify.StateFailed], c[notify.StateDelivered]
 		sec.Notifiers = append(sec.Notifiers, row)
 	}
-	if s.cfg.NotifyWindow > 0 {
-		sec.Window = s.cfg.NotifyWindow.String()
-	} else {
-		sec.Window = notify.DefaultWindow.String()
-	}
+	sec.Window = cmp.Or(s.cfg.NotifyWindow, notify.DefaultWindow).String()
 	ds, err := notify.Undelivered(ctx, s.cfg.Pool, undeliveredShown)
 	if err != nil {
 		return sec, err

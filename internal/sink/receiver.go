@@ -33,10 +33,7 @@ type Receiver struct {
 
 	mu       sync.Mutex
 	requests []ReceivedRequest
-	failN    int
-	status   int
-	hangN    int
-	hangFor  time.Duration
+	after    afterApply // dropN unused: a receiver does not drop
 }
 
 // NewReceiver starts a receiver.
@@ -59,7 +56,7 @@ func (r *Receiver) Close() {
 func (r *Receiver) FailNext(n, status int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.failN, r.status = n, status
+	r.after.failN, r.after.failStatus = n, status
 }
 
 // HangNext makes the next n requests wait d (or until the client goes
@@ -67,7 +64,7 @@ func (r *Receiver) FailNext(n, status int) {
 func (r *Receiver) HangNext(n int, d time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hangN, r.hangFor = n, d
+	r.after.hangN, r.after.hangFor = n, d
 }
 
 // Requests returns the requests received, in order.
@@ -94,21 +91,16 @@ func (r *Receiver) serve(rw http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(io.LimitReader(req.Body, 8<<20))
 	r.mu.Lock()
 	rec := ReceivedRequest{Header: req.Header.Clone(), Body: body, At: time.Now(), Status: http.StatusOK}
-	var hang time.Duration
-	switch {
-	case r.failN > 0:
-		r.failN--
-		rec.Status = r.status
-	case r.hangN > 0:
-		r.hangN--
-		hang = r.hangFor
+	then := r.after.next()
+	if then.failStatus != 0 {
+		rec.Status = then.failStatus
 	}
 	i := len(r.requests)
 	r.requests = append(r.requests, rec)
 	r.mu.Unlock()
 
-	if hang > 0 {
-		t := time.NewTimer(hang)
+	if then.hang && then.hangFor > 0 {
+		t := time.NewTimer(then.hangFor)
 		defer t.Stop()
 		select {
 		case <-t.C:
