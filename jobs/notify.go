@@ -167,32 +167,12 @@ func (c Config) attentionInterval() time.Duration {
 // periodic jobs, which run only on River's elected leader (a leader
 // without notifiers would never scan).
 func (r *Runner) attentionLoop(ctx context.Context) {
-	defer close(r.attentionDone)
-	t := time.NewTicker(r.cfg.attentionInterval())
-	defer t.Stop()
-	for {
-		if err := r.scanAttention(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("notifications: scanning for targets that need attention", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	r.lockedLoop(ctx, r.attentionDone, r.cfg.attentionInterval(), attentionLock,
+		"notifications: scanning for targets that need attention", r.scanAttention)
 }
 
+// scanAttention is one attention scan (under attentionLock).
 func (r *Runner) scanAttention(ctx context.Context) error {
-	conn, err := r.cfg.Pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(attentionLock)).Scan(&got); err != nil || !got {
-		return err
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(attentionLock))
 	found, err := r.notify.ScanAttention(ctx, func(ctx context.Context, tx pgx.Tx, a notify.NewAttention) error {
 		_, err := r.client.InsertTx(ctx, tx, AnnounceArgs{Attention: a.ID}, &river.InsertOpts{MaxAttempts: r.cfg.NotifyMaxAttempts})
 		return err

@@ -176,12 +176,23 @@ func (r *Runner) Start(ctx context.Context, svc *approval.Service) error {
 // the leader is killed a new one is elected only when its lease expires —
 // recovery would wait on that.
 func (r *Runner) maintainLoop(ctx context.Context) {
-	defer close(r.maintDone)
-	t := time.NewTicker(r.cfg.MaintenanceInterval)
+	r.lockedLoop(ctx, r.maintDone, r.cfg.MaintenanceInterval, maintenanceLock, "maintenance", r.Maintain)
+}
+
+// maintenanceLock serialises maintenance rounds across processes.
+const maintenanceLock = 0x6f6e63656d61696e // "oncemain"
+
+// lockedLoop runs round every interval until ctx ends, then closes done.
+// A round runs only in the process holding the session advisory lock
+// lock at that moment (another process's round is skipped, not queued);
+// errors are logged under what.
+func (r *Runner) lockedLoop(ctx context.Context, done chan struct{}, interval time.Duration, lock int64, what string, round func(context.Context) error) {
+	defer close(done)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := r.maintainOnce(ctx); err != nil && ctx.Err() == nil {
-			r.cfg.Logger.Error("maintenance", "err", err)
+		if err := r.locked(ctx, lock, round); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error(what, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -191,21 +202,20 @@ func (r *Runner) maintainLoop(ctx context.Context) {
 	}
 }
 
-// maintenanceLock serialises maintenance rounds across processes.
-const maintenanceLock = 0x6f6e63656d61696e // "oncemain"
-
-func (r *Runner) maintainOnce(ctx context.Context) error {
+// locked runs f while holding the session advisory lock lock, or skips it
+// when another process holds it.
+func (r *Runner) locked(ctx context.Context, lock int64, f func(context.Context) error) error {
 	conn, err := r.cfg.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
 	var got bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(maintenanceLock)).Scan(&got); err != nil || !got {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, lock).Scan(&got); err != nil || !got {
 		return err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(maintenanceLock))
-	return r.Maintain(ctx)
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, lock)
+	return f(ctx)
 }
 
 // Stop lets jobs in flight finish (soft stop), cancels them if ctx ends
