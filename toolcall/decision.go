@@ -74,26 +74,25 @@ type Request struct {
 // this request would perform nothing.
 func (r Request) Stale() bool { return r.BoundDigest != "" && r.BoundDigest != r.ArgsDigest }
 
-// GetRequest reads approval request id.
-func (s *Service) GetRequest(ctx context.Context, id int64) (Request, error) {
-	var r Request
-	var key, canonical string
-	var policyID int64
-	var decidedAt *time.Time
-	err := s.pool.QueryRow(ctx, `
+// requestSelect reads approval requests, each with its decision and the
+// digest its key is bound to; a WHERE clause follows.
+const requestSelect = `
 		SELECT r.id, r.key, r.identity, r.args, r.args_digest, r.requested_by, r.requested_by_user, r.created_at, r.policy_id,
 		       coalesce(a.decision, ''), coalesce(u.email, ''), coalesce(a.reason, ''), a.created_at, coalesce(c.args_digest, '')
 		FROM tool_approval_request r
 		LEFT JOIN tool_approval a ON a.request_id = r.id
 		LEFT JOIN app_user u ON u.id = a.decided_by
-		LEFT JOIN tool_call c ON c.key = r.key
-		WHERE r.id = $1`, id).Scan(&r.ID, &key, &canonical, &r.Args, &r.ArgsDigest, &r.RequestedBy, &r.RequestedByUser, &r.CreatedAt, &policyID,
-		&r.Decision, &r.DecidedBy, &r.Reason, &decidedAt, &r.BoundDigest)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Request{}, fmt.Errorf("%w: there is no tool call approval request %d", plan.ErrNotFound, id)
-	}
-	if err != nil {
-		return Request{}, err
+		LEFT JOIN tool_call c ON c.key = r.key`
+
+// scanRequest reads a row of requestSelect, and the id of its policy.
+func scanRequest(row pgx.Row) (Request, int64, error) {
+	var r Request
+	var key, canonical string
+	var policyID int64
+	var decidedAt *time.Time
+	if err := row.Scan(&r.ID, &key, &canonical, &r.Args, &r.ArgsDigest, &r.RequestedBy, &r.RequestedByUser, &r.CreatedAt, &policyID,
+		&r.Decision, &r.DecidedBy, &r.Reason, &decidedAt, &r.BoundDigest); err != nil {
+		return Request{}, 0, err
 	}
 	r.Key = ledger.Key(key)
 	if decidedAt != nil {
@@ -101,9 +100,21 @@ func (s *Service) GetRequest(ctx context.Context, id int64) (Request, error) {
 	}
 	st := Status{Key: r.Key}
 	if err := st.setIdentity(canonical); err != nil {
-		return Request{}, err
+		return Request{}, 0, err
 	}
 	r.Tool, r.Event, r.Target, r.AmountMinor, r.Scope = st.Tool, st.Event, st.Target, st.AmountMinor, st.Scope
+	return r, policyID, nil
+}
+
+// GetRequest reads approval request id.
+func (s *Service) GetRequest(ctx context.Context, id int64) (Request, error) {
+	r, policyID, err := scanRequest(s.pool.QueryRow(ctx, requestSelect+` WHERE r.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Request{}, fmt.Errorf("%w: there is no tool call approval request %d", plan.ErrNotFound, id)
+	}
+	if err != nil {
+		return Request{}, err
+	}
 	r.Policy, err = policyByID(ctx, s.pool, policyID)
 	return r, err
 }
@@ -144,7 +155,7 @@ func (s *Service) Decide(ctx context.Context, a approval.Actor, id int64, digest
 			id, decision, digest, a.UserID, reason); err != nil {
 			return decisionRefusal(err)
 		}
-		return recordEvent(ctx, tx, eventParams{Key: r.Key, Tool: r.Tool, Event: r.Event, Action: map[bool]string{true: "approve", false: "reject"}[approve],
+		return recordEvent(ctx, tx, eventParams{Key: r.Key, Tool: r.Tool, Event: r.Event, Action: string(action),
 			Actor: &a, Reason: reason, Detail: map[string]any{"request": id, "args_digest": digest}})
 	})
 	if err != nil {
@@ -183,25 +194,37 @@ func (s *Service) Requests(ctx context.Context, f RequestFilter) ([]Request, err
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT r.id FROM tool_approval_request r
+	rows, err := s.pool.Query(ctx, requestSelect+`
 		WHERE NOT $1 OR (NOT EXISTS (SELECT 1 FROM tool_approval a WHERE a.request_id = r.id)
 		                 AND NOT EXISTS (SELECT 1 FROM tool_call c WHERE c.key = r.key AND c.args_digest <> r.args_digest))
 		ORDER BY r.id DESC LIMIT $2`, f.Waiting, f.Limit)
 	if err != nil {
 		return nil, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var policyIDs []int64
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Request, error) {
+		r, policyID, err := scanRequest(row)
+		policyIDs = append(policyIDs, policyID)
+		return r, err
+	})
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	// The requests' policies in one read, not one per request.
+	prows, err := s.pool.Query(ctx, `SELECT `+policyCols+` FROM tool_policy WHERE id = ANY($1)`, policyIDs)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Request, 0, len(ids))
-	for _, id := range ids {
-		r, err := s.GetRequest(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+	policies, err := pgx.CollectRows(prows, func(row pgx.CollectableRow) (Policy, error) { return scanPolicy(row) })
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]Policy, len(policies))
+	for _, p := range policies {
+		byID[p.ID] = p
+	}
+	for i := range out {
+		out[i].Policy = byID[policyIDs[i]]
 	}
 	return out, nil
 }

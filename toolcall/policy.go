@@ -169,13 +169,8 @@ func (p RegisterParams) Validate() error {
 }
 
 // DB is what the package's reads and single statements need: a pool, a
-// connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+// connection or a transaction — the ledger's.
+type DB = ledger.DB
 
 // ErrNotOwner: the database role may not register a tool's policy (only
 // the schema's owner may, as `onceplan tool add` does).

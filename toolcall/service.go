@@ -180,17 +180,26 @@ func (p BeginParams) validate() (validated, error) {
 	case bytes.Contains(args, []byte(`\u0000`)):
 		return validated{}, &plan.FieldError{Field: "args", Reason: "contains a NUL character (\\u0000), which PostgreSQL's JSON cannot hold"}
 	}
-	lease := p.Lease
-	if lease == 0 {
-		lease = DefaultLease
-	}
-	if lease < MinLease || lease > MaxLease {
-		return validated{}, &plan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
+	lease, err := leaseOrDefault(p.Lease)
+	if err != nil {
+		return validated{}, err
 	}
 	if _, err := ParseRecovery(string(p.Recovery)); err != nil {
 		return validated{}, err
 	}
 	return validated{key: key, identity: string(canonical), in: in, args: args, lease: lease}, nil
+}
+
+// leaseOrDefault is a begin's or heartbeat's lease: d, or DefaultLease
+// for 0, within MinLease and MaxLease.
+func leaseOrDefault(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		d = DefaultLease
+	}
+	if d < MinLease || d > MaxLease {
+		return 0, &plan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
+	}
+	return d, nil
 }
 
 // policyFor is the tool's policy in force, registering its first use, and
@@ -545,7 +554,7 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 			}
 			conflict = fmt.Errorf("%w: the attempt for key %s is already %s (recovery settled it); your answer is recorded beside it for the person who looks at it",
 				ledger.ErrConflict, p.Key, r.state)
-			ev.Action, ev.State = "settle", r.state
+			ev.State = r.state
 			ev.Detail["late"] = true
 		}
 		return recordEvent(ctx, tx, ev)
@@ -565,16 +574,14 @@ func (s *Service) Heartbeat(ctx context.Context, a approval.Actor, key ledger.Ke
 	if err := approval.Authorize(a, approval.ActionPerform); err != nil {
 		return Status{}, err
 	}
-	if d == 0 {
-		d = DefaultLease
-	}
-	if d < MinLease || d > MaxLease {
-		return Status{}, &plan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
+	d, err := leaseOrDefault(d)
+	if err != nil {
+		return Status{}, err
 	}
 	if strings.TrimSpace(lease) == "" {
 		return Status{}, &plan.FieldError{Field: "lease", Reason: "is required: the lease the begin answered"}
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := lockAttempt(ctx, tx, key, lease)
 		if err != nil {
 			return err

@@ -96,16 +96,18 @@ LEFT JOIN LATERAL (SELECT e.* FROM effect e WHERE e.key = c.key AND e.epoch = cu
 LEFT JOIN tool_attempt a ON a.effect_id = x.id`
 
 // statusQuery reads the call's intent and its latest attempt at the key's
-// current epoch ($1), with the attempt's policy and its latest raw
-// answer, in one snapshot.
+// current epoch ($1), with the attempt's policy, who approved its args and
+// its latest raw answer, in one snapshot.
 var statusQuery = `
 SELECT c.identity, c.args, c.args_digest, cur.epoch,
        coalesce(x.id, 0), coalesce(x.state::text, ''), coalesce(x.attempt, 0),
        coalesce(x.receipt, ''), coalesce(x.reason, ''), coalesce(x.resolved_by, ''), coalesce(x.resolution, ''),
        x.settled_at, x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
-       coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0),
+       coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
        r.body, coalesce(r.kind, '')` + latestAttemptFrom + `
+LEFT JOIN tool_approval ap ON ap.request_id = a.approval_id
+LEFT JOIN app_user u ON u.id = ap.decided_by
 LEFT JOIN LATERAL (SELECT body, kind FROM effect_response WHERE effect_id = x.id ORDER BY id DESC LIMIT 1) r ON true
 WHERE c.key = $1`
 
@@ -141,19 +143,18 @@ var ErrNotFound = fmt.Errorf("%w: no single effect", plan.ErrNotFound)
 func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Status, error) {
 	st := Status{Key: key}
 	var (
-		canonical   string
-		state       string
-		settled     *time.Time
-		updated     *time.Time
-		leaseUntil  *time.Time
-		policyID    int64
-		raw         []byte
-		rawKind     string
-		attemptAppr int64
+		canonical  string
+		state      string
+		settled    *time.Time
+		updated    *time.Time
+		leaseUntil *time.Time
+		policyID   int64
+		raw        []byte
+		rawKind    string
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
 		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &settled, &updated,
-		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &attemptAppr, &raw, &rawKind)
+		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return requestStatus(ctx, db, key, digest)
@@ -182,17 +183,10 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	if err != nil {
 		return Status{}, err
 	}
-	if attemptAppr != 0 {
-		st.ApprovalID = attemptAppr
-	}
 	if st.State == StateNew && st.Policy.ApprovalRequired {
 		// Bound by an earlier attempt that failed or was revoked: a new
 		// attempt needs the approval of the bound args, as any.
 		if err := st.setApproval(ctx, db, st.ArgsDigest); err != nil {
-			return Status{}, err
-		}
-	} else if st.ApprovalID != 0 {
-		if err := st.approver(ctx, db); err != nil {
 			return Status{}, err
 		}
 	}
@@ -251,10 +245,4 @@ func (st *Status) setApproval(ctx context.Context, db DB, digest string) error {
 		st.State = StateAwaitingApproval
 	}
 	return nil
-}
-
-// approver names who approved the attempt's args.
-func (st *Status) approver(ctx context.Context, db DB) error {
-	return db.QueryRow(ctx, `SELECT u.email FROM tool_approval a JOIN app_user u ON u.id = a.decided_by WHERE a.request_id = $1`,
-		st.ApprovalID).Scan(&st.ApprovedBy)
 }

@@ -85,6 +85,17 @@ type Intent struct {
 	Lease time.Duration
 }
 
+// lease is in.Lease, or the server's default of 60s.
+func (in Intent) lease() time.Duration {
+	if in.Lease == 0 {
+		return time.Minute
+	}
+	return in.Lease
+}
+
+// seconds is a lease as the API's lease_seconds: whole seconds, at least 1.
+func seconds(lease time.Duration) int { return int(max(lease, time.Second) / time.Second) }
+
 // Effect is the server's answer about a call (the API's SingleEffect).
 type Effect struct {
 	Key              string     `json:"key"`
@@ -190,12 +201,9 @@ type Body func(ctx context.Context, key string) (raw []byte, receipt string, err
 // mismatch return a *NotPerformedError without running it. The error of
 // a body that ran is returned after its outcome is settled.
 func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
-	lease := in.Lease
-	if lease == 0 {
-		lease = time.Minute
-	}
+	lease := in.lease()
 	sent := time.Now()
-	eff, status, err := c.begin(ctx, in, lease)
+	eff, status, err := c.Begin(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}
@@ -305,20 +313,12 @@ func (c *Client) settleRetrying(ctx context.Context, eff Effect, outcome, receip
 // approval, 409 in doubt. A 422 (args mismatch) is a *NotPerformedError;
 // other failures an *Error.
 func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
-	lease := in.Lease
-	if lease == 0 {
-		lease = time.Minute
-	}
-	return c.begin(ctx, in, lease)
-}
-
-func (c *Client) begin(ctx context.Context, in Intent, lease time.Duration) (Effect, int, error) {
 	args := in.Args
 	if args == nil {
 		args = json.RawMessage(`{}`)
 	}
 	body := map[string]any{"event": in.Event, "tool": in.Tool, "target": in.Target, "args": args,
-		"lease_seconds": int(max(lease, time.Second) / time.Second)}
+		"lease_seconds": seconds(in.lease())}
 	if in.AmountMinor != 0 {
 		body["amount_minor"] = in.AmountMinor
 	}
@@ -369,7 +369,7 @@ func (c *Client) Settle(ctx context.Context, key string, p SettleParams) (Effect
 func (c *Client) Heartbeat(ctx context.Context, key, leaseID string, lease time.Duration) (Effect, error) {
 	var eff Effect
 	_, err := c.call(ctx, http.MethodPost, "/effects/"+url.PathEscape(key)+"/heartbeat",
-		map[string]any{"lease": leaseID, "lease_seconds": int(max(lease, time.Second) / time.Second)}, &eff, http.StatusOK)
+		map[string]any{"lease": leaseID, "lease_seconds": seconds(lease)}, &eff, http.StatusOK)
 	return eff, err
 }
 

@@ -156,6 +156,9 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 	return "", 0
 }
 
+// errNegativeLease refuses a negative lease_seconds (0: the default).
+var errNegativeLease = &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: "lease_seconds", Message: "lease_seconds must be positive"}
+
 // beginStatus is each begin outcome's HTTP status.
 var beginStatus = map[toolcall.Outcome]int{
 	toolcall.Perform:          http.StatusCreated,
@@ -170,7 +173,7 @@ func (a *API) beginEffect(c echo.Context, actor approval.Actor) error {
 		return a.fail(c, err)
 	}
 	if req.LeaseSeconds < 0 {
-		return a.fail(c, &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: "lease_seconds", Message: "lease_seconds must be positive"})
+		return a.fail(c, errNegativeLease)
 	}
 	rec, err := toolcall.ParseRecovery(req.Recovery)
 	if err != nil {
@@ -281,7 +284,7 @@ func (a *API) heartbeatEffect(c echo.Context, actor approval.Actor) error {
 		return a.fail(c, err)
 	}
 	if req.LeaseSeconds < 0 {
-		return a.fail(c, &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: "lease_seconds", Message: "lease_seconds must be positive"})
+		return a.fail(c, errNegativeLease)
 	}
 	st, err := a.tools.Heartbeat(c.Request().Context(), actor, key, req.Lease, time.Duration(req.LeaseSeconds)*time.Second)
 	if err != nil {
