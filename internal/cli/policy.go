@@ -17,6 +17,7 @@ import (
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
+	"github.com/onceplan/onceplan/plan"
 )
 
 // sqlstateInsufficientPrivilege is PostgreSQL's answer to a statement the
@@ -81,15 +82,21 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 	case errors.Is(err, ledger.ErrConflict):
 		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
-		role := "of this URL"
-		var current string
-		if d.Pool.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
-			role = current
-		}
-		return fmt.Errorf("policy add: the database role %s may not register bump policies: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
-			role, migrations.OwnerRole)
+		return notOwnerErr(ctx, d.Pool, "policy add", "bump policies")
 	}
 	return fmt.Errorf("policy add: %w", err)
+}
+
+// notOwnerErr says that the role db connects as may not register what
+// (only the schema's owner does: `policy add`, `tool add`), naming it.
+func notOwnerErr(ctx context.Context, db plan.DB, command, what string) error {
+	role := "of this URL"
+	var current string
+	if db.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
+		role = current
+	}
+	return fmt.Errorf("%s: the database role %s may not register %s: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
+		command, role, what, migrations.OwnerRole)
 }
 
 // policyJSON is one policy in `policy list --json`, named as the table's columns.

@@ -61,13 +61,7 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 	pol, err := toolcall.Register(ctx, d.Pool, p)
 	switch {
 	case errors.Is(err, toolcall.ErrNotOwner):
-		role := "of this URL"
-		var current string
-		if d.Pool.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
-			role = current
-		}
-		err = fmt.Errorf("tool add: the database role %s may not register tools: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
-			role, migrations.OwnerRole)
+		err = notOwnerErr(ctx, d.Pool, "tool add", "tools")
 	case err != nil:
 		err = fmt.Errorf("tool add: %w", err)
 	default:
