@@ -26,6 +26,7 @@ import (
 	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/provider"
 	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // Config is what the server needs. Pool is required; without Approval
@@ -56,6 +57,9 @@ type Config struct {
 	// the API's, so that one user's rate limit covers both. Nil: one of
 	// its own on Providers (no allow-list).
 	TestSend *testsend.Sender
+	// ToolCalls serves the single effects' pages; share the API's. Nil:
+	// one of its own on Pool.
+	ToolCalls *toolcall.Service
 	// Notifiers are the configured notifiers (the admin page lists them
 	// with their deliveries). Nil: none.
 	Notifiers *notify.Registry
@@ -103,6 +107,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.TestSend == nil && cfg.Pool != nil {
 		cfg.TestSend, _ = testsend.New(testsend.Config{DB: cfg.Pool, Providers: cfg.Providers}) // no allow-list: no error
+	}
+	if cfg.ToolCalls == nil && cfg.Pool != nil {
+		cfg.ToolCalls = toolcall.NewService(cfg.Pool, toolcall.Options{Logger: cfg.Logger})
 	}
 	e := echo.New()
 	e.HideBanner = true

@@ -25,11 +25,8 @@ import (
 // toolStates are the states the list counts and filters by, in order.
 var toolStates = []string{"awaiting_approval", "pending", "unknown", "done", "failed", "stranded", "revoked"}
 
-// tools is the single effects' service on the server's pool (it holds no
-// state of its own).
-func (s *Server) tools() *toolcall.Service {
-	return toolcall.NewService(s.cfg.Pool, toolcall.Options{Logger: s.cfg.Logger})
-}
+// tools is the single effects' service (Config.ToolCalls).
+func (s *Server) tools() *toolcall.Service { return s.cfg.ToolCalls }
 
 func toolPolicyView(p toolcall.Policy) view.ToolPolicy {
 	return view.ToolPolicy{Tool: p.Tool, Summary: p.Summary(), FirstUse: p.FirstUse, RegisteredBy: p.RegisteredBy, Description: p.Description}

@@ -18,6 +18,7 @@ import (
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/metrics"
 	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/unsubscribe"
 	"github.com/onceplan/onceplan/web"
 	"github.com/onceplan/onceplan/web/api"
@@ -108,14 +109,15 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
+	tools := toolcall.NewService(d.Pool, toolcall.Options{Logger: logger}) // the UI's and the API's
 	srv := web.NewServer(web.Config{
-		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers,
+		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers, ToolCalls: tools,
 		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts, PublicURL: wf.opts.PublicURL, TestSend: sender,
 		Notifiers: ws.Notifiers, NotifyWindow: wf.opts.NotifyWindow,
 		Mount: func(e *echo.Echo) {
 			// Stopping: a signal ends the decision long polls before the
 			// HTTP shutdown waits for the requests in flight.
-			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender, Stopping: ctx.Done()})
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender, Stopping: ctx.Done(), ToolCalls: tools})
 			// Bounces and complaints: no session, no CSRF; each kind authenticates
 			// its provider (package inbound). Only the kinds named, never secrets.
 			webhook.Register(e, webhook.Config{Pool: d.Pool, Endpoints: webhooks, Logger: logger})
