@@ -177,6 +177,13 @@ func TestHostileTargetAddedToFrozenList(t *testing.T) {
 		fmt.Sprintf(`INSERT INTO effect (key, owner, plan_id, ordinal) VALUES ('%s', 'mallory', %d, 1)`, other, p.ID))
 	h.refused(t, []string{"OP004"},
 		fmt.Sprintf(`INSERT INTO effect (key, owner, plan_id) VALUES ('%s', 'mallory', %d)`, other, p.ID))
+	// Nor may an attempt name a plan, or a plan's target, that is not
+	// there: the same check refuses it (no foreign key to plan since 0023,
+	// and a plan, once there, is never deleted).
+	h.refused(t, []string{notApproved},
+		fmt.Sprintf(`INSERT INTO effect (key, owner, plan_id, ordinal) VALUES ('%s', 'mallory', %d, 2)`, other, p.ID+1000))
+	h.refused(t, []string{notApproved},
+		fmt.Sprintf(`INSERT INTO effect (key, owner, plan_id, ordinal) VALUES ('%s', 'mallory', %d, 4)`, other, p.ID))
 }
 
 // Finding 1, second half: an attempt made outside any plan, on a planned

@@ -287,4 +287,16 @@ func TestTimestampsComeFromTheDatabase(t *testing.T) {
 		WITH e AS (INSERT INTO effect (key, owner, created_at, updated_at) VALUES ($1, 'sql', '2001-01-01', '2001-01-01') RETURNING created_at)
 		SELECT extract(epoch FROM now() - created_at) FROM e`, string(newKey(t))).Scan(&age))
 	require.Less(t, age, 60.0)
+
+	// A raw answer's time too (its trigger runs only when a client
+	// supplies a time; the column's default is the database clock).
+	var answered []float64
+	for _, at := range []string{"2001-01-01", "2999-01-01"} {
+		require.NoError(t, b.pool.QueryRow(b.ctx, `
+			WITH e AS (INSERT INTO effect (key, owner) VALUES ($1, 'sql') RETURNING id),
+			r AS (INSERT INTO effect_response (effect_id, kind, body, created_at) SELECT id, 'send', '250 ok', $2::timestamptz FROM e RETURNING created_at)
+			SELECT abs(extract(epoch FROM now() - created_at)) FROM r`, string(newKey(t)), at).Scan(&age))
+		answered = append(answered, age)
+	}
+	require.Equal(t, []float64{0, 0}, answered, "a raw answer is stamped with the transaction's clock")
 }
