@@ -10,7 +10,6 @@ import (
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // jobOwner is the SQL expression for the process that last ran River job
@@ -85,7 +84,7 @@ func (r *Runner) recoverUnknowns(ctx context.Context) error {
 // or settled from the tool's probe; a deduplicating tool's attempt waits
 // for the next begin, which performs it again with the same key.
 func (r *Runner) recoverToolCalls(ctx context.Context) error {
-	n, err := toolcall.NewService(r.cfg.Pool, toolcall.Options{Logger: r.cfg.Logger}).RecoverDue(ctx, recoveryBatch)
+	n, err := r.tools.RecoverDue(ctx, recoveryBatch)
 	if n > 0 {
 		r.cfg.Logger.Info("recovered single effects in doubt", "changed", n)
 	}

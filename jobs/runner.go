@@ -15,6 +15,7 @@ import (
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // MaintenanceQueue runs recovery, scheduled starts, completion and queue
@@ -24,6 +25,8 @@ const MaintenanceQueue = "onceplan_maintenance"
 // Runner is this process's River client with Onceplan's workers.
 type Runner struct {
 	cfg Config
+	// tools recovers single effects in doubt each maintenance round.
+	tools *toolcall.Service
 	// approval is the workflow maintenance drives (scheduled starts,
 	// requeues, completion); set by Start, which a working runner needs.
 	approval  *approval.Service
@@ -48,7 +51,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg}
+	r := &Runner{cfg: cfg, tools: toolcall.NewService(cfg.Pool, toolcall.Options{Logger: cfg.Logger})}
 	rc := &river.Config{
 		Logger: cfg.Logger.With("component", "river"),
 		// Onceplan does not rely on River's retention for correctness: the

@@ -65,6 +65,12 @@ type doubt struct {
 	windowOver bool
 }
 
+// inDoubt reports whether the attempt is in doubt now: unknown, or
+// pending with its lease ended.
+func (d doubt) inDoubt() bool {
+	return d.state == ledger.StateUnknown || (d.state == ledger.StatePending && d.expired)
+}
+
 // readDoubt reads (and, in a transaction, locks) attempt id.
 func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error) {
 	var d doubt
@@ -101,8 +107,7 @@ func (s *Service) recoverAttempt(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	inDoubt := (d.state == ledger.StatePending && d.expired) || d.state == ledger.StateUnknown
-	if !inDoubt {
+	if !d.inDoubt() {
 		return false, nil
 	}
 	switch d.policy.Recovery {
@@ -135,7 +140,7 @@ func (s *Service) probe(ctx context.Context, id int64, d doubt) (bool, error) {
 	}
 	return s.lockedRecovery(ctx, id, d, func(tx pgx.Tx, now doubt) (ledger.State, string, error) {
 		store := ledger.NewStore(tx)
-		if now.state != ledger.StateUnknown && !(now.state == ledger.StatePending && now.expired) {
+		if !now.inDoubt() {
 			return "", "", nil // settled, or its lease renewed, meanwhile
 		}
 		// The probe's answer is recorded before anything reads it.

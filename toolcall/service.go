@@ -165,10 +165,8 @@ func (p BeginParams) validate() (validated, error) {
 	if err := json.Unmarshal(canonical, &in); err != nil {
 		return validated{}, err
 	}
-	key, err := ledger.NewKey(in)
-	if err != nil {
-		return validated{}, err
-	}
+	// in is already normalised (it is the canonical JSON decoded).
+	key := ledger.KeyOfNormalized(in)
 	args := bytes.TrimSpace(p.Args)
 	switch {
 	case len(args) == 0:
@@ -364,14 +362,11 @@ func (s *Service) claim(ctx context.Context, a approval.Actor, v validated, dige
 func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lease time.Duration) (BeginResult, bool, error) {
 	var took bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var state string
-		var expired bool
-		err := tx.QueryRow(ctx, `SELECT e.state, a.lease_until < now() FROM tool_attempt a JOIN effect e ON e.id = a.effect_id
-			WHERE a.effect_id = $1 FOR UPDATE OF a`, st.EffectID).Scan(&state, &expired)
+		d, err := readDoubt(ctx, tx, st.EffectID, " FOR UPDATE OF a")
 		if err != nil {
 			return err
 		}
-		if !(state == string(ledger.StateUnknown) || (state == string(ledger.StatePending) && expired)) {
+		if !d.inDoubt() {
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = $2,
@@ -381,7 +376,7 @@ func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lea
 		}
 		took = true
 		return recordEvent(ctx, tx, eventParams{Key: st.Key, Tool: st.Tool, Event: st.Event, Action: "takeover", Actor: &a,
-			EffectID: st.EffectID, State: ledger.State(state),
+			EffectID: st.EffectID, State: d.state,
 			Reason: "the lease ended in doubt and the tool deduplicates by key: performed again with the same key",
 			Detail: map[string]any{"previous_holder": st.Holder, "takeovers": st.Takeovers + 1}})
 	})
@@ -459,7 +454,6 @@ func (p SettleParams) validate() error {
 type attemptRow struct {
 	effectID  int64
 	state     ledger.State
-	epoch     int
 	takeovers int
 	policy    Policy
 	tool      string
@@ -472,10 +466,10 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 	var state string
 	var policyID int64
 	err := tx.QueryRow(ctx, `
-		SELECT a.effect_id, e.state, e.epoch, a.takeovers, a.policy_id, c.tool, c.event
+		SELECT a.effect_id, e.state, a.takeovers, a.policy_id, c.tool, c.event
 		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
 		WHERE a.key = $1 AND a.lease_id::text = $2 FOR UPDATE OF a`, string(key), strings.TrimSpace(lease)).
-		Scan(&r.effectID, &state, &r.epoch, &r.takeovers, &policyID, &r.tool, &r.event)
+		Scan(&r.effectID, &state, &r.takeovers, &policyID, &r.tool, &r.event)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: lease %s is not the current lease of key %s: it was never given, or it ended and another caller took the call over to perform it again with the same key; do not settle — begin again to learn the outcome",
 			ErrLease, lease, key)

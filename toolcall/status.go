@@ -65,7 +65,6 @@ type Status struct {
 	// system's, or a probe's), exactly as received.
 	Raw       []byte
 	RawKind   ledger.ResponseKind
-	SettledAt time.Time
 	UpdatedAt time.Time
 
 	// Policy is the attempt's (the policy it was begun under), else the
@@ -102,7 +101,7 @@ var statusQuery = `
 SELECT c.identity, c.args, c.args_digest, cur.epoch,
        coalesce(x.id, 0), coalesce(x.state::text, ''), coalesce(x.attempt, 0),
        coalesce(x.receipt, ''), coalesce(x.reason, ''), coalesce(x.resolved_by, ''), coalesce(x.resolution, ''),
-       x.settled_at, x.updated_at,
+       x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
        coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
        r.body, coalesce(r.kind, '')` + latestAttemptFrom + `
@@ -145,7 +144,6 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	var (
 		canonical  string
 		state      string
-		settled    *time.Time
 		updated    *time.Time
 		leaseUntil *time.Time
 		policyID   int64
@@ -153,7 +151,7 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 		rawKind    string
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
-		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &settled, &updated,
+		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
 		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -163,9 +161,6 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	}
 	st.Bound = true
 	st.State, st.Raw, st.RawKind = State(state), raw, ledger.ResponseKind(rawKind)
-	if settled != nil {
-		st.SettledAt = *settled
-	}
 	if updated != nil {
 		st.UpdatedAt = *updated
 	}

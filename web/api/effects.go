@@ -175,16 +175,9 @@ func (a *API) beginEffect(c echo.Context, actor approval.Actor) error {
 	if req.LeaseSeconds < 0 {
 		return a.fail(c, errNegativeLease)
 	}
-	rec, err := toolcall.ParseRecovery(req.Recovery)
-	if err != nil {
-		return a.fail(c, err)
-	}
-	if req.Recovery == "" {
-		rec = ""
-	}
 	res, err := a.tools.Begin(c.Request().Context(), actor, toolcall.BeginParams{
 		Identity: ledger.KeyInput{Event: req.Event, Tool: req.Tool, Target: req.Target, AmountMinor: req.AmountMinor, Scope: req.Scope},
-		Args:     req.Args, Recovery: rec, ProbeURL: req.ProbeURL, Lease: time.Duration(req.LeaseSeconds) * time.Second,
+		Args:     req.Args, Recovery: toolcall.Recovery(req.Recovery), ProbeURL: req.ProbeURL, Lease: time.Duration(req.LeaseSeconds) * time.Second,
 	})
 	var mismatch *toolcall.ArgsMismatchError
 	if errors.As(err, &mismatch) {
