@@ -68,7 +68,13 @@ func (a *Announcer) Announce(ctx context.Context, tx pgx.Tx, e plan.Event) error
 	if !notify.Announced(e.Action) {
 		return nil
 	}
-	_, err := a.client.InsertTx(ctx, tx, AnnounceArgs{Event: e.ID}, &river.InsertOpts{MaxAttempts: a.maxAttempts})
+	return a.insert(ctx, tx, AnnounceArgs{Event: e.ID})
+}
+
+// insert enqueues one announcement in tx, with the notifications' bound
+// on tries.
+func (a *Announcer) insert(ctx context.Context, tx pgx.Tx, args AnnounceArgs) error {
+	_, err := a.client.InsertTx(ctx, tx, args, &river.InsertOpts{MaxAttempts: a.maxAttempts})
 	return err
 }
 
@@ -174,8 +180,8 @@ func (r *Runner) attentionLoop(ctx context.Context) {
 // scanAttention is one attention scan (under attentionLock).
 func (r *Runner) scanAttention(ctx context.Context) error {
 	found, err := r.notify.ScanAttention(ctx, func(ctx context.Context, tx pgx.Tx, a notify.NewAttention) error {
-		_, err := r.client.InsertTx(ctx, tx, AnnounceArgs{Attention: a.ID}, &river.InsertOpts{MaxAttempts: r.cfg.NotifyMaxAttempts})
-		return err
+		// r.announcer exists whenever r.notify does (NewRunner).
+		return r.announcer.insert(ctx, tx, AnnounceArgs{Attention: a.ID})
 	})
 	for _, a := range found {
 		r.cfg.Logger.Info("notifications: targets need attention", "campaign", a.CampaignID, "batch", a.ID)

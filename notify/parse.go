@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/provider"
@@ -47,7 +46,6 @@ type ParseOptions struct {
 }
 
 const (
-	maxNameLen = 40
 	// maxTimeout bounds a webhook's timeout=: a delivery job holds a
 	// worker for as long.
 	maxTimeout   = 5 * time.Minute
@@ -56,7 +54,6 @@ const (
 )
 
 var (
-	nameRe   = regexp.MustCompile(`^[a-z0-9]+(?:[_-][a-z0-9]+)*$`)
 	envRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	itemRe   = regexp.MustCompile(`^[A-Za-z0-9_-]+=`)
 	kindOpts = map[string][]string{
@@ -102,8 +99,8 @@ func Parse(name, rawURL string, o ParseOptions) (*Notifier, error) {
 	switch {
 	case name == "":
 		return nil, &parseError{msg: "notifier name is empty"}
-	case len(name) > maxNameLen || !nameRe.MatchString(name):
-		return nil, &parseError{msg: fmt.Sprintf("notifier name %q is not valid: use at most %d lower-case letters and digits, separated by single '-' or '_'", shown(name), maxNameLen)}
+	case !provider.ValidName(name):
+		return nil, &parseError{msg: fmt.Sprintf("notifier name %q is not valid: use at most %d lower-case letters and digits, separated by single '-' or '_'", provider.Shown(name), provider.MaxNameLen)}
 	case strings.TrimSpace(rawURL) == "":
 		return nil, errorf(name, "URL is empty")
 	}
@@ -114,9 +111,9 @@ func Parse(name, rawURL string, o ParseOptions) (*Notifier, error) {
 			err = ue.Err // url.Error repeats the URL, password and all
 		}
 		if red := provider.Redacted(rawURL); red != rawURL {
-			return nil, errorf(name, "URL %s is not valid", shown(red))
+			return nil, errorf(name, "URL %s is not valid", provider.Shown(red))
 		}
-		return nil, errorf(name, "URL %s is not valid: %v", shown(rawURL), err)
+		return nil, errorf(name, "URL %s is not valid: %v", provider.Shown(rawURL), err)
 	}
 	var kind string
 	switch strings.ToLower(u.Scheme) {
@@ -125,9 +122,9 @@ func Parse(name, rawURL string, o ParseOptions) (*Notifier, error) {
 	case "https", "http":
 		kind = KindWebhook
 	case "":
-		return nil, errorf(name, "URL %s has no scheme (want %s)", shown(provider.Redacted(rawURL)), knownSchemes)
+		return nil, errorf(name, "URL %s has no scheme (want %s)", provider.Shown(provider.Redacted(rawURL)), knownSchemes)
 	default:
-		return nil, errorf(name, "unknown scheme %q (want %s)", shown(u.Scheme), knownSchemes)
+		return nil, errorf(name, "unknown scheme %q (want %s)", provider.Shown(u.Scheme), knownSchemes)
 	}
 	if strings.Contains(rawURL, "#") {
 		return nil, errorf(name, "a notifier URL takes no #fragment")
@@ -164,7 +161,7 @@ func options(name, kind, rawQuery string) (map[string]string, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if !slices.Contains(known, k) {
-			return nil, errorf(name, "unknown option %q for a %s notifier (known: %s)", shown(k), kind, strings.Join(known, ", "))
+			return nil, errorf(name, "unknown option %q for a %s notifier (known: %s)", provider.Shown(k), kind, strings.Join(known, ", "))
 		}
 		if len(q[k]) > 1 {
 			return nil, errorf(name, "option %q is given %d times", k, len(q[k]))
@@ -197,7 +194,7 @@ func parseMailto(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) (
 	}
 	addrs, err := url.PathUnescape(u.Opaque)
 	if err != nil {
-		return nil, errorf(name, "the addresses %q are not validly escaped", shown(u.Opaque))
+		return nil, errorf(name, "the addresses %q are not validly escaped", provider.Shown(u.Opaque))
 	}
 	for _, a := range strings.Split(addrs, ",") {
 		if strings.TrimSpace(a) == "" {
@@ -205,7 +202,7 @@ func parseMailto(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) (
 		}
 		norm, err := ledger.NormalizeEmail(a)
 		if err != nil {
-			return nil, errorf(name, "%q is not an email address", shown(strings.TrimSpace(a)))
+			return nil, errorf(name, "%q is not an email address", provider.Shown(strings.TrimSpace(a)))
 		}
 		if !slices.Contains(n.to, norm) {
 			n.to = append(n.to, norm)
@@ -214,7 +211,7 @@ func parseMailto(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) (
 	n.users = true
 	if v, ok := q["users"]; ok {
 		if n.users, err = strconv.ParseBool(v); err != nil {
-			return nil, errorf(name, "users %q is not true or false", shown(v))
+			return nil, errorf(name, "users %q is not true or false", provider.Shown(v))
 		}
 	}
 	if !n.users && len(n.to) == 0 {
@@ -230,12 +227,12 @@ func parseMailto(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) (
 		return nil, errorf(name, "a mailto: notifier needs provider=NAME, a configured --provider to send through (configured: %s)", configured)
 	default:
 		if n.provider, ok = o.Providers.Get(pname); !ok {
-			return nil, errorf(name, "provider %q is not configured (configured: %s): name one of the --provider NAME=URL", shown(pname), configured)
+			return nil, errorf(name, "provider %q is not configured (configured: %s): name one of the --provider NAME=URL", provider.Shown(pname), configured)
 		}
 	}
 	if v, ok := q["from"]; ok {
 		if _, err := mail.ParseAddress(v); err != nil || strings.ContainsAny(v, "\r\n") {
-			return nil, errorf(name, "from %q is not an email address", shown(v))
+			return nil, errorf(name, "from %q is not an email address", provider.Shown(v))
 		}
 		n.from = strings.TrimSpace(v)
 	} else {
@@ -278,8 +275,8 @@ func parseWebhook(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) 
 	scheme := strings.ToLower(u.Scheme)
 	switch {
 	case u.Opaque != "" || u.Host == "":
-		return nil, errorf(name, "URL %s has no host (want %s://host/path)", shown(provider.Redacted(u.String())), scheme)
-	case scheme == "http" && !loopback(u.Hostname()):
+		return nil, errorf(name, "URL %s has no host (want %s://host/path)", provider.Shown(provider.Redacted(u.String())), scheme)
+	case scheme == "http" && !provider.IsLoopbackHost(u.Hostname()):
 		return nil, errorf(name, "plain http:// is only for a loopback host (127.0.0.1, ::1, localhost): use https://")
 	}
 	n.timeout = DefaultWebhookTimeout
@@ -288,7 +285,7 @@ func parseWebhook(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) 
 	if v, ok := q["timeout"]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > maxTimeout {
-			return nil, errorf(name, "timeout %q is not a duration from 1ms to %s, like 10s", shown(v), maxTimeout)
+			return nil, errorf(name, "timeout %q is not a duration from 1ms to %s, like 10s", provider.Shown(v), maxTimeout)
 		}
 		n.timeout = d
 		opts = append(opts, "timeout="+d.String())
@@ -300,7 +297,7 @@ func parseWebhook(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) 
 		return nil, errorf(name, "give hmac_secret_env or hmac_secret_file, not both")
 	case hasEnv:
 		if !envRe.MatchString(env) {
-			return nil, errorf(name, "hmac_secret_env %q is not an environment variable name", shown(env))
+			return nil, errorf(name, "hmac_secret_env %q is not an environment variable name", provider.Shown(env))
 		}
 		secret := o.Getenv(env)
 		if secret == "" {
@@ -313,14 +310,14 @@ func parseWebhook(n *Notifier, u *url.URL, q map[string]string, o ParseOptions) 
 		opts = append(opts, "hmac_secret_env="+env)
 	case hasFile:
 		if file == "" || strings.ContainsAny(file, "\x00\r\n") {
-			return nil, errorf(name, "hmac_secret_file %q is not a file path", shown(file))
+			return nil, errorf(name, "hmac_secret_file %q is not a file path", provider.Shown(file))
 		}
 		b, err := o.ReadFile(file)
 		if err != nil {
-			return nil, errorf(name, "hmac_secret_file %q cannot be read (%s)", shown(file), readErr(err))
+			return nil, errorf(name, "hmac_secret_file %q cannot be read (%s)", provider.Shown(file), readErr(err))
 		}
 		secret := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		if err := checkSecret(name, "the secret in "+shown(file), secret); err != nil {
+		if err := checkSecret(name, "the secret in "+provider.Shown(file), secret); err != nil {
 			return nil, err
 		}
 		n.secret = []byte(secret)
@@ -358,14 +355,6 @@ func readErr(err error) string {
 	return "unreadable"
 }
 
-func loopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // maskedURL is a webhook URL as String shows it: a password and every
 // path segment after the first are masked, since services put the
 // webhook's secret in its path (Slack's /services/T…/B…/SECRET).
@@ -388,22 +377,12 @@ func maskedURL(u *url.URL) string {
 	return b.String()
 }
 
-// shown quotes s for an error message: control characters escaped, so the
-// message stays one line.
-func shown(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
 // ParseFlag parses "NAME=URL", the form of the --notify flag and of the
 // items of ONCEPLAN_NOTIFY.
 func ParseFlag(item string, o ParseOptions) (*Notifier, error) {
 	name, rawURL, ok := strings.Cut(strings.TrimSpace(item), "=")
 	if !ok {
-		return nil, &parseError{msg: fmt.Sprintf("--notify %q is not NAME=URL (like ops=mailto:?provider=outbox)", shown(provider.Redacted(item)))}
+		return nil, &parseError{msg: fmt.Sprintf("--notify %q is not NAME=URL (like ops=mailto:?provider=outbox)", provider.Shown(provider.Redacted(item)))}
 	}
 	return Parse(strings.TrimSpace(name), strings.TrimSpace(rawURL), o)
 }

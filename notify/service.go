@@ -380,6 +380,7 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 	run := s.cfg.PublicURL + "/campaigns/" + c.ID + "/run"
 	var parts, lines []string
 	links := map[string]string{}
+	url := run // the first state's link, when one has targets
 	for _, st := range []struct {
 		state string
 		n     int
@@ -394,6 +395,9 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 		}
 		link := run + "?state=" + st.state
 		links[st.state] = link
+		if url == run {
+			url = link
+		}
 		parts = append(parts, fmt.Sprintf("%d %s", st.n, st.state))
 		lines = append(lines, fmt.Sprintf("%s %s (%s): %s", plural(st.n, "target", "targets"), st.state, st.what, link))
 	}
@@ -403,13 +407,6 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 		fmt.Sprintf("The campaign %s (%s) has targets that need a person:", quoted(c.Name), strings.ReplaceAll(string(c.State), "_", " ")),
 		strings.Join(lines, "\n"),
 		fmt.Sprintf("At most one such message per campaign every %s; the run page shows the counts live: %s", s.cfg.Window, run),
-	}
-	url := run
-	for _, st := range []string{"unknown", "stranded", "failed"} {
-		if l, ok := links[st]; ok {
-			url = l
-			break
-		}
 	}
 	m.fields = map[string]any{"campaign_id": c.ID, "campaign_name": c.Name, "state": string(c.State),
 		"counts": map[string]int{"unknown": a.unknown, "stranded": a.stranded, "failed": a.failed},

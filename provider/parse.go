@@ -30,10 +30,12 @@ const (
 	// nor be asked: set concurrency= lower to trade speed for fewer.
 	defaultSMTPConcurrency  = 10
 	maxConcurrency          = 1024
-	maxNameLen              = 40
 	redactedPasswordMarker  = "xxxxx"
 	knownSchemesDescription = "maildir, smtp, http, https, postmark or resend"
 )
+
+// MaxNameLen is the longest name ValidName accepts.
+const MaxNameLen = 40
 
 type parseError struct{ msg string }
 
@@ -47,6 +49,13 @@ func errorf(name, format string, args ...any) error {
 // nameRe: a provider's name also names its queue ("provider_" + name), so
 // it follows River's queue-name rule.
 var nameRe = regexp.MustCompile(`^[a-z0-9]+(?:[_-][a-z0-9]+)*$`)
+
+// ValidName reports whether name is a valid provider (or notifier) name:
+// at most MaxNameLen lower-case letters and digits, separated by single
+// '-' or '_'.
+func ValidName(name string) bool {
+	return len(name) <= MaxNameLen && nameRe.MatchString(name)
+}
 
 // options are the parsed query options of a provider URL.
 type options struct {
@@ -134,8 +143,8 @@ func Parse(name, rawURL string) (Provider, error) {
 	if name == "" {
 		return nil, &parseError{msg: "provider name is empty"}
 	}
-	if len(name) > maxNameLen || !nameRe.MatchString(name) {
-		return nil, &parseError{msg: fmt.Sprintf("provider name %q is not valid: use at most %d lower-case letters and digits, separated by single '-' or '_'", name, maxNameLen)}
+	if !ValidName(name) {
+		return nil, &parseError{msg: fmt.Sprintf("provider name %q is not valid: use at most %d lower-case letters and digits, separated by single '-' or '_'", name, MaxNameLen)}
 	}
 	if strings.TrimSpace(rawURL) == "" {
 		return nil, errorf(name, "URL is empty")
@@ -148,15 +157,15 @@ func Parse(name, rawURL string) (Provider, error) {
 		}
 		if red := Redacted(rawURL); red != rawURL {
 			// The detail may quote a piece of the password (a bad escape).
-			return nil, errorf(name, "URL %s is not valid", shown(red))
+			return nil, errorf(name, "URL %s is not valid", Shown(red))
 		}
-		return nil, errorf(name, "URL %s is not valid: %v", shown(rawURL), err)
+		return nil, errorf(name, "URL %s is not valid: %v", Shown(rawURL), err)
 	}
 	scheme := strings.ToLower(u.Scheme)
 	kind, ok := schemeToKind[scheme]
 	if !ok {
 		if scheme == "" {
-			return nil, errorf(name, "URL %s has no scheme (want %s)", shown(Redacted(rawURL)), knownSchemesDescription)
+			return nil, errorf(name, "URL %s has no scheme (want %s)", Shown(Redacted(rawURL)), knownSchemesDescription)
 		}
 		return nil, errorf(name, "unknown scheme %q (want %s)", u.Scheme, knownSchemesDescription)
 	}
@@ -234,10 +243,10 @@ func Redacted(rawURL string) string {
 	return rawURL[:start] + user + ":" + redactedPasswordMarker + rest[at:]
 }
 
-// shown is a URL as an error message quotes it: control characters (a URL
+// Shown is s as an error message quotes it: control characters (a URL
 // that failed to parse may hold a line break) are escaped, so the message
 // stays one line.
-func shown(s string) string {
+func Shown(s string) string {
 	if strings.IndexFunc(s, unicode.IsControl) < 0 {
 		return s
 	}

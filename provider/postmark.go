@@ -128,13 +128,16 @@ func apiEndpoint(name, option, v string) (string, error) {
 		u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return "", errorf(name, "%s %q is not an http(s) URL without credentials or query", option, Redacted(v))
 	}
-	if u.Scheme == "http" && !isLoopbackHost(u.Hostname()) {
+	if u.Scheme == "http" && !IsLoopbackHost(u.Hostname()) {
 		return "", errorf(name, "%s %q: plain http is allowed only to 127.0.0.1 or localhost (the API token would travel in clear)", option, v)
 	}
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-func isLoopbackHost(h string) bool {
+// IsLoopbackHost reports whether h (a URL's host name, without port) is
+// localhost or a loopback IP address: the only hosts plain http:// may
+// reach.
+func IsLoopbackHost(h string) bool {
 	if strings.EqualFold(h, "localhost") {
 		return true
 	}

@@ -35,12 +35,6 @@ func (s *Server) notificationsSection(ctx context.Context) (view.NotificationsSe
 	if err != nil {
 		return sec, err
 	}
-	for _, d := range ds {
-		sec.Undelivered = append(sec.Undelivered, view.DeliveryRow{
-			ID: d.ID, Created: d.CreatedAt, Event: string(d.Event), CampaignID: d.CampaignID, CampaignName: d.CampaignName,
-			Notifier: d.Notifier, Recipient: d.Recipient, State: d.State, Attempts: d.Attempts, LastAt: d.LastAt,
-			HTTPStatus: d.HTTPStatus, Answer: d.Answer, Error: d.Error,
-		})
-	}
+	sec.Undelivered = ds
 	return sec, nil
 }

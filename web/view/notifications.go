@@ -3,7 +3,8 @@ package view
 import (
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/onceplan/onceplan/notify"
 )
 
 // NotifierRow is a configured notifier on the admin page, with its
@@ -20,21 +21,7 @@ type NotifierRow struct {
 
 // DeliveryRow is a notification not delivered (pending, retrying or
 // failed) on the admin page, with its latest try.
-type DeliveryRow struct {
-	ID           int64
-	Created      time.Time
-	Event        string
-	CampaignID   string
-	CampaignName string
-	Notifier     string
-	Recipient    string
-	State        string
-	Attempts     int
-	LastAt       time.Time
-	HTTPStatus   int
-	Answer       string
-	Error        string
-}
+type DeliveryRow = notify.Delivery
 
 // NotificationsSection is the admin page's part about notifications.
 type NotificationsSection struct {
@@ -90,11 +77,11 @@ func answerOf(d DeliveryRow) string {
 // colours of the ledger's states: waiting, in doubt, failed, done.
 func notifyBadge(state string) string {
 	switch state {
-	case "retrying":
+	case notify.StateRetrying:
 		return "state-unknown"
-	case "failed":
+	case notify.StateFailed:
 		return "state-failed"
-	case "delivered":
+	case notify.StateDelivered:
 		return "state-done"
 	}
 	return "state-pending"
