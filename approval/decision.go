@@ -80,6 +80,15 @@ func (d Decision) Missing() int { return max(d.Required-len(d.Approvers), 0) }
 // order they happen: the first of them after the latest submit decides.
 var decisionEnds = []Action{ActionFreeze, ActionReject, ActionCancel, ActionEdit, ActionImport}
 
+// decisionEndNames is decisionEnds as the text[] the trail's query takes.
+var decisionEndNames = func() []string {
+	names := make([]string, len(decisionEnds))
+	for i, a := range decisionEnds {
+		names[i] = string(a)
+	}
+	return names
+}()
+
 // decisive are the actions after whose commit a waiter must read the
 // decision again: those that end a submission, and each approval (the
 // count of a pending decision changes). The transaction that records one
@@ -115,10 +124,6 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 	if d.Approvers, err = plan.ApproverEmails(ctx, db, c.ID, sub.Version, sub.PlanHash); err != nil {
 		return d, err
 	}
-	ends := make([]string, len(decisionEnds))
-	for i, a := range decisionEnds {
-		ends[i] = string(a)
-	}
 	// Event ids, not times, order the trail: a decision's transaction may
 	// have begun before the submit it answers committed (it waited on the
 	// campaign's lock), but its events are numbered after the lock.
@@ -129,7 +134,7 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 		FROM campaign_event e LEFT JOIN app_user u ON u.id = e.actor_id
 		WHERE e.campaign_id = $1 AND e.action = ANY ($2::text[])
 		  AND e.id > coalesce((SELECT max(id) FROM campaign_event WHERE campaign_id = $1 AND action = $3), 0)
-		ORDER BY e.id LIMIT 1`, c.ID, ends, string(ActionSubmit)).Scan(&action, &by, &reason, &at)
+		ORDER BY e.id LIMIT 1`, c.ID, decisionEndNames, string(ActionSubmit)).Scan(&action, &by, &reason, &at)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if c.State == plan.StatePendingApproval {

@@ -230,39 +230,38 @@ func Compare(ctx context.Context, db DB, campaignID string, against Against) (Co
 		Version: d.Version, State: c.State, PlanHash: d.Hash(c), TargetCount: d.TargetCount, ListID: d.ListID,
 		Payload: &payload, Provider: c.Provider, Tool: c.Tool, ListUnsubscribe: c.ListUnsubscribe, Fixed: true,
 	}}
+	var approved *Plan // the campaign's latest frozen plan, nil: none
 	if c.PlanID != 0 {
 		p, err := GetPlan(ctx, db, c.PlanID)
 		if err != nil {
 			return cmp, err
 		}
+		approved = &p
 		if p.Version == c.Version {
 			cmp.Current.PlanID = p.ID
 			cmp.Current.Provider, cmp.Current.Tool, cmp.Current.ListUnsubscribe, cmp.Current.Fixed = p.Provider, p.Tool, p.ListUnsubscribe, false
 		}
 	}
 	if against == AgainstApproved {
-		cmp.Base, cmp.Message, err = approvedBase(ctx, db, c, cmp.Current)
+		cmp.Base, cmp.Message = approvedBase(approved, cmp.Current)
 	} else {
 		cmp.Base, cmp.Message, err = previousBase(ctx, db, c, cmp.Current)
 	}
 	return cmp, err
 }
 
-// approvedBase is the campaign's latest frozen plan.
-func approvedBase(ctx context.Context, db DB, c Campaign, cur DiffSide) (*DiffSide, string, error) {
-	if c.PlanID == 0 {
-		return nil, fmt.Sprintf("Version %d has never been approved: there is no approved version to compare it with.", cur.Version), nil
+// approvedBase is the campaign's latest frozen plan p (nil: never
+// approved), which Compare has already read.
+func approvedBase(p *Plan, cur DiffSide) (*DiffSide, string) {
+	if p == nil {
+		return nil, fmt.Sprintf("Version %d has never been approved: there is no approved version to compare it with.", cur.Version)
 	}
-	p, err := GetPlan(ctx, db, c.PlanID)
-	if err != nil {
-		return nil, "", err
-	}
-	base := planSide(p)
+	base := planSide(*p)
 	if p.Version == cur.Version {
-		return &base, fmt.Sprintf("Version %d is the approved version itself: nothing differs.", cur.Version), nil
+		return &base, fmt.Sprintf("Version %d is the approved version itself: nothing differs.", cur.Version)
 	}
 	return &base, fmt.Sprintf("Version %d compared with version %d, the last approved version (approved %s).",
-		cur.Version, p.Version, p.CreatedAt.UTC().Format(time.DateTime+" MST")), nil
+		cur.Version, p.Version, p.CreatedAt.UTC().Format(time.DateTime+" MST"))
 }
 
 // previousBase is the submission before the current version's: the latest
@@ -370,6 +369,12 @@ func (cmp Comparison) Diff(ctx context.Context, db DB, done int) (Diff, error) {
 		d.Payload = PayloadDiff(*cmp.Base.Payload, *cmp.Current.Payload)
 	}
 	d.Settings = settingsDiff(cmp.Campaign, *cmp.Base, cmp.Current)
+	if cmp.Base.ListID == cmp.Current.ListID {
+		// The same list: all unchanged, and Compare already read its size
+		// (the count ListDiffCounts would read again).
+		d.Targets = DiffCounts{Unchanged: cmp.Current.TargetCount}
+		return d, nil
+	}
 	var err error
 	d.Targets, err = ListDiffCounts(ctx, db, cmp.Base.ListID, cmp.Current.ListID)
 	return d, err
@@ -752,6 +757,26 @@ func DiffTargets(ctx context.Context, db DB, q DiffRowsQuery) (DiffPage, error) 
 	return page, nil
 }
 
+// Rows returns one page (after, limit: as DiffRowsQuery has them) of the
+// rows of kind between cmp's two lists: DiffTargets of its base and
+// current lists. With no base there are no added, removed or changed rows
+// (an empty page, not read); done rows are the current list's whatever
+// the base. The query is validated first, with or without a base.
+func (cmp Comparison) Rows(ctx context.Context, db DB, kind RowChange, after string, limit int) (DiffPage, error) {
+	q := DiffRowsQuery{Current: cmp.Current.ListID, Kind: kind, After: after, Limit: limit}
+	if err := q.Validate(); err != nil {
+		return DiffPage{}, err
+	}
+	if cmp.Base == nil {
+		if kind != RowsDone {
+			return DiffPage{Rows: []DiffRow{}}, nil // nothing to compare with: no such rows
+		}
+	} else {
+		q.Base = cmp.Base.ListID
+	}
+	return DiffTargets(ctx, db, q)
+}
+
 // diffRows appends the rows sql selects to out.
 func diffRows(ctx context.Context, db DB, sql string, args pgx.NamedArgs, kind RowChange, out []DiffRow) ([]DiffRow, error) {
 	rows, err := db.Query(ctx, sql, args)
@@ -780,10 +805,6 @@ func diffRows(ctx context.Context, db DB, sql string, args pgx.NamedArgs, kind R
 // is not read.
 func FirstPages(ctx context.Context, db DB, d Diff, limit int) (map[RowChange]DiffPage, error) {
 	out := map[RowChange]DiffPage{}
-	var base int64
-	if d.Base != nil {
-		base = d.Base.ListID
-	}
 	for _, k := range RowChanges {
 		n := d.Targets.Count(k)
 		if k == RowsDone {
@@ -793,7 +814,7 @@ func FirstPages(ctx context.Context, db DB, d Diff, limit int) (map[RowChange]Di
 			out[k] = DiffPage{Rows: []DiffRow{}}
 			continue
 		}
-		p, err := DiffTargets(ctx, db, DiffRowsQuery{Base: base, Current: d.Current.ListID, Kind: k, Limit: limit})
+		p, err := d.Rows(ctx, db, k, "", limit)
 		if err != nil {
 			return nil, err
 		}

@@ -209,23 +209,15 @@ func (s *Server) handleDiff(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q := plan.DiffRowsQuery{Current: cmp.Current.ListID, Kind: kind, After: c.QueryParam("after"), Limit: diffPageRows}
-	if err := q.Validate(); err != nil {
+	after := c.QueryParam("after")
+	page, err := cmp.Rows(ctx, s.cfg.Pool, kind, after, diffPageRows)
+	if err != nil {
 		return err
-	}
-	page := plan.DiffPage{Rows: []plan.DiffRow{}}
-	if cmp.Base != nil || kind == plan.RowsDone {
-		if cmp.Base != nil {
-			q.Base = cmp.Base.ListID
-		}
-		if page, err = plan.DiffTargets(ctx, s.cfg.Pool, q); err != nil {
-			return err
-		}
 	}
 	p := view.DiffRowsPage{Page: s.page(c, "What changed: "+camp.Name, "campaigns"), Campaign: campaignView(camp),
 		Against: string(against), Kind: string(kind), Message: cmp.Message, Rows: diffRowViews(page.Rows),
 		Back: diffURL(camp.ID, against, "", "")}
-	if q.After != "" {
+	if after != "" {
 		p.First = diffURL(camp.ID, against, kind, "")
 	}
 	if page.Next != "" {

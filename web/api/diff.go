@@ -149,21 +149,12 @@ func (a *API) diff(c echo.Context, _ approval.Actor) error {
 		if err != nil {
 			return a.fail(c, err)
 		}
-		out := diffRowsPage{diffHead: head(cmp), Rows: rows, Items: []plan.DiffRow{}}
-		if cmp.Base == nil && rows != plan.RowsDone {
-			return c.JSON(http.StatusOK, out) // nothing to compare with: no such rows
-		}
-		q := plan.DiffRowsQuery{Current: cmp.Current.ListID, Kind: rows, After: after, Limit: limit}
-		if cmp.Base != nil {
-			q.Base = cmp.Base.ListID
-		}
-		p, err := plan.DiffTargets(ctx, a.cfg.Pool, q)
+		p, err := cmp.Rows(ctx, a.cfg.Pool, rows, after, limit)
 		if err != nil {
 			return a.fail(c, err)
 		}
 		v := rowsView(0, p)
-		out.Items, out.Next = v.Items, v.Next
-		return c.JSON(http.StatusOK, out)
+		return c.JSON(http.StatusOK, diffRowsPage{diffHead: head(cmp), Rows: rows, Items: v.Items, Next: v.Next})
 	}
 	d, err := plan.CompareVersions(ctx, a.cfg.Pool, id, against)
 	if err != nil {
