@@ -24,6 +24,14 @@ import (
 // role holds no privilege for.
 const sqlstateInsufficientPrivilege = "42501"
 
+// registerOwner is register for a command that connects as the schema's
+// owner, as migrate does (policy add, tool add).
+func (d *dbFlags) registerOwner(fs *flag.FlagSet, env Env) {
+	d.register(fs, env)
+	fs.Lookup("database-url").Usage = "PostgreSQL URL of the schema's owner role (" + migrations.OwnerRole +
+		"), as for migrate (default $DATABASE_URL; empty: the embedded default under --data-dir, as its owner)"
+}
+
 func runPolicy(ctx context.Context, env Env, args []string) error {
 	return dispatch(ctx, env, "policy", []subcommand{
 		{"add", "register a bump policy, as the schema's owner role like migrate (policies are write-once)", runPolicyAdd},
@@ -38,9 +46,7 @@ func runPolicy(ctx context.Context, env Env, args []string) error {
 func runPolicyAdd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("policy add", flag.ContinueOnError)
 	var db dbFlags
-	db.register(fs, env)
-	fs.Lookup("database-url").Usage = "PostgreSQL URL of the schema's owner role (" + migrations.OwnerRole +
-		"), as for migrate (default $DATABASE_URL; empty: the embedded default under --data-dir, as its owner)"
+	db.registerOwner(fs, env)
 	name := fs.String("name", "", "the policy's name, as bumps cite it: 1 to 64 of a-z, 0-9, _, . and -, starting with a letter or digit (required)")
 	description := fs.String("description", "", "what the policy bumps and when, e.g. \"one reminder per calendar month\" (required)")
 	if err := parse(fs, env, args); err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
-	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/toolcall"
 )
@@ -31,9 +30,7 @@ func runTool(ctx context.Context, env Env, args []string) error {
 func runToolAdd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("tool add", flag.ContinueOnError)
 	var db dbFlags
-	db.register(fs, env)
-	fs.Lookup("database-url").Usage = "PostgreSQL URL of the schema's owner role (" + migrations.OwnerRole +
-		"), as for migrate (default $DATABASE_URL; empty: the embedded default under --data-dir, as its owner)"
+	db.registerOwner(fs, env)
 	name := fs.String("name", "", "the tool, as calls name it: lower-case letters, digits, '.', '_' and '-', e.g. crm.set_status (required)")
 	recovery := fs.String("recovery", "none", "how an attempt whose lease ended without a settle is recovered: dedupe (the outside system applies a key once: the next begin performs it again with the same key), probe (ask --probe-url), or none (unknown, for a person)")
 	probeURL := fs.String("probe-url", "", "with --recovery probe: the URL to GET, with {key} where the call's key goes; 200 means the effect exists, 404 that it does not")
