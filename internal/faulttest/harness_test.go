@@ -77,7 +77,7 @@ type env struct {
 }
 
 // newEnv uses a fresh database of the shared test cluster.
-func newEnv(t *testing.T) *env { return newEnvAt(t, pgtest.URL(t)) }
+func newEnv(t *testing.T) *env { return newEnvAt(t, pgtest.URL(t), 0) }
 
 // poolEnv connects to the migrated database at url, without users or
 // service: enough to read the ledger.
@@ -92,13 +92,21 @@ func poolEnv(t *testing.T, url string) *env {
 	return &env{ctx: context.Background(), url: url, pool: pool}
 }
 
-// newEnvAt uses the migrated database at url.
-func newEnvAt(t *testing.T, url string) *env {
+// newEnvAt uses the migrated database at url. ownerTimeout, when not 0,
+// is the processes' --owner-timeout: the test's own resumes and
+// resolutions then judge a job of a dead process live or not as the
+// processes do (with the default 30 s, a dead worker's job would hold its
+// targets for 30 s in the test's eyes, 1.5 s in theirs).
+func newEnvAt(t *testing.T, url string, ownerTimeout time.Duration) *env {
 	t.Helper()
 	e := poolEnv(t, url)
 	client, err := river.NewClient(riverpgxv5.New(e.pool), &river.Config{})
 	require.NoError(t, err)
-	e.svc = approval.NewService(e.pool, jobs.NewEnqueuer(client))
+	enq := jobs.NewEnqueuer(client)
+	if ownerTimeout != 0 {
+		enq.OwnerTimeout = ownerTimeout
+	}
+	e.svc = approval.NewService(e.pool, enq)
 	pool := e.pool
 	mk := func(email string, role approval.Role) approval.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
@@ -327,6 +335,19 @@ type proc struct {
 // fastFlags: recovery settings short enough for the suite to run in
 // minutes (the crash suite's).
 var fastFlags = []string{"--owner-timeout", "1500ms", "--maintenance-interval", "300ms", "--job-timeout", "5s", "--rescue-after", "20s"}
+
+// ownerTimeoutOf is the --owner-timeout flags give.
+func ownerTimeoutOf(t *testing.T, flags []string) time.Duration {
+	t.Helper()
+	for i := 0; i+1 < len(flags); i++ {
+		if flags[i] == "--owner-timeout" {
+			d, err := time.ParseDuration(flags[i+1])
+			require.NoError(t, err)
+			return d
+		}
+	}
+	return 0
+}
 
 // flagsWith returns fastFlags with some of them replaced.
 func flagsWith(over ...string) []string {

@@ -53,7 +53,7 @@ var liveOwners = pgRunOpts{concurrency: 1, flags: flagsWith("--owner-timeout", "
 func startPGRun(t *testing.T, o pgRunOpts) *pgRun {
 	t.Helper()
 	r := &pgRun{pg: newPGServer(t)}
-	r.env = newEnvAt(t, r.pg.url)
+	r.env = newEnvAt(t, r.pg.url, ownerTimeoutOf(t, o.flags))
 	hook := sink.NewWebhook(sink.WebhookOpts{Dedupe: true})
 	t.Cleanup(hook.Close)
 	relay, err := sink.NewSMTP()
