@@ -369,9 +369,18 @@ type handover struct {
 // nextTarget is a job's next target, offered to call so that its claim can
 // go into the commit of this target's answer (DESIGN §4): one commit and
 // one wait per effect instead of two. call fills in got when it did.
+//
+// The claim is made only while the job is still inside the budget for
+// starting targets (started, budget: PerformRange's): a call answered
+// late, near the end of the job's time, must not claim a target whose
+// own call would then have less than the rest of the job's time — the
+// job's deadline could cut that call off before its request is written
+// (a failed attempt for nothing) or after (an unknown for nothing).
 type nextTarget struct {
-	cr  ledger.ClaimRequest
-	got *handover
+	cr      ledger.ClaimRequest
+	started time.Time
+	budget  time.Duration
+	got     *handover
 }
 
 // prepare finds a job's plan and provider. A provider this process does
@@ -621,7 +630,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 	v := classify(prov, raw)
 	p, res := e.judge(eff, v)
 	var nextClaim *ledger.ClaimRequest
-	if next != nil && res.Action == Complete && ctx.Err() == nil && prov.Renew() {
+	if next != nil && res.Action == Complete && ctx.Err() == nil && e.goOn(next.started, next.budget) && prov.Renew() {
 		e.crash.at(pointBeforeClaim)
 		nextClaim = &next.cr
 	}

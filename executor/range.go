@@ -83,7 +83,7 @@ func (e *Executor) PerformRange(ctx context.Context, j Job, budget time.Duration
 		var nextKey ledger.Key
 		if i+1 < len(ts) && e.goOn(started, budget) {
 			if nextReq, nextKey, err = e.render(ctx, cp, o+1, ts[i+1], "", 0); err == nil {
-				next = &nextTarget{cr: e.claimRequest(one(o+1), cp, prov, nextKey)}
+				next = &nextTarget{cr: e.claimRequest(one(o+1), cp, prov, nextKey), started: started, budget: budget}
 			}
 		}
 		res, err := e.perform(ctx, one(o), cp, prov, req, key, pre, next)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -54,7 +55,7 @@ func TestResendExactlyOnceThroughAcceptedThenFailed(t *testing.T) {
 	const n = 20
 	id := w.running(t, "mail", n)
 
-	waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == n })
+	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == n })
 	oncePerRecipient(t, rs.CountByRecipient(), n)
 	require.Len(t, rs.Effects(), n)
 	replays := 0
@@ -64,7 +65,7 @@ func TestResendExactlyOnceThroughAcceptedThenFailed(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, replays, "the three attempts in doubt were settled by a deduplicated repeat")
-	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 }
 
 // TestResendQuotaPausesOnlyResend: a 429 with Retry-After pauses the
@@ -83,18 +84,18 @@ func TestResendQuotaPausesOnlyResend(t *testing.T) {
 	a := w.running(t, "mail", 10)
 	b := w.running(t, "other", 10)
 
-	waitFor(t, 10*time.Second, "the resend provider's queue to be paused", func() bool {
+	await.Until(t, 10*time.Second, "the resend provider's queue to be paused", func() bool {
 		q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("mail"))
 		return err == nil && q.PausedAt != nil
 	})
-	waitFor(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
 	exactlyOnce(t, other, 10)
 	q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("mail"))
 	require.NoError(t, err)
 	if q.PausedAt != nil {
 		require.Equal(t, 1, rs.Requests(), "requests to Resend while its queue is paused")
 	}
-	waitFor(t, 30*time.Second, "the resend campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the resend campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
 	oncePerRecipient(t, rs.CountByRecipient(), 10)
 	require.Equal(t, map[string]int{"done": 10}, w.states(t, a))
 }
@@ -117,7 +118,7 @@ func TestSMTPIdempotencyHeaderExactlyOnce(t *testing.T) {
 	const n = 10
 	id := w.running(t, "mail", n)
 
-	waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == n })
+	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == n })
 	oncePerRecipient(t, smtpPerRecipient(relay), n)
 	require.Equal(t, 2, relay.Deduplicated(), "the two attempts in doubt were settled by deduplicated repeats")
 }
@@ -174,7 +175,7 @@ func TestRecoveryOfADeadWorkersAttemptHonoursTheDedupeWindow(t *testing.T) {
 			w.start(t)
 			_, err := w.svc.Start(w.ctx, w.operator, id)
 			require.NoError(t, err)
-			waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 3 })
+			await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 3 })
 			oncePerRecipient(t, srv.counts(), 3)
 			require.Equal(t, 1, srv.counts()[dead])
 		})
@@ -188,7 +189,7 @@ func TestRecoveryOfADeadWorkersAttemptHonoursTheDedupeWindow(t *testing.T) {
 			w.start(t)
 			_, err := w.svc.Start(w.ctx, w.operator, id)
 			require.NoError(t, err)
-			waitFor(t, 30*time.Second, "two targets done and the dead worker's unknown", func() bool {
+			await.Until(t, 30*time.Second, "two targets done and the dead worker's unknown", func() bool {
 				s := w.states(t, id)
 				return s["done"] == 2 && s["unknown"] == 1
 			})

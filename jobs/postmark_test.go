@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -54,8 +55,8 @@ func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "pm", 12)
 
-	waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 12 })
-	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 12 })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	requireOncePerTarget(t, w, id, 12, pm.Effects(), pm.CountByRecipient())
 	require.Equal(t, 12, pm.Requests(), "one POST /email per target: the two in doubt were not sent again")
 	require.Positive(t, pm.Searches(), "recovery asked Postmark")
@@ -93,7 +94,7 @@ func TestSMTPProbeExactlyOnceThroughALostAnswer(t *testing.T) {
 			w.start(t)
 			id := w.running(t, "mail", 6)
 
-			waitFor(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 6 })
+			await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 6 })
 			recipients := map[string]int{}
 			for _, m := range relay.Messages() {
 				for _, r := range m.Rcpts {
@@ -144,7 +145,7 @@ func TestPostmarkPastTheRetentionStaysUnknown(t *testing.T) {
 	_, err = w.svc.Start(w.ctx, w.operator, id)
 	require.NoError(t, err)
 	w.start(t)
-	waitFor(t, 30*time.Second, "the others done and target 1 unknown", func() bool {
+	await.Until(t, 30*time.Second, "the others done and target 1 unknown", func() bool {
 		s := w.states(t, id)
 		return s["done"] == 2 && s["unknown"] == 1
 	})
@@ -181,7 +182,7 @@ func TestPostmarkSettleWindow(t *testing.T) {
 			w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "concurrency=1&settle=1500ms"))
 			w.start(t)
 			id := w.running(t, "pm", 4)
-			waitFor(t, 30*time.Second, "every target done", func() bool {
+			await.Until(t, 30*time.Second, "every target done", func() bool {
 				s := w.states(t, id)
 				return s["done"] == 4 && len(s) == 1
 			})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -49,7 +50,7 @@ func TestRangeJobsSendEachTargetOnce(t *testing.T) {
 	require.Equal(t, 8, n, "jobs")
 	require.Equal(t, 25, most, "targets per job")
 	w.start(t)
-	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 200)
 	require.Equal(t, map[string]int{"done": 200}, w.states(t, id))
 
@@ -75,7 +76,7 @@ func TestRangeJobRetriesAreBoundedPerTarget(t *testing.T) {
 	_, most := w.effectJobs(t)
 	require.Equal(t, 5, most, "targets per job")
 	w.start(t)
-	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	require.Equal(t, map[string]int{"failed": 20}, w.states(t, id))
 	require.Equal(t, 60, w.attempts(t), "three attempts per target")
 	require.Equal(t, 20, w.jobStates(t)[rivertype.JobStateDiscarded], "one job given up per target")
@@ -86,39 +87,53 @@ func TestRangeJobRetriesAreBoundedPerTarget(t *testing.T) {
 // after the resume every target gets one effect.
 func TestRangeJobPausedMidwayResumesWhereItStopped(t *testing.T) {
 	t.Parallel()
-	hook := slowHook(t, 20*time.Millisecond)
-	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
+	hook := slowHook(t, 50*time.Millisecond)
+	const snooze = 200 * time.Millisecond
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, PausedSnooze: snooze}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	w.start(t)
-	waitFor(t, 20*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 5 })
+	await.Until(t, 30*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 5 })
 	_, err := w.svc.Pause(w.ctx, w.operator, id, "checking the copy")
 	require.NoError(t, err)
-	time.Sleep(300 * time.Millisecond) // the call in flight settles
+	await.Until(t, 30*time.Second, "the call in flight at the pause to settle, and no job running", func() bool {
+		return w.states(t, id)["pending"] == 0 && w.jobStates(t)[rivertype.JobStateRunning] == 0
+	})
 	before := w.attempts(t)
-	time.Sleep(time.Second)
+	time.Sleep(5 * snooze) // each paused job looks again several times
 	require.Equal(t, before, w.attempts(t), "attempts while paused")
 	require.Less(t, before, 40, "paused before the end")
 
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 40)
 	require.Equal(t, 40, w.attempts(t), "one attempt per target")
 }
 
 // TestRangeJobOverItsTimeBudgetHandsOnTheRest: with a slow provider and
 // a short job timeout, a job of 10 targets cannot finish inside half its
-// time; it goes on as the rest of its own range, and every target gets
-// one effect.
+// time (10 calls of at least 150 ms against a budget of 1 s); it goes on
+// as the rest of its own range, and every target gets one effect.
+//
+// One attempt per target is what a quiet machine shows; on a machine busy
+// enough that the job's deadline passes between a claim and its request,
+// that attempt fails with nothing sent and its target is sent again. So
+// the test asserts what a person would check: each target once at the
+// receiver, every target done, and any attempt beyond the first of a
+// target one that sent nothing.
 func TestRangeJobOverItsTimeBudgetHandsOnTheRest(t *testing.T) {
 	t.Parallel()
 	hook := slowHook(t, 150*time.Millisecond)
-	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, JobTimeout: time.Second}, "hook="+hook.URL())
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, JobTimeout: 2 * time.Second}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	w.start(t)
-	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 40)
-	require.Equal(t, 40, w.attempts(t), "one attempt per target")
+	require.Equal(t, map[string]int{"done": 40}, w.states(t, id))
+	for _, a := range w.failedAttempts(t) {
+		require.True(t, a.sentNothing(), "an attempt beyond its target's first that may have sent: %+v", a)
+		t.Logf("an attempt that sent nothing, its target sent again: %+v", a)
+	}
 	var snoozed int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect' AND (metadata ->> 'snoozes')::int > 0`).Scan(&snoozed))
 	require.Positive(t, snoozed, "jobs that handed on the rest of their range")
@@ -155,7 +170,7 @@ func TestFirstStartSkipsAKeyDoneOutsideThePlan(t *testing.T) {
 		WHERE j.kind = 'onceplan_effect' AND o = 7`).Scan(&covered))
 	require.Zero(t, covered, "jobs carrying the target done outside the plan")
 	w.start(t)
-	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 19)
 }
 
@@ -170,7 +185,7 @@ func TestStopHandsOnTheRestOfARangeJob(t *testing.T) {
 	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	require.NoError(t, w.runner.Start(w.ctx, w.svc))
-	waitFor(t, 20*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 3 })
+	await.Until(t, 20*time.Second, "a few effects", func() bool { return len(hook.Effects()) >= 3 })
 	stopCtx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, w.runner.Stop(stopCtx))
@@ -196,7 +211,7 @@ func TestStopHandsOnTheRestOfARangeJob(t *testing.T) {
 		defer cancel()
 		require.NoError(t, next.Stop(ctx))
 	})
-	waitFor(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 40)
 	require.Equal(t, 40, w.attempts(t), "one attempt per target")
 }

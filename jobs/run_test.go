@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
@@ -150,6 +152,31 @@ func (w *world) attempts(t *testing.T) int {
 	return n
 }
 
+// attempt is a ledger row with its recorded raw answer.
+type attempt struct {
+	Key, State, Reason, Raw string
+}
+
+// sentNothing says whether the attempt's raw answer shows that no request
+// reached the provider: the job's context ended before the call, or the
+// connection failed before the request was written.
+func (a attempt) sentNothing() bool {
+	return strings.HasPrefix(a.Raw, "onceplan: not sent: ") || strings.HasPrefix(a.Raw, "transport-error wrote-request=false ")
+}
+
+// failedAttempts lists the failed attempts, with their raw answers.
+func (w *world) failedAttempts(t *testing.T) []attempt {
+	t.Helper()
+	rows, err := w.pool.Query(w.ctx, `
+		SELECT e.key, e.state::text, coalesce(e.reason, ''), coalesce(convert_from(r.body, 'UTF8'), '')
+		FROM effect e LEFT JOIN effect_response r ON r.effect_id = e.id
+		WHERE e.state = 'failed' ORDER BY e.id`)
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[attempt])
+	require.NoError(t, err)
+	return out
+}
+
 // jobStates counts the effect jobs by River state.
 func (w *world) jobStates(t *testing.T) map[rivertype.JobState]int {
 	t.Helper()
@@ -165,18 +192,6 @@ func (w *world) jobStates(t *testing.T) map[rivertype.JobState]int {
 	}
 	require.NoError(t, rows.Err())
 	return out
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
 
 // exactlyOnce asserts, from the receiver's records, that each of the n
@@ -201,7 +216,7 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "hook", 50)
 
-	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 50)
 	require.Equal(t, map[string]int{"done": 50}, w.states(t, id))
 
@@ -214,7 +229,7 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	for ord := range 50 {
 		require.NoError(t, w.runner.RequeueTarget(w.ctx, p, ord, ""))
 	}
-	waitFor(t, 30*time.Second, "the requeued jobs to finish", func() bool {
+	await.Until(t, 30*time.Second, "the requeued jobs to finish", func() bool {
 		js := w.jobStates(t)
 		return js[rivertype.JobStateAvailable] == 0 && js[rivertype.JobStateRunning] == 0 && js[rivertype.JobStateRetryable] == 0
 	})
@@ -239,7 +254,7 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 10, tag.RowsAffected())
 	w.start(t)
-	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 10)
 	require.Equal(t, map[string]int{"done": 10}, w.states(t, id))
 	var strays int
@@ -267,13 +282,13 @@ func TestQuotaPausesOnlyThatProvidersQueue(t *testing.T) {
 	a := w.running(t, "limited", 20)
 	b := w.running(t, "other", 20)
 
-	waitFor(t, 10*time.Second, "the limited provider's queue to be paused", func() bool {
+	await.Until(t, 10*time.Second, "the limited provider's queue to be paused", func() bool {
 		q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("limited"))
 		return err == nil && q.PausedAt != nil
 	})
 	// While it is paused, the other provider finishes its whole campaign
 	// and the limited one receives nothing more than its single 429.
-	waitFor(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
 	exactlyOnce(t, other, 20)
 	q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("limited"))
 	require.NoError(t, err)
@@ -283,7 +298,7 @@ func TestQuotaPausesOnlyThatProvidersQueue(t *testing.T) {
 
 	// After Retry-After the queue resumes by itself and the limited
 	// campaign completes: each target once, the throttled one included.
-	waitFor(t, 30*time.Second, "the limited campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the limited campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
 	exactlyOnce(t, limited, 20)
 	q, err = w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("limited"))
 	require.NoError(t, err)
@@ -301,7 +316,7 @@ func TestPausedCampaignSnoozesWithoutClaiming(t *testing.T) {
 	w.start(t)
 
 	// The jobs run and snooze again and again, without a claim or a call.
-	waitFor(t, 10*time.Second, "the paused campaign's jobs to snooze", func() bool {
+	await.Until(t, 10*time.Second, "the paused campaign's jobs to snooze", func() bool {
 		var snoozes int
 		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT coalesce(sum((metadata->>'snoozes')::int), 0) FROM river_job WHERE kind = 'onceplan_effect'`).Scan(&snoozes))
 		return snoozes >= 20
@@ -311,7 +326,7 @@ func TestPausedCampaignSnoozesWithoutClaiming(t *testing.T) {
 
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	waitFor(t, 20*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	exactlyOnce(t, hook, 10)
 }
 
@@ -325,7 +340,7 @@ func TestCancelledCampaignEndsWithoutClaiming(t *testing.T) {
 	require.NoError(t, err)
 	w.start(t)
 
-	waitFor(t, 10*time.Second, "the cancelled campaign's jobs to end", func() bool {
+	await.Until(t, 10*time.Second, "the cancelled campaign's jobs to end", func() bool {
 		return w.jobStates(t)[rivertype.JobStateCompleted] == 10
 	})
 	require.Zero(t, hook.Requests(), "calls for a cancelled campaign")
@@ -345,14 +360,14 @@ func TestRetriesAreBoundedAndTheFailureStaysVisible(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "down", 2)
 
-	waitFor(t, 30*time.Second, "River to give up on both jobs", func() bool {
+	await.Until(t, 30*time.Second, "River to give up on both jobs", func() bool {
 		return w.jobStates(t)[rivertype.JobStateDiscarded] == 2
 	})
 	require.Equal(t, map[string]int{"failed": 2}, w.states(t, id))
 	require.Equal(t, 6, w.attempts(t), "three attempts per target, each in the ledger")
 	// Nothing is left to run, so the campaign completes — with its failed
 	// targets in plain sight for the audit and a later resume.
-	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	require.Equal(t, map[string]int{"failed": 2}, w.states(t, id))
 	var reason string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM effect ORDER BY id DESC LIMIT 1`).Scan(&reason))
@@ -368,7 +383,7 @@ func TestStrandedBlocksTheTargetAndKeepsTheAnswer(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "hook", 5)
 
-	waitFor(t, 20*time.Second, "every target to settle", func() bool {
+	await.Until(t, 20*time.Second, "every target to settle", func() bool {
 		s := w.states(t, id)
 		return s["done"] == 4 && s["stranded"] == 1
 	})
@@ -382,8 +397,7 @@ func TestStrandedBlocksTheTargetAndKeepsTheAnswer(t *testing.T) {
 	// human, like an unknown one.
 	_, err := w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	time.Sleep(500 * time.Millisecond)
-	waitFor(t, 10*time.Second, "the resumed jobs to end", func() bool {
+	await.Until(t, 30*time.Second, "the resumed jobs to end", func() bool {
 		js := w.jobStates(t)
 		return js[rivertype.JobStateAvailable] == 0 && js[rivertype.JobStateRunning] == 0
 	})
@@ -403,7 +417,7 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "mail", 4)
 
-	waitFor(t, 30*time.Second, "every target to settle", func() bool {
+	await.Until(t, 30*time.Second, "every target to settle", func() bool {
 		s := w.states(t, id)
 		return s["done"] == 3 && s["unknown"] == 1
 	})
@@ -412,7 +426,7 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 	// Nobody guesses: resuming leaves the unknown target alone.
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "the resumed jobs to end", func() bool {
+	await.Until(t, 10*time.Second, "the resumed jobs to end", func() bool {
 		js := w.jobStates(t)
 		return js[rivertype.JobStateAvailable] == 0 && js[rivertype.JobStateRunning] == 0
 	})
@@ -427,7 +441,7 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 	require.Equal(t, map[string]int{"done": 4}, w.states(t, id))
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	waitFor(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 	require.Len(t, smtp.Messages(), 4, "resolving as delivered sends nothing, even after another resume")
 }
 

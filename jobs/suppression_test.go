@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
@@ -40,7 +42,7 @@ func TestSuppressedAfterApprovalIsNeverSent(t *testing.T) {
 	w.start(t)
 	_, err := w.svc.Start(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
 
 	got := map[string]int{}
 	for _, e := range hook.Effects() {
@@ -87,7 +89,7 @@ func TestSuppressedAfterApprovalIsNeverSent(t *testing.T) {
 	res, err := w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
 	require.Equal(t, plan.StateCompleted, res.Campaign.State)
-	time.Sleep(500 * time.Millisecond)
+	require.Zero(t, w.jobStates(t)[rivertype.JobStateAvailable], "jobs queued by the resume")
 	require.Len(t, hook.Effects(), 3)
 }
 

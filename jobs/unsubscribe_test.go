@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/suppression"
@@ -60,7 +61,7 @@ func TestUnsubscribeLinkEndToEnd(t *testing.T) {
 		require.NoError(t, err)
 		_, err = w.svc.Start(w.ctx, w.operator, res.Campaign.ID)
 		require.NoError(t, err)
-		waitFor(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, res.Campaign.ID) == plan.StateCompleted })
+		await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, res.Campaign.ID) == plan.StateCompleted })
 	}
 	w.start(t)
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/toolclient"
@@ -42,41 +43,50 @@ func server(t *testing.T) *toolclient.Client {
 }
 
 // TestDoOnce: Do runs the body once; a second Do replays the recorded
-// result without running it; a body slower than its lease keeps the lease
-// by heartbeats, so a concurrent Do is told the call is in flight.
+// result without running it; a body that outlives its lease keeps it by
+// heartbeats, so a concurrent Do is told the call is in flight.
+//
+// The in-flight answer is the point, so its timing is generous and
+// derived from the lease: the second Do comes one and a half leases after
+// the body started (the lease would have run out without heartbeats),
+// and a heartbeat goes every third of the lease, so two may be lost or
+// slow before the lease is. The body ends when the test says so, not
+// after a fixed time.
 func TestDoOnce(t *testing.T) {
 	t.Parallel()
 	c := server(t)
 	ctx := t.Context()
 	var runs atomic.Int32
+	const lease = 3 * time.Second
 	in := toolclient.Intent{Event: "run-1", Tool: "crm.set_status", Target: toolclient.Subject("customer-17"),
-		Args: map[string]string{"status": "gold"}, Lease: time.Second}
-	started := make(chan struct{})
+		Args: map[string]string{"status": "gold"}, Lease: lease}
+	started, finish := make(chan time.Time, 1), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Do(ctx, in, func(ctx context.Context, key string) ([]byte, string, error) {
 			runs.Add(1)
-			close(started)
-			select { // three leases long: only heartbeats keep it
-			case <-time.After(3 * time.Second):
+			started <- time.Now()
+			select {
+			case <-finish:
 			case <-ctx.Done():
-				return nil, "", ctx.Err()
+				return nil, "", context.Cause(ctx)
 			}
 			return []byte(`{"id":"op-1"}`), "op-1", nil
 		})
 		done <- err
 	}()
-	<-started
-	time.Sleep(2 * time.Second)
+	at := await.Either(t, started, done, time.Minute, "the first Do running its body")
+	time.Sleep(time.Until(at.Add(lease * 3 / 2)))
 	_, err := c.Do(ctx, in, func(context.Context, string) ([]byte, string, error) {
 		runs.Add(1)
 		return nil, "", nil
 	})
+	close(finish)
 	var np *toolclient.NotPerformedError
 	require.ErrorAs(t, err, &np)
 	require.ErrorIs(t, err, toolclient.ErrInDoubt)
 	require.Equal(t, "pending", np.Effect.State, "the heartbeats kept the lease: still in flight, not in doubt")
-	require.NoError(t, <-done)
+	require.NoError(t, await.Recv(t, done, time.Minute, "the first Do settling"))
 
 	res, err := c.Do(ctx, in, func(context.Context, string) ([]byte, string, error) {
 		runs.Add(1)

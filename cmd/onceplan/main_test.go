@@ -174,7 +174,7 @@ func TestServeExplainsBadInputInOneSentence(t *testing.T) {
 	t.Run("NoServerBinaries", func(t *testing.T) {
 		t.Parallel()
 		empty := t.TempDir()
-		cmd := exec.Command(binary, "serve", "--data-dir", dataDir(t))
+		cmd := exec.Command(binary, "serve", "--data-dir", dataDir(t), "--listen", "127.0.0.1:0")
 		cmd.Env = append(os.Environ(), "ONCEPLAN_PG_BINDIR="+empty, "DATABASE_URL=")
 		out, err := cmd.CombinedOutput()
 		require.Error(t, err)
@@ -193,8 +193,9 @@ func TestServeExplainsBadInputInOneSentence(t *testing.T) {
 
 	t.Run("WorkersPerQueue", func(t *testing.T) {
 		t.Parallel()
-		for _, cmd := range []string{"serve", "worker"} {
-			out, err := exec.Command(binary, cmd, "--data-dir", dataDir(t), "--workers-per-queue", "0").CombinedOutput()
+		for _, cmd := range [][]string{{"serve", "--listen", "127.0.0.1:0"}, {"worker"}} {
+			args := append(cmd, "--data-dir", dataDir(t), "--workers-per-queue", "0")
+			out, err := exec.Command(binary, args...).CombinedOutput()
 			require.Error(t, err)
 			require.Equal(t, "onceplan: --workers-per-queue 0: want a number from 1 to 10000", lastLine(string(out)), cmd)
 		}
@@ -202,7 +203,7 @@ func TestServeExplainsBadInputInOneSentence(t *testing.T) {
 
 	t.Run("BadDatabaseURL", func(t *testing.T) {
 		t.Parallel()
-		out, err := exec.Command(binary, "serve", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2").CombinedOutput()
+		out, err := exec.Command(binary, "serve", "--database-url", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "--listen", "127.0.0.1:0").CombinedOutput()
 		require.Error(t, err)
 		last := lastLine(string(out))
 		require.Contains(t, last, "onceplan: cannot connect to the database at postgres://nobody@127.0.0.1:1/x")
