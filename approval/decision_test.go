@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -17,7 +19,7 @@ import (
 // decisions: the process's one shared connection, or none.
 func (b *bundle) listeners(t *testing.T) int {
 	t.Helper()
-	return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN onceplan_decision'`)
+	return pgtest.Listeners(t, b.pool, approval.DecisionChannel)
 }
 
 // TestDecisionFollowsTheQuorum: a campaign needing two approvals is
@@ -164,9 +166,8 @@ func TestWaitDecisionReturnsOnTheApproval(t *testing.T) {
 			answers <- answer{d, err, time.Now()}
 		}()
 	}
-	require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 20*time.Millisecond, "one shared listening connection")
-	require.Eventually(t, func() bool { return b.pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 10*time.Millisecond,
-		"waiting holds no pooled connection")
+	await.Until(t, time.Minute, "one shared listening connection", func() bool { return b.listeners(t) == 1 })
+	await.Until(t, time.Minute, "the waiters giving back every pooled connection", func() bool { return b.pool.Stat().AcquiredConns() == 0 })
 	require.Equal(t, 1, b.listeners(t))
 	select {
 	case a := <-answers:
@@ -178,12 +179,12 @@ func TestWaitDecisionReturnsOnTheApproval(t *testing.T) {
 	require.NoError(t, err)
 	approved := time.Now()
 	for range waiters {
-		a := <-answers
+		a := await.Recv(t, answers, wait+time.Minute, "every waiter answering the approval")
 		require.NoError(t, a.err)
 		require.Equal(t, approval.DecisionApproved, a.d.Decision)
 		require.Less(t, a.at.Sub(approved), 5*time.Second, "answered on the approval, not at the end of the wait")
 	}
-	require.Eventually(t, func() bool { return b.listeners(t) == 0 }, 10*time.Second, 20*time.Millisecond, "the last waiter out closes the connection")
+	await.Until(t, time.Minute, "the last waiter out closing the listening connection", func() bool { return b.listeners(t) == 0 })
 }
 
 // TestWaitDecisionRunsOut: a wait with no decision answers pending once
@@ -207,7 +208,7 @@ func TestWaitDecisionRunsOut(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, approval.DecisionPending, d.Decision)
 	require.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
-	require.Eventually(t, func() bool { return b.listeners(t) == 0 }, 10*time.Second, 20*time.Millisecond)
+	await.Until(t, time.Minute, "the listening connection closed", func() bool { return b.listeners(t) == 0 })
 
 	ctx, cancel := context.WithCancel(b.ctx)
 	var wg sync.WaitGroup
@@ -217,12 +218,12 @@ func TestWaitDecisionRunsOut(t *testing.T) {
 		defer wg.Done()
 		d, waitErr = b.svc.WaitDecision(ctx, id, 30*time.Second)
 	}()
-	require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 20*time.Millisecond)
+	await.Until(t, time.Minute, "the waiter listening", func() bool { return b.listeners(t) == 1 })
 	cancel()
 	wg.Wait()
 	require.True(t, errors.Is(waitErr, context.Canceled), "%v", waitErr)
 	require.Equal(t, approval.DecisionPending, d.Decision, "the last decision read")
-	require.Eventually(t, func() bool { return b.listeners(t) == 0 }, 10*time.Second, 20*time.Millisecond)
+	await.Until(t, time.Minute, "the listening connection closed", func() bool { return b.listeners(t) == 0 })
 
 	// A rejection ends a wait too.
 	rejected := make(chan approval.Decision, 1)
@@ -230,7 +231,7 @@ func TestWaitDecisionRunsOut(t *testing.T) {
 		d, _ := b.svc.WaitDecision(b.ctx, id, 30*time.Second)
 		rejected <- d
 	}()
-	require.Eventually(t, func() bool { return b.listeners(t) == 1 }, 10*time.Second, 20*time.Millisecond)
+	await.Until(t, time.Minute, "the waiter listening", func() bool { return b.listeners(t) == 1 })
 	_, err = b.svc.Reject(b.ctx, b.approver, id, "wrong month")
 	require.NoError(t, err)
 	select {

@@ -16,11 +16,11 @@ import (
 // proxies' idle timeouts and clients' request timeouts.
 const DecisionWaitMax = 60 * time.Second
 
-// decisionChannel is the PostgreSQL notification channel on which the
+// DecisionChannel is the PostgreSQL notification channel on which the
 // transaction that records a decisive action names its campaign; the
 // notification is delivered at its commit, never before, so a waiter that
 // re-reads on it sees the decision.
-const decisionChannel = "onceplan_decision"
+const DecisionChannel = "onceplan_decision"
 
 // decisionRecheck is how often a waiter reads the decision again without
 // being notified: a backstop for a notification lost with a listening
@@ -33,7 +33,7 @@ func notifyDecision(ctx context.Context, tx pgx.Tx, id string, action Action) er
 	if !slices.Contains(decisive, action) {
 		return nil
 	}
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, decisionChannel, id)
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, DecisionChannel, id)
 	return err
 }
 
@@ -197,7 +197,7 @@ func (h *decisionHub) listenOnce(ctx context.Context, r *hubRun) {
 		defer cancel()
 		conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+decisionChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+DecisionChannel); err != nil {
 		return
 	}
 	h.wakeAll(r, true)

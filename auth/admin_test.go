@@ -3,11 +3,13 @@ package auth_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -90,7 +92,7 @@ func TestEnsureAdminConcurrent(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent admin creations to end")
 	require.Empty(t, errs)
 	require.Equal(t, 1, creates)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 )
 
 func TestLogin(t *testing.T) {
@@ -185,7 +186,7 @@ func TestLoginThrottleHoldsUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent sign-ins to end")
 	require.Empty(t, unexpected)
 	require.Equal(t, auth.FailuresBeforeDelay, bad)
 	require.Equal(t, 12-auth.FailuresBeforeDelay, thr)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -251,8 +253,8 @@ func TestRecordConcurrentDeliveries(t *testing.T) {
 	}
 	var total inbound.Result
 	for range n {
-		require.NoError(t, <-errs)
-		r := <-results
+		require.NoError(t, await.Recv(t, errs, time.Minute, "a concurrent delivery recorded"))
+		r := await.Recv(t, results, time.Minute, "a concurrent delivery's result")
 		total.Recorded += r.Recorded
 		total.Duplicate += r.Duplicate
 		total.Suppressed += r.Suppressed

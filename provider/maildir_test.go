@@ -13,9 +13,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/provider"
 )
 
@@ -105,7 +107,7 @@ func TestMaildirConcurrentSameKeyMakesOneFile(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the 20 concurrent sends to end")
 	for _, v := range verdicts {
 		require.Equal(t, provider.Verdict{Outcome: provider.OutcomeDone, Receipt: name}, v)
 	}

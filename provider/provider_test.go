@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/provider"
 )
 
@@ -81,7 +82,7 @@ func TestAcquireConcurrency(t *testing.T) {
 		}
 		done <- rel
 	}()
-	rel3 := <-done
+	rel3 := await.Recv(t, done, time.Minute, "the freed slot going to the next caller")
 	require.NotNil(t, rel3)
 
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/provider"
 )
@@ -213,7 +214,7 @@ func TestResendHangIsUnknownAndARepeatMeanwhileWaits(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, provider.OutcomeUnknown, p.Classify(raw).Outcome, "%s", raw)
 	}()
-	require.Eventually(t, func() bool { return len(s.Effects()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	await.Until(t, time.Minute, "the server creating the hanging request's email", func() bool { return len(s.Effects()) == 1 })
 	// While the first request is in progress, a repeat is told so: ask later.
 	raw, v := send(t, p, r)
 	if v.Outcome == provider.OutcomeRetryLater {
@@ -222,11 +223,11 @@ func TestResendHangIsUnknownAndARepeatMeanwhileWaits(t *testing.T) {
 	} else { // the first request's timeout ended the hang first
 		require.Equal(t, provider.OutcomeDone, v.Outcome)
 	}
-	wg.Wait()
-	require.Eventually(t, func() bool {
+	await.Group(t, &wg, time.Minute, "the first, hanging request to end")
+	await.Until(t, time.Minute, "a repeat answered done once the first request ended", func() bool {
 		_, v := send(t, p, r)
 		return v.Outcome == provider.OutcomeDone
-	}, 5*time.Second, 50*time.Millisecond)
+	})
 	require.Len(t, s.Effects(), 1)
 }
 

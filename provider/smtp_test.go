@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/provider"
 )
@@ -151,8 +152,7 @@ func TestSMTPTimeoutAfterDataIsUnknown(t *testing.T) {
 	raw, v := send(t, p, testRequest("smtp-slow"))
 	require.Contains(t, string(raw), "stage=data-close error=")
 	require.Equal(t, provider.OutcomeUnknown, v.Outcome)
-	require.Eventually(t, func() bool { return len(s.Messages()) == 1 }, 5*time.Second, 20*time.Millisecond,
-		"the sink accepted the message the client gave up on")
+	await.Until(t, time.Minute, "the sink accepting the message the client gave up on", func() bool { return len(s.Messages()) == 1 })
 }
 
 func TestSMTPConnectionRefusedIsRetryable(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/provider"
 )
@@ -130,7 +131,7 @@ func TestWebhookRequestHeaders(t *testing.T) {
 	_, v := send(t, p, r)
 	require.Equal(t, provider.Verdict{Outcome: provider.OutcomeDone, Receipt: "HTTP 204"}, v)
 
-	req := <-got
+	req := await.Recv(t, got, time.Minute, "the request at the receiver")
 	require.Equal(t, http.MethodPost, req.Method)
 	require.Equal(t, "/in/effects", req.URL.Path)
 	require.Equal(t, "application/json", req.Header.Get("Content-Type"))
@@ -682,7 +683,7 @@ func TestWebhookConcurrency(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent sends to end")
 	for _, o := range outcomes {
 		require.Equal(t, provider.OutcomeDone, o)
 	}
@@ -722,7 +723,7 @@ func TestWebhookParallelSendsMakeOneEffectEach(t *testing.T) {
 			_, _ = p.Send(context.Background(), testRequest("webhook-parallel-"+strconv.Itoa(i)))
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the parallel sends to end")
 	counts := s.CountByEffectID()
 	require.Len(t, counts, n)
 	for id, c := range counts {

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -110,9 +111,9 @@ func TestLeaseFencing(t *testing.T) {
 	require.True(t, st.LeaseUntil.After(first.Status.LeaseUntil))
 	require.Equal(t, toolcall.InDoubt, b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Second).Outcome, "the lease runs")
 
-	require.Eventually(t, func() bool {
+	await.Until(t, time.Minute, "a begin after the lease ran out taking the attempt over", func() bool {
 		return b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Minute).Outcome != toolcall.InDoubt
-	}, 10*time.Second, 100*time.Millisecond)
+	})
 	now, err := b.svc.Get(b.ctx, first.Status.Key)
 	require.NoError(t, err)
 	require.Equal(t, 1, now.Takeovers)
@@ -161,11 +162,11 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 	b := setup(t)
 	first := b.begin(t, "crm.none", "run-1", `{}`, time.Second)
 	require.True(t, first.Registered)
-	require.Eventually(t, func() bool {
+	await.Until(t, time.Minute, "the expired attempt recovered", func() bool {
 		n, err := b.svc.RecoverDue(b.ctx, 10)
 		require.NoError(t, err)
 		return n == 1
-	}, 10*time.Second, 100*time.Millisecond)
+	})
 	st, err := b.svc.Get(b.ctx, first.Status.Key)
 	require.NoError(t, err)
 	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)

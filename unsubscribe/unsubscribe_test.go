@@ -6,9 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/unsubscribe"
@@ -142,7 +144,7 @@ func TestSecretMadeOnce(t *testing.T) {
 			tokens[i] = tok
 		}()
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent token requests to end")
 	for _, tok := range tokens {
 		require.Equal(t, tokens[0], tok)
 	}

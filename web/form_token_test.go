@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -94,7 +96,7 @@ func TestCreateFormSentTwiceMakesOneCampaign(t *testing.T) {
 			locs[i] = rec.Header().Get("Location")
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "both submits of the double click to be answered")
 	require.Equal(t, 1, b.campaignsNamed("Double click"))
 	require.NotEmpty(t, locs[0])
 	require.Equal(t, locs[0], locs[1])

@@ -10,6 +10,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/toolcall"
 )
@@ -42,11 +43,11 @@ func TestToolCallPages(t *testing.T) {
 	// A call of a tool without recovery whose lease ends: unknown.
 	lost := begin("crm.note", "run-3", `{"text": "hello"}`, time.Second)
 	require.Equal(t, toolcall.Perform, lost.Outcome)
-	require.Eventually(t, func() bool {
+	await.Until(t, time.Minute, "the expired attempt recovered", func() bool {
 		n, err := svc.RecoverDue(ctx, 10)
 		require.NoError(t, err)
 		return n == 1
-	}, 10*time.Second, 100*time.Millisecond)
+	})
 
 	op, ap := b.as["operator"], b.as["approver"]
 	d := parse(t, b.as["viewer"].get("/tool-calls"))

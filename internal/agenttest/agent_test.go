@@ -19,6 +19,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
@@ -323,4 +325,14 @@ func TestAgentProposesOverMCPAndAPersonApproves(t *testing.T) {
 	list, _, isErr := call("list_campaigns", map[string]any{})
 	require.False(t, isErr)
 	require.Len(t, list["items"], 1)
+}
+
+// untilWaiting waits until a long poll is waiting on the server: the
+// server's shared connection listens for decisions.
+func (w *world) untilWaiting(t *testing.T) {
+	t.Helper()
+	pool := pgtest.NewPool(t, w.dbURL)
+	await.Until(t, time.Minute, "a long poll waiting on the server", func() bool {
+		return pgtest.Listeners(t, pool, approval.DecisionChannel) == 1
+	})
 }

@@ -93,7 +93,7 @@ func TestAgentWaitsForTheDecisionOverMCP(t *testing.T) {
 		out, text, isErr := call("wait_for_decision", map[string]any{"campaign_id": id, "timeout_seconds": 20})
 		done <- answer{out, text, isErr, time.Now(), called}
 	}()
-	time.Sleep(time.Second) // the tool call is waiting on the server
+	w.untilWaiting(t)
 	select {
 	case a := <-done:
 		t.Fatalf("wait_for_decision answered before anyone decided: %s", a.text)
@@ -112,7 +112,7 @@ func TestAgentWaitsForTheDecisionOverMCP(t *testing.T) {
 	require.Equal(t, "approved", a.out["decision"])
 	require.Equal(t, "amy@example.com", a.out["decided_by"])
 	require.Less(t, a.at.Sub(a.called), 20*time.Second, "answered before its timeout")
-	require.Less(t, a.at.Sub(approved), time.Second, "within a second of the approval")
+	require.Less(t, a.at.Sub(approved), 5*time.Second, "answered on the approval, not at the end of its wait")
 	// Often negative: the notification reaches the waiter before the
 	// approval's own answer reaches the test.
 	t.Logf("wait_for_decision answered %v after the approval returned", a.at.Sub(approved))
@@ -124,7 +124,7 @@ func TestAgentWaitsForTheDecisionOverMCP(t *testing.T) {
 		out, text, isErr := call("wait_for_decision", map[string]any{"campaign_id": rid, "timeout_seconds": 20})
 		done2 <- answer{out: out, text: text, isErr: isErr}
 	}()
-	time.Sleep(500 * time.Millisecond)
+	w.untilWaiting(t)
 	ok(t, w.as("approver", "campaign", "reject", rid, "--reason", "name the plan in the subject")...)
 	select {
 	case a = <-done2:

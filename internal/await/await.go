@@ -11,6 +11,7 @@ package await
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -103,4 +104,16 @@ func Either[T, U any](t testing.TB, ok <-chan T, other <-chan U, within time.Dur
 // child process).
 func Sentence(what string, within time.Duration) string {
 	return fmt.Sprintf("%s did not happen within %s", what, within)
+}
+
+// Group waits for wg, failing the test after within: "<what> did not
+// happen within <within>". The goroutines go on; the test ends.
+func Group(t testing.TB, wg *sync.WaitGroup, within time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	Closed(t, done, within, what)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
@@ -65,6 +66,6 @@ func TestServePublicURLDefaultsToTheBoundAddress(t *testing.T) {
 		require.NotContains(t, m[1], ":0")
 		require.Equal(t, tc.want(m[1]), m[2])
 		cancel()
-		require.NoError(t, <-errc, out.String())
+		require.NoError(t, await.Recv(t, errc, time.Minute, "serve stopping when cancelled"), out.String())
 	}
 }

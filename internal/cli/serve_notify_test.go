@@ -18,6 +18,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/notify"
@@ -194,7 +195,7 @@ func TestServeNotifies(t *testing.T) {
 	}
 
 	cancel()
-	require.NoError(t, <-errc, out.String())
+	require.NoError(t, await.Recv(t, errc, time.Minute, "serve stopping when cancelled"), out.String())
 }
 
 // TestServeNotifyFlagRefused: a --notify serve cannot use is refused in

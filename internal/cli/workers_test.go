@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 )
@@ -147,7 +148,7 @@ func TestServeAndWorkerRunWithALongerJobTimeout(t *testing.T) {
 				}
 			}
 			cancel()
-			require.NoError(t, <-errc, out.String())
+			require.NoError(t, await.Recv(t, errc, time.Minute, cmd.name+" stopping when cancelled"), out.String())
 		})
 	}
 }

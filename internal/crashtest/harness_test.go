@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -228,20 +229,14 @@ func (e *env) campaignState(t *testing.T, id string) plan.State {
 	return c.State
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor is await.Until, showing the workers' logs when it runs out.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, logs ...*worker) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	explain := make([]func() string, len(logs))
+	for i, w := range logs {
+		explain[i] = func() string { return "worker logs:\n" + w.Logs() }
 	}
-	for _, w := range logs {
-		t.Logf("worker logs:\n%s", w.Logs())
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	await.Until(t, timeout, what, cond, explain...)
 }
 
 // keysByTarget maps each planned target to its effect id as the outside

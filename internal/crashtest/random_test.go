@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -140,7 +141,7 @@ func TestConcurrentWorkersDuplicateJobsAndResumes(t *testing.T) {
 					}
 				}()
 			}
-			wg.Wait()
+			await.Group(t, &wg, 5*time.Minute, "the concurrent resumes to end")
 			close(errs)
 			for err := range errs {
 				require.NoError(t, err)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
@@ -472,7 +473,7 @@ func TestToolCallCrashMatrix(t *testing.T) {
 					}()
 				}
 			}
-			wg.Wait()
+			await.Group(t, &wg, 5*time.Minute, "the restarted agents to recover")
 			for _, err := range errs {
 				t.Error(err)
 			}
@@ -497,10 +498,10 @@ func TestToolCallUnknownResolvedByPerson(t *testing.T) {
 		r, err := w.runAgent("crash.none", event, tc.point)
 		require.NoError(t, err)
 		require.True(t, r.killed)
-		require.Eventually(t, func() bool {
+		await.Until(t, time.Minute, "the dead agent's attempt turning unknown", func() bool {
 			_, st, err := w.api(http.MethodGet, "/effects/"+string(key), w.operator, nil)
 			return err == nil && st["state"] == "unknown"
-		}, 30*time.Second, 200*time.Millisecond)
+		})
 		status, body, err := w.api(http.MethodPost, "/effects/"+string(key)+"/resolve", w.agent, map[string]any{"outcome": tc.outcome, "reason": "checked"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusForbidden, status, "an agent token never resolves: %v", body)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
@@ -471,21 +472,14 @@ func (p *proc) exited() bool {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes; on timeout it
-// shows the processes' output.
+// waitFor is await.Until, showing the processes' output when it runs out.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool, procs ...*proc) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	explain := make([]func() string, len(procs))
+	for i, p := range procs {
+		explain[i] = func() string { return p.name + " output:\n" + p.Logs() }
 	}
-	for _, p := range procs {
-		t.Logf("%s output:\n%s", p.name, p.Logs())
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	await.Until(t, timeout, what, cond, explain...)
 }
 
 // requireAlive fails when a process ended on its own: a fault must never

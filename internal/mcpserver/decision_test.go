@@ -16,6 +16,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/apiclient"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/mcpserver"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
@@ -105,7 +106,9 @@ func TestWaitForDecisionIsBoundedAndSaysWhoMustAct(t *testing.T) {
 		}
 		answered <- out
 	}()
-	time.Sleep(300 * time.Millisecond)
+	await.Until(t, time.Minute, "wait_for_decision waiting on the server", func() bool {
+		return pgtest.Listeners(t, pool, approval.DecisionChannel) == 1
+	})
 	_, err = svc.Reject(ctx, approver, id, "the subject says nothing")
 	require.NoError(t, err)
 	select {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/internal/await"
 )
 
 // helperDirEnv tells a re-executed test binary to act as a onceplan process that uses
@@ -74,7 +76,7 @@ func forceStop(t *testing.T, dir string) {
 	for _, p := range pids {
 		_ = syscall.Kill(p, syscall.SIGKILL)
 	}
-	require.Eventually(t, func() bool { return len(postgresProcsOn(real)) == 0 }, 10*time.Second, 50*time.Millisecond)
+	await.Until(t, time.Minute, "every postgres process of the cluster gone", func() bool { return len(postgresProcsOn(real)) == 0 })
 }
 
 func connect(t *testing.T, c *Cluster) *pgx.Conn {
@@ -112,7 +114,7 @@ func postmasterPid(t *testing.T, dir string) int {
 
 func requireGone(t *testing.T, pid int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return !processAlive(pid) }, 10*time.Second, 20*time.Millisecond, "postmaster %d still running", pid)
+	await.Until(t, time.Minute, fmt.Sprintf("postmaster %d ending", pid), func() bool { return !processAlive(pid) })
 }
 
 func requireRoot(t *testing.T) {
@@ -303,7 +305,7 @@ func TestConcurrentOpens(t *testing.T) {
 	for i := range n {
 		wg.Go(func() { clusters[i], errs[i] = Open(t.Context(), testOptions(dir)) })
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the 4 concurrent Opens to return")
 	started := 0
 	for i := range n {
 		require.NoError(t, errs[i])

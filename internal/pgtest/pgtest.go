@@ -279,6 +279,22 @@ func AppPool(t testing.TB) *pgxpool.Pool {
 	return NewPool(t, Database(t).App)
 }
 
+// Listeners counts the sessions of pool's database whose last statement
+// was LISTEN channel: how a test knows that a waiter (a long poll, a
+// server's notification hub) is waiting, instead of sleeping for it. The
+// query text of other roles' sessions is hidden from the application
+// role, so pool should be the superuser's or the same role as the
+// listener's.
+func Listeners(t testing.TB, pool *pgxpool.Pool, channel string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND query = 'LISTEN ' || $1`, channel).Scan(&n); err != nil {
+		t.Fatalf("pgtest: counting listeners: %v", err)
+	}
+	return n
+}
+
 // NewPool opens a pool on raw (one of Database's URLs), closed when t ends.
 func NewPool(t testing.TB, raw string) *pgxpool.Pool {
 	t.Helper()

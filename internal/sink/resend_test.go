@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 )
 
@@ -146,11 +147,11 @@ func TestResendSinkFaults(t *testing.T) {
 	b.sink.ApplyThenHang(1, 2*time.Second)
 	done := make(chan resendAnswer, 1)
 	go func() { done <- b.post(t, b.bearer(), "k-hang", docEmail) }()
-	require.Eventually(t, func() bool { return b.sink.CountByIdempotencyKey()["k-hang"] == 1 }, 5*time.Second, 10*time.Millisecond)
+	await.Until(t, time.Minute, "the server creating the hanging request's email", func() bool { return b.sink.CountByIdempotencyKey()["k-hang"] == 1 })
 	a = b.post(t, b.bearer(), "k-hang", docEmail)
 	require.Equal(t, http.StatusConflict, a.status)
 	require.Equal(t, "concurrent_idempotent_requests", a.body["name"])
-	require.Equal(t, http.StatusOK, (<-done).status)
+	require.Equal(t, http.StatusOK, await.Recv(t, done, time.Minute, "the hanging request's answer").status)
 	a = b.post(t, b.bearer(), "k-hang", docEmail)
 	require.Equal(t, http.StatusOK, a.status)
 	require.Equal(t, 1, b.sink.CountByIdempotencyKey()["k-hang"])

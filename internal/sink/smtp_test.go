@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 )
 
@@ -237,7 +238,7 @@ func TestSMTPSinkCountsExactlyUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent SMTP sessions to end")
 	require.NoError(t, errors.Join(errs...))
 	require.Len(t, s.CountByMessageID(), n)
 	receipts := map[string]bool{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 )
 
@@ -158,7 +159,7 @@ func TestWebhookSinkDedupeUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the concurrent posts of one key to be answered")
 	for _, body := range bodies {
 		require.JSONEq(t, `{"status":"done","receipt":"wh-000001"}`, body)
 	}
@@ -176,7 +177,7 @@ func TestWebhookSinkCountsExactlyUnderConcurrency(t *testing.T) {
 			_, _ = b.try(context.Background(), http.MethodPost, "/hook", "e-"+strconv.Itoa(i), "{}")
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the 50 concurrent posts to be answered")
 	counts := b.sink.CountByEffectID()
 	require.Len(t, counts, n)
 	receipts := map[string]bool{}

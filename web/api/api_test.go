@@ -27,6 +27,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -292,10 +293,10 @@ func TestTargetsPageByCursorAndFilter(t *testing.T) {
 	// cached has aged out (approval.CountsCache: at most three times what
 	// the count took, so at once unless the machine is busy).
 	var got reply
-	require.Eventually(t, func() bool {
+	await.Until(t, time.Minute, "the campaign's counts showing the settled target", func() bool {
 		got = s.do("viewer", "GET", "/campaigns/"+id, "", "")
 		return got.body["counts"].(map[string]any)["done"] == 1.0
-	}, 15*time.Second, 20*time.Millisecond, "the campaign's counts never showed the settled target")
+	})
 	require.EqualValues(t, 1, got.body["counts"].(map[string]any)["done"])
 	require.EqualValues(t, 24, got.body["counts"].(map[string]any)["not_started"])
 
@@ -484,7 +485,7 @@ func TestTooManyRequests(t *testing.T) {
 			}
 		})
 	}
-	wg.Wait()
+	await.Group(t, &wg, time.Minute, "the burst of requests to be answered")
 	require.Contains(t, statuses, http.StatusTooManyRequests)
 	require.Contains(t, statuses, http.StatusOK)
 	// Another token has its own allowance.

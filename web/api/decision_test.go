@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/web/api"
 )
@@ -119,7 +121,9 @@ func TestDecisionAnswersWhatBecameOfTheSubmission(t *testing.T) {
 		r := s.poll("agent", "/campaigns/"+id+"/decision?wait=20s")
 		done <- answer{r, time.Now()}
 	}()
-	time.Sleep(500 * time.Millisecond) // the request is waiting
+	await.Until(t, time.Minute, "the long poll waiting on the server", func() bool {
+		return pgtest.Listeners(t, s.pool, approval.DecisionChannel) == 1
+	})
 	select {
 	case a := <-done:
 		t.Fatalf("answered before the decision: %s", a.r.raw)
@@ -193,7 +197,9 @@ func TestDecisionLongPollEndsWithTheServer(t *testing.T) {
 	require.Equal(t, http.StatusOK, s.do("agent", "POST", "/campaigns/"+id+"/submit", "", "").status)
 	done := make(chan reply, 1)
 	go func() { done <- s.poll("agent", "/campaigns/"+id+"/decision?wait=60s") }()
-	time.Sleep(300 * time.Millisecond)
+	await.Until(t, time.Minute, "the long poll waiting on the server", func() bool {
+		return pgtest.Listeners(t, s.pool, approval.DecisionChannel) == 1
+	})
 	close(stopping)
 	select {
 	case r := <-done:

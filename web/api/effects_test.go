@@ -7,10 +7,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/api"
@@ -150,7 +152,7 @@ func TestEffectRace(t *testing.T) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		await.Group(t, &wg, time.Minute, "the round's 64 begins to be answered")
 		counts := map[int]int{}
 		for _, r := range replies {
 			counts[r.status]++
