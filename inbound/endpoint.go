@@ -53,9 +53,6 @@ func (e Endpoint) GoString() string { return e.String() }
 // String is "kind=…": the spec redacted (value receiver, so that a
 // copy of an Endpoint printed with %v shows no secret either).
 func (e Endpoint) String() string {
-	if e.Kind == SES && len(e.topics) == 0 {
-		return string(e.Kind) + "="
-	}
 	if e.Kind == SES {
 		return string(e.Kind) + "=" + strings.Join(e.topics, ";")
 	}
@@ -68,7 +65,7 @@ func (e *Endpoint) SNS() *SNSVerifier { return e.sns }
 
 // ParseEndpoint reads "KIND=SPEC", the --webhook flag's value:
 //
-//	ses=[TOPIC-ARN[;TOPIC-ARN…]]   SNS signatures; optionally only these topics
+//	ses=TOPIC-ARN[;TOPIC-ARN…]      SNS signatures, from these topics only
 //	postmark=USER:PASSWORD          HTTP basic auth
 //	sendgrid=BASE64-PUBLIC-KEY      the Event Webhook's ECDSA verification key
 //	mailgun=SIGNING-KEY             the HTTP webhook signing key
@@ -91,6 +88,12 @@ func ParseEndpoint(s string) (*Endpoint, error) {
 				}
 				e.topics = append(e.topics, t)
 			}
+		}
+		// SNS signs for every AWS account alike: a valid signature says
+		// only that some account's topic sent it, so the topic is what
+		// says it is ours.
+		if len(e.topics) == 0 {
+			return nil, errors.New("--webhook ses=: name the SNS topics to take bounces from, as ses=arn:aws:sns:REGION:ACCOUNT:NAME[;ARN…], since without them a topic of any AWS account could post here")
 		}
 		e.sns = &SNSVerifier{TopicARNs: e.topics}
 	case Postmark:

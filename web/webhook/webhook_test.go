@@ -65,6 +65,7 @@ type bundle struct {
 	sgKey    *ecdsa.PrivateKey
 	snsKey   *rsa.PrivateKey
 	certURL  string
+	certPEM  []byte
 	confirms atomic.Int32 // GETs of the test SubscribeURL
 	tls      *httptest.Server
 }
@@ -93,6 +94,7 @@ func setup(t *testing.T, opts setupOpts) *bundle {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &b.snsKey.PublicKey, b.snsKey)
 	require.NoError(t, err)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	b.certPEM = certPEM
 	b.tls = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/SimpleNotificationService-test.pem":
@@ -438,6 +440,7 @@ func TestSNSProductionChecks(t *testing.T) {
 	for _, ok := range []string{
 		"https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
 		"https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
+		"https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
 	} {
 		u, _ := url.Parse(ok)
 		require.True(t, inbound.DefaultSNSCertURLAllowed(u), ok)
@@ -454,7 +457,8 @@ func TestSNSProductionChecks(t *testing.T) {
 		u, _ := url.Parse(bad)
 		require.False(t, inbound.DefaultSNSCertURLAllowed(u), bad)
 	}
-	for _, bad := range []string{"http://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription", "https://evil.example/?a=.amazonaws.com", "https://amazonaws.com.evil.example/"} {
+	for _, bad := range []string{"http://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription", "https://evil.example/?a=.amazonaws.com", "https://amazonaws.com.evil.example/",
+		"https://attacker.s3.amazonaws.com/?Action=ConfirmSubscription", "https://sns.us-east-1.amazonaws.com.evil.com/", "https://sns.us-east-1.amazonaws.com.cn.evil.com/"} {
 		u, _ := url.Parse(bad)
 		require.False(t, inbound.DefaultSNSSubscribeURLAllowed(u), bad)
 	}
