@@ -50,6 +50,8 @@ type Config struct {
 	// DefaultBurst).
 	RatePerClient rate.Limit
 	Burst         int
+	// Now is the clock signatures are judged fresh by (default time.Now).
+	Now func() time.Time
 }
 
 // Handler serves POST /webhooks/{kind}.
@@ -68,6 +70,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultBurst
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -112,13 +117,24 @@ func (h *Handler) Serve(c echo.Context) error {
 	defer cancel()
 	log := h.cfg.Logger.With("kind", string(kind), "client", client)
 
-	if err := ep.Authenticate(ctx, inbound.Request{Header: req.Header, Body: body}); err != nil {
+	signed, err := ep.Authenticate(ctx, inbound.Request{Header: req.Header, Body: body})
+	if err != nil {
 		return h.refuse(c, log, err)
 	}
+	now := h.cfg.Now()
 	if kind == inbound.SES {
 		m, err := inbound.ParseSNS(body)
 		if err != nil {
 			return h.refuse(c, log, err)
+		}
+		switch m.Type {
+		case "SubscriptionConfirmation", "UnsubscribeConfirmation":
+			// Nothing is recorded of these, so Accept does not judge
+			// them: a stale one is refused here, before any URL is
+			// visited.
+			if err := signed.Fresh(now); err != nil {
+				return h.refuse(c, log, err)
+			}
 		}
 		switch m.Type {
 		case "SubscriptionConfirmation":
@@ -136,7 +152,10 @@ func (h *Handler) Serve(c echo.Context) error {
 	if err != nil {
 		return h.refuse(c, log, err)
 	}
-	res, err := inbound.Record(ctx, h.cfg.Pool, events)
+	res, err := inbound.Accept(ctx, h.cfg.Pool, signed, events, now)
+	if errors.Is(err, inbound.ErrForbidden) {
+		return h.refuse(c, log, err) // stale, or a token taken with other content
+	}
 	if err != nil {
 		log.Error("webhook: recording events", "err", err)
 		return fail(c, http.StatusInternalServerError, "internal", "The events could not be recorded; retry later.")
