@@ -1,7 +1,6 @@
 package inbound_test
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -21,6 +20,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,12 +90,10 @@ func TestDocumentedExamplesAuthenticate(t *testing.T) {
 	for _, name := range []string{"mailgun_failed_permanent.json", "mailgun_complained.json"} {
 		body := readTestdata(t, name)
 		var b struct {
-			Signature struct{ Timestamp, Token, Signature string } `json:"signature"`
+			Signature struct{ Timestamp, Token string } `json:"signature"`
 		}
 		require.NoError(t, json.Unmarshal(body, &b))
-		m := hmac.New(sha256.New, []byte(mgKey))
-		m.Write([]byte(b.Signature.Timestamp + b.Signature.Token))
-		body = bytes.Replace(body, []byte(b.Signature.Signature), []byte(hex.EncodeToString(m.Sum(nil))), 1)
+		body = resignMailgun(t, body, mgKey)
 		sec, _ := strconv.ParseInt(b.Signature.Timestamp, 10, 64)
 		s := check(name, mg, inbound.Request{Body: body}, time.Unix(sec, 0))
 		require.Equal(t, b.Signature.Token, s.Token)
@@ -156,5 +154,38 @@ func TestDocumentedExamplesAuthenticate(t *testing.T) {
 		want, err := time.Parse(time.RFC3339, m.Timestamp)
 		require.NoError(t, err)
 		check(name, ses, inbound.Request{Body: body}, want)
+	}
+}
+
+// TestMailgunTokenBounds: a correctly signed Mailgun webhook whose token
+// or timestamp could not be stored or judged (NUL, longer than any
+// Mailgun token, a time no clock shows) is refused, not stored.
+func TestMailgunTokenBounds(t *testing.T) {
+	t.Parallel()
+	const key = "key-test-0123456789abcdef"
+	ep, err := inbound.ParseEndpoint("mailgun=" + key)
+	require.NoError(t, err)
+	signed := func(ts, token string) []byte {
+		m := hmac.New(sha256.New, []byte(key))
+		m.Write([]byte(ts + token))
+		b, err := json.Marshal(map[string]any{
+			"signature":  map[string]string{"timestamp": ts, "token": token, "signature": hex.EncodeToString(m.Sum(nil))},
+			"event-data": map[string]any{"event": "failed", "id": "x", "recipient": "a@example.com"},
+		})
+		require.NoError(t, err)
+		return b
+	}
+	s, err := ep.Authenticate(context.Background(), inbound.Request{Body: signed("1529006854", strings.Repeat("t", 50))})
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat("t", 50), s.Token)
+	for _, tc := range []struct{ ts, token string }{
+		{"1529006854", "\x00abc"},
+		{"1529006854", strings.Repeat("t", 201)},
+		{"99999999999999999999", "tok"},
+		{"1e9", "tok"},
+		{"-999999999999999", "tok"},
+	} {
+		_, err := ep.Authenticate(context.Background(), inbound.Request{Body: signed(tc.ts, tc.token)})
+		require.ErrorIs(t, err, inbound.ErrForbidden, "%q %q", tc.ts, tc.token)
 	}
 }
