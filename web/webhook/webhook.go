@@ -1,10 +1,11 @@
-// Package webhook is the route POST /webhooks/{kind} (DESIGN §8): email
+// Package webhook is the route POST /webhooks/{kind}: email
 // providers report bounces and complaints there, with no sign-in; each
 // kind is authenticated its own way (package inbound). It is one of the
 // few routes open to anyone, so it bounds what anyone can make it do: a
 // rate per client address (429), a body size (413), a kind that is not
 // configured is not found (404), a request that fails authentication
-// changes nothing (401 without credentials, 403 with wrong ones), a body
+// changes nothing (401 without credentials, 403 with wrong ones, or with
+// a signature that is stale or already used on other content), a body
 // that does not parse is refused in one sentence (400). No answer says
 // whether an address is in any list: a bounce for an unknown address is
 // recorded like any other, and the answer counts events, nothing else.
