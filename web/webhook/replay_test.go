@@ -80,6 +80,7 @@ func TestMailgunStaleSignatureRefused(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, rec.Code, "signed at %s: %s", at, rec.Body.String())
 		require.Equal(t, "forbidden", errorCode(t, rec))
 		require.Equal(t, state{}, b.state(), "nothing recorded, nothing suppressed")
+		require.Zero(t, b.tokens(), "no token taken")
 	}
 	rec := b.post("mailgun", mailgunSigned(mailgunKey, time.Now().Add(-time.Minute), randHex(25), mailgunFailed("mg-stale", "ann@example.com")), nil)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
@@ -103,6 +104,7 @@ func TestMailgunReusedTokenRefused(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	before := b.state()
 	require.Equal(t, state{events: 1, suppressions: 1}, before)
+	require.Equal(t, 2, b.tokens())
 
 	other := b.another(t) // a second server process on the same database
 	for _, captured := range [][]byte{delivered, bounced} {
@@ -116,6 +118,7 @@ func TestMailgunReusedTokenRefused(t *testing.T) {
 		}
 	}
 	require.Equal(t, before, b.state(), "nothing recorded, nothing suppressed")
+	require.Equal(t, 2, b.tokens(), "no token taken")
 	_, found := b.suppressed("victim@example.com")
 	require.False(t, found)
 }
