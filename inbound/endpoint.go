@@ -262,8 +262,9 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 		if signed.SignedAt, err = unixSeconds(s.Timestamp); err != nil {
 			return signed, fmt.Errorf("%w: the signature's timestamp is not a Unix time", ErrForbidden)
 		}
-		// Mailgun's tokens are 50 characters; the bound keeps a forged
-		// key's token storable, and PostgreSQL's text holds no NUL.
+		// Mailgun's tokens are 50 characters: a much longer one, or one
+		// with a NUL (PostgreSQL's text holds none), is not Mailgun's and
+		// could not be taken.
 		if len(s.Token) > maxToken || strings.ContainsRune(s.Token, 0) {
 			return signed, fmt.Errorf("%w: the signature's token is not one Mailgun makes", ErrForbidden)
 		}
