@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Authentication errors. A request refused with one changes nothing.
@@ -33,6 +35,7 @@ const (
 	SendGridSignatureHeader = "X-Twilio-Email-Event-Webhook-Signature"
 	SendGridTimestampHeader = "X-Twilio-Email-Event-Webhook-Timestamp"
 	GenericSignatureHeader  = "X-Onceplan-Signature"
+	GenericTimestampHeader  = "X-Onceplan-Timestamp"
 )
 
 // Endpoint is one configured webhook: a kind and the secret it is
@@ -53,9 +56,6 @@ func (e Endpoint) GoString() string { return e.String() }
 // String is "kind=…": the spec redacted (value receiver, so that a
 // copy of an Endpoint printed with %v shows no secret either).
 func (e Endpoint) String() string {
-	if e.Kind == SES && len(e.topics) == 0 {
-		return string(e.Kind) + "="
-	}
 	if e.Kind == SES {
 		return string(e.Kind) + "=" + strings.Join(e.topics, ";")
 	}
@@ -68,7 +68,7 @@ func (e *Endpoint) SNS() *SNSVerifier { return e.sns }
 
 // ParseEndpoint reads "KIND=SPEC", the --webhook flag's value:
 //
-//	ses=[TOPIC-ARN[;TOPIC-ARN…]]   SNS signatures; optionally only these topics
+//	ses=TOPIC-ARN[;TOPIC-ARN…]      SNS signatures, from these topics only
 //	postmark=USER:PASSWORD          HTTP basic auth
 //	sendgrid=BASE64-PUBLIC-KEY      the Event Webhook's ECDSA verification key
 //	mailgun=SIGNING-KEY             the HTTP webhook signing key
@@ -91,6 +91,12 @@ func ParseEndpoint(s string) (*Endpoint, error) {
 				}
 				e.topics = append(e.topics, t)
 			}
+		}
+		// SNS signs for every AWS account alike: a valid signature says
+		// only that some account's topic sent it, so the topic is what
+		// says it is ours.
+		if len(e.topics) == 0 {
+			return nil, errors.New("--webhook ses=: name the SNS topics to take bounces from, as ses=arn:aws:sns:REGION:ACCOUNT:NAME[;ARN…], since without them a topic of any AWS account could post here")
 		}
 		e.sns = &SNSVerifier{TopicARNs: e.topics}
 	case Postmark:
@@ -185,77 +191,155 @@ type Request struct {
 	Body   []byte
 }
 
-// Authenticate checks that the request comes from the endpoint's provider.
-// For SES it verifies the SNS signature (fetching the certificate). The
-// error wraps ErrUnauthenticated, ErrForbidden, ErrUnavailable or
-// ErrMalformed (an SNS message that does not parse cannot be checked).
-func (e *Endpoint) Authenticate(ctx context.Context, r Request) error {
+// Authenticate checks that the request comes from the endpoint's provider
+// and returns what its signature covers, for Accept to judge its
+// freshness and, for Mailgun, its one-time token; it does not look at the
+// clock. For SES it verifies the SNS signature (fetching the
+// certificate). The error wraps ErrUnauthenticated, ErrForbidden,
+// ErrUnavailable or ErrMalformed (an SNS message that does not parse
+// cannot be checked).
+func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) {
+	signed := Signed{Kind: e.Kind}
 	switch e.Kind {
 	case SES:
 		m, err := ParseSNS(r.Body)
 		if err != nil {
-			return err
+			return signed, err
 		}
-		return e.sns.Verify(ctx, m)
+		if err := e.sns.Verify(ctx, m); err != nil {
+			return signed, err
+		}
+		at, err := time.Parse(time.RFC3339Nano, m.Timestamp)
+		if err != nil {
+			return signed, fmt.Errorf("%w: the SNS Timestamp is not an ISO 8601 time", ErrForbidden)
+		}
+		signed.SignedAt = at
+		return signed, nil
 	case Postmark:
 		u, p, ok := basicAuth(r.Header.Get("Authorization"))
 		if !ok {
-			return fmt.Errorf("%w: HTTP basic auth is required", ErrUnauthenticated)
+			return signed, fmt.Errorf("%w: HTTP basic auth is required", ErrUnauthenticated)
 		}
 		// Both compared in full, whichever differs.
 		uOK := subtle.ConstantTimeCompare([]byte(u), []byte(e.user))
 		pOK := subtle.ConstantTimeCompare([]byte(p), []byte(e.password))
 		if uOK&pOK != 1 {
-			return fmt.Errorf("%w: wrong user or password", ErrForbidden)
+			return signed, fmt.Errorf("%w: wrong user or password", ErrForbidden)
 		}
-		return nil
+		// Basic auth signs nothing, no time either (README, "Bounces and
+		// complaints": allow Postmark's addresses only).
+		return signed, nil
 	case SendGrid:
 		sig, ts := r.Header.Get(SendGridSignatureHeader), r.Header.Get(SendGridTimestampHeader)
 		if sig == "" || ts == "" {
-			return fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, SendGridSignatureHeader, SendGridTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, SendGridSignatureHeader, SendGridTimestampHeader)
 		}
 		der, err := base64.StdEncoding.DecodeString(sig)
 		if err != nil {
-			return fmt.Errorf("%w: the signature is not base64", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature is not base64", ErrForbidden)
 		}
 		sum := sha256.Sum256(append([]byte(ts), r.Body...))
 		if !ecdsa.VerifyASN1(e.sendgridKey, sum[:], der) {
-			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
 		}
-		return nil
+		if signed.SignedAt, err = unixSeconds(ts); err != nil {
+			return signed, fmt.Errorf("%w: the %s is not a Unix time", ErrForbidden, SendGridTimestampHeader)
+		}
+		return signed, nil
 	case Mailgun:
 		var b mailgunBody
 		if err := unmarshal(r.Body, &b, "a Mailgun webhook object"); err != nil {
-			return err
+			return signed, err
 		}
 		s := b.Signature
 		if s == nil || s.Signature == "" || s.Token == "" || s.Timestamp == "" {
-			return fmt.Errorf("%w: the body's signature {timestamp, token, signature} is required", ErrUnauthenticated)
+			return signed, fmt.Errorf("%w: the body's signature {timestamp, token, signature} is required", ErrUnauthenticated)
 		}
 		if !hmacHexEqual(e.hmacKey, []byte(s.Timestamp+s.Token), s.Signature) {
-			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
 		}
-		return nil
+		var err error
+		if signed.SignedAt, err = unixSeconds(s.Timestamp); err != nil {
+			return signed, fmt.Errorf("%w: the signature's timestamp is not a Unix time", ErrForbidden)
+		}
+		// Mailgun's tokens are 50 characters: a much longer one, or one
+		// with a NUL (PostgreSQL's text holds none), is not Mailgun's and
+		// could not be taken.
+		if len(s.Token) > maxToken || strings.ContainsRune(s.Token, 0) {
+			return signed, fmt.Errorf("%w: the signature's token is not one Mailgun makes", ErrForbidden)
+		}
+		// The signature covers the token, not the event: the token is
+		// what binds it to this content (Accept, inbound_token).
+		signed.Token = s.Token
+		if signed.Digest, err = canonicalDigest(r.Body); err != nil {
+			return signed, malformed("the body is not a Mailgun webhook object (%s)", jsonProblem(err))
+		}
+		return signed, nil
 	case Generic:
-		h := r.Header.Get(GenericSignatureHeader)
+		h, ts := r.Header.Get(GenericSignatureHeader), r.Header.Get(GenericTimestampHeader)
 		if h == "" {
-			return fmt.Errorf("%w: the %s header is required", ErrUnauthenticated, GenericSignatureHeader)
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, GenericSignatureHeader, GenericTimestampHeader)
 		}
-		hexSig, ok := strings.CutPrefix(h, "sha256=")
-		if !ok || !hmacHexEqual(e.hmacKey, r.Body, hexSig) {
-			return fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+		if strings.HasPrefix(h, "sha256=") {
+			// The first form signed the body alone: one captured request
+			// could be replayed for ever.
+			return signed, fmt.Errorf("%w: the %s form sha256= signs no time and is no longer taken: sign v1= over the %s, a dot and the body", ErrForbidden, GenericSignatureHeader, GenericTimestampHeader)
 		}
-		return nil
+		if ts == "" {
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, GenericSignatureHeader, GenericTimestampHeader)
+		}
+		at, err := unixSeconds(ts)
+		if err != nil {
+			return signed, fmt.Errorf("%w: the %s is not a Unix time", ErrForbidden, GenericTimestampHeader)
+		}
+		hexSig, ok := strings.CutPrefix(h, genericVersion)
+		if !ok || !hmacHexEqual(e.hmacKey, genericSigned(ts, r.Body), hexSig) {
+			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+		}
+		signed.SignedAt = at
+		return signed, nil
 	}
-	return fmt.Errorf("%w: unknown kind", ErrForbidden)
+	return signed, fmt.Errorf("%w: unknown kind", ErrForbidden)
 }
 
-// Sign returns the X-Onceplan-Signature value of a generic body signed
-// with secret (for senders, and tests).
-func Sign(secret string, body []byte) string {
+// maxToken bounds a Mailgun token (inbound_token holds 200 characters).
+const maxToken = 200
+
+// unixSeconds reads a signed Unix time in seconds.
+func unixSeconds(s string) (time.Time, error) {
+	sec, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	// Beyond ±10,000 years no provider signs; time.Unix would wrap.
+	const limit = 10_000 * 365 * 24 * 3600
+	if sec < -limit || sec > limit {
+		return time.Time{}, errors.New("out of range")
+	}
+	return time.Unix(sec, 0).UTC(), nil
+}
+
+// genericVersion prefixes a generic signature: the scheme of Onceplan's
+// own notifications (notify.Sign), so that one sender library serves
+// both.
+const genericVersion = "v1="
+
+func genericSigned(ts string, body []byte) []byte {
+	msg := make([]byte, 0, len(ts)+1+len(body))
+	msg = append(msg, ts...)
+	msg = append(msg, '.')
+	return append(msg, body...)
+}
+
+// Sign returns the X-Onceplan-Signature value of a generic body signed at
+// timestamp (Unix seconds, sent as X-Onceplan-Timestamp) with secret:
+// "v1=" and the hex HMAC-SHA256 of the timestamp, a dot and the body
+// (for senders, and tests). Sign each attempt anew: a signature older
+// than GenericMaxAge is refused.
+func Sign(secret string, timestamp int64, body []byte) string {
 	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(body)
-	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+	m.Write(genericSigned(strconv.FormatInt(timestamp, 10), body))
+	return genericVersion + hex.EncodeToString(m.Sum(nil))
 }
 
 func hmacHexEqual(key, msg []byte, hexSig string) bool {

@@ -6,7 +6,9 @@
 // It owns three things. Authentication: each kind proves the request came
 // from the provider its own way (an SNS signature checked against the
 // signing certificate, HTTP basic auth, an ECDSA signature, HMACs); a
-// request that fails it changes nothing. Parsing: each provider's JSON
+// request that fails it changes nothing, and so does one whose signature
+// is stale or already used on other content (Accept, fresh.go): a
+// captured request cannot be turned into another. Parsing: each provider's JSON
 // becomes Events of three types (hard bounce, soft bounce, complaint);
 // everything else a provider reports (deliveries, opens) is ignored.
 // Recording (Record): each event is stored raw, write-once, once however

@@ -29,9 +29,10 @@ func TestLiveSNSSignature(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	require.NoError(t, (&inbound.SNSVerifier{}).Verify(ctx, m), "a real SNS message verifies with the production checks")
+	v := &inbound.SNSVerifier{TopicARNs: []string{m.TopicArn}}
+	require.NoError(t, v.Verify(ctx, m), "a real SNS message verifies with the production checks")
 
 	// One byte of the message changed: refused.
 	m.Message += " "
-	require.Error(t, (&inbound.SNSVerifier{}).Verify(ctx, m))
+	require.Error(t, v.Verify(ctx, m))
 }

@@ -432,8 +432,10 @@ func parseMailgun(body []byte) ([]Event, error) {
 // --- generic: our own small format ---
 
 // GenericEvent is the body POST /webhooks/generic takes: one JSON object,
-// authenticated by the header X-Onceplan-Signature: sha256=<hex HMAC-SHA256
-// of the raw body with the endpoint's secret>. Unknown fields are ignored.
+// authenticated by the headers X-Onceplan-Timestamp (Unix seconds, when it
+// was signed) and X-Onceplan-Signature: v1=<hex HMAC-SHA256 of the
+// timestamp, a dot and the raw body, with the endpoint's secret> (Sign).
+// Unknown fields are ignored.
 //
 //	{"id": "evt-1", "type": "hard_bounce", "address": "ann@example.com",
 //	 "message_id": "<…@onceplan>", "at": "2026-12-01T10:00:00Z"}

@@ -86,26 +86,34 @@ func (m SNSMessage) StringToSign() string {
 	return b.String()
 }
 
-// snsCertHost is the host an SNS signing certificate is served from.
-var snsCertHost = regexp.MustCompile(`^sns\.[a-z0-9-]+\.amazonaws\.com$`)
+// snsHost is SNS's own endpoint in a region: sns.<region>.amazonaws.com,
+// or sns.<region>.amazonaws.com.cn in the China regions. Nothing else
+// under amazonaws.com will do: anyone can serve a file from an S3 bucket
+// there.
+var snsHost = regexp.MustCompile(`^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$`)
+
+// isSNSHost reports whether u is https on SNS's own host, default port,
+// no user.
+func isSNSHost(u *url.URL) bool {
+	return u.Scheme == "https" && u.User == nil && u.Port() == "" && snsHost.MatchString(u.Host)
+}
 
 // DefaultSNSCertURLAllowed accepts a signing certificate URL only over
-// https, on sns.<region>.amazonaws.com (default port), for a .pem file.
+// https, on sns.<region>.amazonaws.com(.cn) (default port), for a .pem
+// file.
 func DefaultSNSCertURLAllowed(u *url.URL) bool {
-	return u.Scheme == "https" && u.User == nil && u.Port() == "" &&
-		snsCertHost.MatchString(u.Hostname()) && strings.HasSuffix(u.Path, ".pem")
+	return isSNSHost(u) && strings.HasSuffix(u.Path, ".pem")
 }
 
 // DefaultSNSSubscribeURLAllowed accepts a SubscribeURL only over https on
-// an amazonaws.com host.
+// sns.<region>.amazonaws.com(.cn) (default port).
 func DefaultSNSSubscribeURLAllowed(u *url.URL) bool {
-	h := u.Hostname()
-	return u.Scheme == "https" && u.User == nil && strings.HasSuffix(h, ".amazonaws.com")
+	return isSNSHost(u)
 }
 
 // SNSVerifier checks SNS messages' signatures and confirms subscriptions.
-// The zero value is usable: certificates fetched with a 10 s client, only
-// from DefaultSNSCertURLAllowed's hosts.
+// The zero value accepts no topic; with TopicARNs set, certificates are
+// fetched with a 10 s client, only from DefaultSNSCertURLAllowed's hosts.
 type SNSVerifier struct {
 	// Client fetches certificates and confirms subscriptions.
 	Client *http.Client
@@ -116,7 +124,7 @@ type SNSVerifier struct {
 	// SubscribeURLAllowed decides which SubscribeURLs are visited
 	// (default DefaultSNSSubscribeURLAllowed).
 	SubscribeURLAllowed func(*url.URL) bool
-	// TopicARNs, when not empty, are the only topics accepted.
+	// TopicARNs are the only topics accepted: none when empty.
 	TopicARNs []string
 	// Now is the clock for the certificate's validity (default time.Now).
 	Now func() time.Time
@@ -145,7 +153,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 	if m.Signature == "" || m.SigningCertURL == "" {
 		return fmt.Errorf("%w: the SNS message is not signed", ErrUnauthenticated)
 	}
-	if len(v.TopicARNs) > 0 && !contains(v.TopicARNs, m.TopicArn) {
+	if !contains(v.TopicARNs, m.TopicArn) {
 		return fmt.Errorf("%w: the SNS topic is not one this endpoint accepts", ErrForbidden)
 	}
 	var h crypto.Hash
@@ -163,7 +171,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 		allowed = DefaultSNSCertURLAllowed
 	}
 	if err != nil || !allowed(u) {
-		return fmt.Errorf("%w: the SNS SigningCertURL is not an https URL on sns.<region>.amazonaws.com", ErrForbidden)
+		return fmt.Errorf("%w: the SNS SigningCertURL is not an https URL on sns.<region>.amazonaws.com(.cn)", ErrForbidden)
 	}
 	sig, err := base64.StdEncoding.DecodeString(m.Signature)
 	if err != nil {
@@ -255,7 +263,7 @@ func (v *SNSVerifier) Confirm(ctx context.Context, m SNSMessage) error {
 		allowed = DefaultSNSSubscribeURLAllowed
 	}
 	if err != nil || !allowed(u) {
-		return fmt.Errorf("%w: the SNS SubscribeURL is not an https URL on an amazonaws.com host", ErrMalformed)
+		return fmt.Errorf("%w: the SNS SubscribeURL is not an https URL on sns.<region>.amazonaws.com(.cn)", ErrMalformed)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {

@@ -59,15 +59,20 @@ func Record(ctx context.Context, db Beginner, events []Event) (Result, error) {
 	var res Result
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		res = Result{}
-		r := recorder{tx: tx}
-		for _, e := range events {
-			if err := r.recordOne(ctx, e, &res); err != nil {
-				return err
-			}
-		}
-		return nil
+		return recordAll(ctx, tx, events, &res)
 	})
 	return res, err
+}
+
+// recordAll is Record's work, in the caller's transaction.
+func recordAll(ctx context.Context, tx pgx.Tx, events []Event, res *Result) error {
+	r := recorder{tx: tx}
+	for _, e := range events {
+		if err := r.recordOne(ctx, e, res); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recorder is one Record call's transaction, with what its events share:

@@ -64,7 +64,9 @@ type Result struct {
 var fileRE = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
 
 // All returns the embedded migrations in version order.
-func All() ([]Migration, error) {
+func All() ([]Migration, error) { return allIn(files) }
+
+func allIn(files fs.FS) ([]Migration, error) {
 	entries, err := fs.ReadDir(files, ".")
 	if err != nil {
 		return nil, err
@@ -84,6 +86,12 @@ func All() ([]Migration, error) {
 		if mig == nil {
 			mig = &Migration{Version: v, Name: m[2]}
 			byVersion[v] = mig
+		}
+		// Two branches can each take the next number: merged, their files
+		// would be read as one version, the up of one and the down of the
+		// other.
+		if mig.Name != m[2] {
+			return nil, fmt.Errorf("migrations: version %04d has two names, %s and %s", v, mig.Name, m[2])
 		}
 		if m[3] == "up" {
 			mig.Up = string(body)

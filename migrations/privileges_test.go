@@ -110,6 +110,9 @@ func TestAppRoleRefused(t *testing.T) {
 		`TRUNCATE plan`,
 		`TRUNCATE target`,
 		`TRUNCATE campaign_event`,
+		// A webhook token's binding to its content never changes.
+		`UPDATE inbound_token SET digest = repeat('0', 64)`,
+		`TRUNCATE inbound_token`,
 		// The schema version is the migrations' to write.
 		`UPDATE onceplan_migration SET version = version`,
 		`DELETE FROM onceplan_migration`,
@@ -228,8 +231,9 @@ func TestAppRolePrivileges(t *testing.T) {
 		"admin_event": append_, "submission": append_,
 		// The unsubscribe links' secret: made once, on first use.
 		"unsubscribe_secret": append_,
-		// Provider events (bounces, complaints): write-once.
-		"inbound_event": append_,
+		// Provider events (bounces, complaints): write-once. The one-time
+		// tokens of their signatures: cleared once past their freshness.
+		"inbound_event": append_, "inbound_token": clearable,
 		// The suppression list and its removals, and the claim's record of
 		// a suppressed target: write-once.
 		"suppression": append_, "suppression_removal": append_, "target_suppressed": append_,

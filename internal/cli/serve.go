@@ -35,7 +35,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	testRecipients := fs.String("test-recipients", "", fmt.Sprintf("comma-separated addresses that may receive test sends besides the users' own (at most %d per test send, %v a minute per user)",
 		testsend.MaxRecipientsDefault, float64(testsend.RateDefault)*60))
 	var webhookFlags listFlag
-	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=[TOPIC-ARN;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
+	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=TOPIC-ARN[;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
 	var wf workerFlags
 	wf.register(fs)
 	wf.registerPublicURL(fs, "http://<the --listen address>")

@@ -24,6 +24,9 @@ func TestServeWebhookFlagRefusedBeforeStarting(t *testing.T) {
 		{[]string{"--webhook", "postmark=secret-value-1234567"}, "", "USER:PASSWORD"},
 		{[]string{"--webhook", "mailgun=secret-value-1234567", "--webhook", "mailgun=secret-value-1234567"}, "", "twice"},
 		{nil, "generic=short-secret", "ONCEPLAN_WEBHOOKS"},
+		// Without topics, any AWS account's topic could post bounces.
+		{[]string{"--webhook", "ses="}, "", "ses=arn:aws:sns:"},
+		{nil, "ses=", "any AWS account"},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")
 		var stdout, stderr bytes.Buffer

@@ -1,10 +1,11 @@
-// Package webhook is the route POST /webhooks/{kind} (DESIGN §8): email
+// Package webhook is the route POST /webhooks/{kind}: email
 // providers report bounces and complaints there, with no sign-in; each
 // kind is authenticated its own way (package inbound). It is one of the
 // few routes open to anyone, so it bounds what anyone can make it do: a
 // rate per client address (429), a body size (413), a kind that is not
 // configured is not found (404), a request that fails authentication
-// changes nothing (401 without credentials, 403 with wrong ones), a body
+// changes nothing (401 without credentials, 403 with wrong ones, or with
+// a signature that is stale or already used on other content), a body
 // that does not parse is refused in one sentence (400). No answer says
 // whether an address is in any list: a bounce for an unknown address is
 // recorded like any other, and the answer counts events, nothing else.
@@ -50,6 +51,8 @@ type Config struct {
 	// DefaultBurst).
 	RatePerClient rate.Limit
 	Burst         int
+	// Now is the clock signatures are judged fresh by (default time.Now).
+	Now func() time.Time
 }
 
 // Handler serves POST /webhooks/{kind}.
@@ -68,6 +71,9 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.Burst <= 0 {
 		cfg.Burst = DefaultBurst
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -112,13 +118,24 @@ func (h *Handler) Serve(c echo.Context) error {
 	defer cancel()
 	log := h.cfg.Logger.With("kind", string(kind), "client", client)
 
-	if err := ep.Authenticate(ctx, inbound.Request{Header: req.Header, Body: body}); err != nil {
+	signed, err := ep.Authenticate(ctx, inbound.Request{Header: req.Header, Body: body})
+	if err != nil {
 		return h.refuse(c, log, err)
 	}
+	now := h.cfg.Now()
 	if kind == inbound.SES {
 		m, err := inbound.ParseSNS(body)
 		if err != nil {
 			return h.refuse(c, log, err)
+		}
+		switch m.Type {
+		case "SubscriptionConfirmation", "UnsubscribeConfirmation":
+			// Nothing is recorded of these, so Accept does not judge
+			// them: a stale one is refused here, before any URL is
+			// visited.
+			if err := signed.Fresh(now); err != nil {
+				return h.refuse(c, log, err)
+			}
 		}
 		switch m.Type {
 		case "SubscriptionConfirmation":
@@ -136,7 +153,10 @@ func (h *Handler) Serve(c echo.Context) error {
 	if err != nil {
 		return h.refuse(c, log, err)
 	}
-	res, err := inbound.Record(ctx, h.cfg.Pool, events)
+	res, err := inbound.Accept(ctx, h.cfg.Pool, signed, events, now)
+	if errors.Is(err, inbound.ErrForbidden) {
+		return h.refuse(c, log, err) // stale, or a token taken with other content
+	}
 	if err != nil {
 		log.Error("webhook: recording events", "err", err)
 		return fail(c, http.StatusInternalServerError, "internal", "The events could not be recorded; retry later.")

@@ -65,9 +65,18 @@ type bundle struct {
 	sgKey    *ecdsa.PrivateKey
 	snsKey   *rsa.PrivateKey
 	certURL  string
+	certPEM  []byte
 	confirms atomic.Int32 // GETs of the test SubscribeURL
 	tls      *httptest.Server
+	skew     atomic.Int64 // the handler's clock is time.Now plus this
 }
+
+// now is the handler's clock.
+func (b *bundle) now() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) }
+
+// advance moves the handler's clock (only the handler's: the SNS
+// certificate's validity keeps the real one).
+func (b *bundle) advance(d time.Duration) { b.skew.Add(int64(d)) }
 
 type setupOpts struct {
 	rate  float64
@@ -93,6 +102,7 @@ func setup(t *testing.T, opts setupOpts) *bundle {
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &b.snsKey.PublicKey, b.snsKey)
 	require.NoError(t, err)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	b.certPEM = certPEM
 	b.tls = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/SimpleNotificationService-test.pem":
@@ -129,7 +139,7 @@ func setup(t *testing.T, opts setupOpts) *bundle {
 
 	b.e = echo.New()
 	b.e.IPExtractor = echo.ExtractIPDirect()
-	webhook.Register(b.e, webhook.Config{Pool: b.app, Endpoints: b.eps, RatePerClient: rate.Limit(rateOr(opts.rate)), Burst: opts.burst})
+	webhook.Register(b.e, webhook.Config{Pool: b.app, Endpoints: b.eps, RatePerClient: rate.Limit(rateOr(opts.rate)), Burst: opts.burst, Now: b.now})
 	return b
 }
 
@@ -157,7 +167,8 @@ func (b *bundle) postFrom(remote, kind string, body []byte, header http.Header) 
 	return rec
 }
 
-// state is what a request may change.
+// state is what a request may change (the tokens taken are counted
+// apart: tokens).
 type state struct{ events, suppressions int }
 
 func (b *bundle) state() state {
@@ -165,6 +176,13 @@ func (b *bundle) state() state {
 	require.NoError(b.t, b.admin.QueryRow(b.ctx, `SELECT (SELECT count(*) FROM inbound_event), (SELECT count(*) FROM suppression)`).
 		Scan(&s.events, &s.suppressions))
 	return s
+}
+
+// tokens counts the Mailgun tokens taken.
+func (b *bundle) tokens() int {
+	var n int
+	require.NoError(b.t, b.admin.QueryRow(b.ctx, `SELECT count(*) FROM inbound_token`).Scan(&n))
+	return n
 }
 
 func (b *bundle) suppressed(addr string) (suppression.Entry, bool) {
@@ -323,11 +341,11 @@ var deliveries = []delivery{
 		kind: "generic", reason: suppression.HardBounce,
 		signed: func(b *bundle, addr string) ([]byte, http.Header) {
 			body := []byte(`{"id":"g-` + randHex(6) + `","type":"hard_bounce","address":"` + addr + `"}`)
-			return body, http.Header{inbound.GenericSignatureHeader: {inbound.Sign(genericSecret, body)}}
+			return body, genericHeaders(genericSecret, time.Now(), body)
 		},
 		wrong: func(b *bundle, addr string) ([]byte, http.Header) {
 			body := []byte(`{"id":"g-1","type":"hard_bounce","address":"` + addr + `"}`)
-			return body, http.Header{inbound.GenericSignatureHeader: {inbound.Sign("another-secret-0123456789", body)}}
+			return body, genericHeaders("another-secret-0123456789", time.Now(), body)
 		},
 		unsigned: func(b *bundle, addr string) ([]byte, http.Header) {
 			return []byte(`{"id":"g-1","type":"hard_bounce","address":"` + addr + `"}`), nil
@@ -438,6 +456,7 @@ func TestSNSProductionChecks(t *testing.T) {
 	for _, ok := range []string{
 		"https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
 		"https://sns.us-gov-west-1.amazonaws.com/SimpleNotificationService-abc.pem",
+		"https://sns.cn-north-1.amazonaws.com.cn/SimpleNotificationService-abc.pem",
 	} {
 		u, _ := url.Parse(ok)
 		require.True(t, inbound.DefaultSNSCertURLAllowed(u), ok)
@@ -454,7 +473,8 @@ func TestSNSProductionChecks(t *testing.T) {
 		u, _ := url.Parse(bad)
 		require.False(t, inbound.DefaultSNSCertURLAllowed(u), bad)
 	}
-	for _, bad := range []string{"http://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription", "https://evil.example/?a=.amazonaws.com", "https://amazonaws.com.evil.example/"} {
+	for _, bad := range []string{"http://sns.eu-west-1.amazonaws.com/?Action=ConfirmSubscription", "https://evil.example/?a=.amazonaws.com", "https://amazonaws.com.evil.example/",
+		"https://attacker.s3.amazonaws.com/?Action=ConfirmSubscription", "https://sns.us-east-1.amazonaws.com.evil.com/", "https://sns.us-east-1.amazonaws.com.cn.evil.com/"} {
 		u, _ := url.Parse(bad)
 		require.False(t, inbound.DefaultSNSSubscribeURLAllowed(u), bad)
 	}
@@ -501,13 +521,13 @@ func TestHostile(t *testing.T) {
 
 	// More than 1 MiB, even correctly signed.
 	big := []byte(`{"id":"big","type":"hard_bounce","address":"ann@example.com","pad":"` + strings.Repeat("x", webhook.DefaultMaxBody) + `"}`)
-	rec = b.post("generic", big, http.Header{inbound.GenericSignatureHeader: {inbound.Sign(genericSecret, big)}})
+	rec = b.post("generic", big, genericHeaders(genericSecret, time.Now(), big))
 	require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
 	require.Equal(t, "too_large", errorCode(t, rec))
 
 	// Signed but malformed: 400 with one sentence.
 	bad := []byte(`{"id":"1","type":"bounced","address":"ann@example.com"}`)
-	rec = b.post("generic", bad, http.Header{inbound.GenericSignatureHeader: {inbound.Sign(genericSecret, bad)}})
+	rec = b.post("generic", bad, genericHeaders(genericSecret, time.Now(), bad))
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	require.Equal(t, "invalid", errorCode(t, rec))
 	require.Contains(t, rec.Body.String(), `\"type\" must be hard_bounce, soft_bounce or complaint.`)
@@ -530,7 +550,7 @@ func TestNoAddressLeak(t *testing.T) {
 	require.NoError(t, err)
 	answer := func(addr, id string) string {
 		body := []byte(`{"id":"` + id + `","type":"hard_bounce","address":"` + addr + `"}`)
-		rec := b.post("generic", body, http.Header{inbound.GenericSignatureHeader: {inbound.Sign(genericSecret, body)}})
+		rec := b.post("generic", body, genericHeaders(genericSecret, time.Now(), body))
 		require.Equal(t, http.StatusOK, rec.Code)
 		return rec.Body.String()
 	}
@@ -603,7 +623,9 @@ func TestMountedWithoutSessionOrCSRF(t *testing.T) {
 	req := httptest.NewRequest(http.MethodPost, "/webhooks/generic", bytes.NewReader(body))
 	req.Header.Set("Origin", "https://provider.example")
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	req.Header.Set(inbound.GenericSignatureHeader, inbound.Sign(genericSecret, body))
+	for k, v := range genericHeaders(genericSecret, time.Now(), body) {
+		req.Header[k] = v
+	}
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
