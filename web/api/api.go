@@ -161,6 +161,11 @@ func Register(e *echo.Echo, cfg Config) *API {
 func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "no-store")
+		// A NUL in the path or query is refused before anything reads it,
+		// the token's lookup included (httperr.NULInRequest).
+		if err := httperr.NULInRequest(c); err != nil {
+			return a.fail(c, err)
+		}
 		header := c.Request().Header.Get("Authorization")
 		scheme, secret, ok := strings.Cut(header, " ")
 		ok = ok && strings.EqualFold(scheme, "Bearer") // the scheme is case-insensitive (RFC 7235)
@@ -201,7 +206,8 @@ func (a *API) fail(c echo.Context, err error) error {
 type bodyError = httperr.Error
 
 // decode reads one JSON object into v, refusing unknown fields, wrong
-// types, trailing data and oversized bodies, each with one sentence.
+// types, trailing data, oversized bodies and a NUL in any string (which
+// PostgreSQL cannot store: httperr.NULInJSON), each with one sentence.
 func (a *API) decode(c echo.Context, v any) error {
 	r := c.Request()
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
@@ -216,7 +222,7 @@ func (a *API) decode(c echo.Context, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body has data after its JSON object"}
 	}
-	return nil
+	return httperr.NULInJSON(v)
 }
 
 func jsonError(err error) error {
