@@ -110,6 +110,22 @@ func TestNULIsRefusedInTheUI(t *testing.T) {
 	requireRefused("POST /campaigns (file name)", b.as["proposer"].do(req), "targets")
 	require.Equal(t, before, dbSnapshot(t, b), "POST /campaigns changed something")
 
+	// Bytes that are not UTF-8, which PostgreSQL's text cannot hold either.
+	for _, tc := range []struct{ path, field string }{
+		{"/suppressions?address=%FF", "address"},
+		{"/campaigns/%B8", "id"},
+	} {
+		rec := b.as["operator"].get(tc.path)
+		require.Equal(t, http.StatusBadRequest, rec.Code, tc.path)
+		require.Equal(t, tc.field+": the "+map[bool]string{true: "query parameter", false: "path segment"}[strings.Contains(tc.path, "?")]+
+			" is not valid UTF-8 text; remove it", tid(parse(t, rec), "error-message").Text())
+	}
+	before = dbSnapshot(t, b)
+	rec = b.as["operator"].post(run+"/pause", url.Values{"reason": {"caf\xe9"}})
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Equal(t, "reason: the form field is not valid UTF-8 text; remove it", tid(parse(t, rec), "error-message").Text())
+	require.Equal(t, before, dbSnapshot(t, b))
+
 	// Query parameters and path segments.
 	for _, tc := range []struct{ path, field string }{
 		{"/suppressions?address=%00", "address"},

@@ -107,10 +107,10 @@ func (s *Server) routes() {
 	if s.cfg.Approval == nil {
 		return
 	}
-	// A NUL in the path or query is refused before the session's lookup
-	// or any handler reads it; after securityHeaders, so that a page
-	// gets the error page.
-	e.Use(requestID, s.securityHeaders, httperr.RefuseNUL, s.loadSession)
+	// A NUL or bytes that are not UTF-8 in the path or query are refused
+	// before the session's lookup or any handler reads them; after
+	// securityHeaders, so that a page gets the error page.
+	e.Use(requestID, s.securityHeaders, httperr.RefuseBadText, s.loadSession)
 	e.GET("/static/:name", s.handleStatic)
 	if s.cfg.Mount != nil {
 		s.cfg.Mount(e)
@@ -124,9 +124,9 @@ func (s *Server) routes() {
 			}
 			if r.need == link {
 				// No session, no CSRF: mail providers post without cookies.
-				h = middleware.BodyLimit(limit)(refuseNULForm(h))
+				h = middleware.BodyLimit(limit)(refuseBadForm(h))
 			} else {
-				h = middleware.BodyLimit(limit)(refuseNULForm(s.csrf(s.onceForm(h))))
+				h = middleware.BodyLimit(limit)(refuseBadForm(s.csrf(s.onceForm(h))))
 			}
 		}
 		e.Add(r.method, r.path, s.require(r.need, h))
@@ -138,12 +138,12 @@ func (s *Server) routes() {
 	}
 }
 
-// refuseNULForm refuses a form with a NUL in any field (a 400 page naming
-// the field) before the CSRF check and the handler read it: PostgreSQL
-// cannot store one (httperr.NULInForm).
-func refuseNULForm(next echo.HandlerFunc) echo.HandlerFunc {
+// refuseBadForm refuses a form with a NUL or bytes that are not UTF-8 in
+// any field (a 400 page naming the field) before the CSRF check and the
+// handler read it: PostgreSQL cannot store them (httperr.BadTextInForm).
+func refuseBadForm(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := httperr.NULInForm(c); err != nil {
+		if err := httperr.BadTextInForm(c); err != nil {
 			return err
 		}
 		return next(c)

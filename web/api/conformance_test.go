@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
@@ -138,9 +139,9 @@ func refusedField(rec *httptest.ResponseRecorder) string {
 // mentions reports whether the request gives field: as a query parameter,
 // as a key of its JSON object body (a nested field, "target.value" or
 // "to[1]", by its first key), or in its path, when the path holds the
-// NUL the field was refused for.
+// NUL or the bytes that are not UTF-8 the field was refused for.
 func mentions(r *http.Request, body []byte, field string) bool {
-	if r.URL.Query().Has(field) || strings.ContainsRune(r.URL.Path, 0) {
+	if r.URL.Query().Has(field) || strings.ContainsRune(r.URL.Path, 0) || !utf8.ValidString(r.URL.Path) {
 		return true
 	}
 	if i := strings.IndexAny(field, ".["); i > 0 {

@@ -72,3 +72,31 @@ func TestNULIsRefusedAtTheBoundary(t *testing.T) {
 		require.Contains(t, r.errMessage(), strings.Trim(tc.field, "\x00"), "%s %s: the message names the field", tc.method, tc.path)
 	}
 }
+
+// TestInvalidUTF8IsRefusedAtTheBoundary: bytes that are not UTF-8 in a
+// path segment or a query parameter (%B8, %FF), which the fuzzer found
+// answering 500 like a NUL (PostgreSQL's text holds neither), are a 400
+// naming the field, and change nothing. (encoding/json turns them into
+// U+FFFD in a JSON string; a target list's own importer refuses them.)
+func TestInvalidUTF8IsRefusedAtTheBoundary(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	running := w.campaignIn(t, "running")
+	const json = "application/json"
+	for _, tc := range []struct {
+		who, method, path, ctype, body, field string
+	}{
+		{"operator", http.MethodPost, "/effects/%B8/resolve", json, `{"outcome":"delivered","reason":"r"}`, "key"},
+		{"operator", http.MethodPost, "/effects/%B8/revoke", json, `{"reason":"r"}`, "key"},
+		{"viewer", http.MethodGet, "/effects/a%FFb", "", "", "key"},
+		{"viewer", http.MethodGet, "/campaigns/%C3%28", "", "", "id"},
+		{"viewer", http.MethodGet, "/suppressions?address=%FF", "", "", "address"},
+		{"viewer", http.MethodGet, "/campaigns/" + running.id + "/targets?q=%ED%A0%80", "", "", "q"},
+		{"admin", http.MethodPost, "/suppressions/gone%FE@example.com/remove", json, `{"reason":"back"}`, "address"},
+		{"agent", http.MethodPost, "/effects", json, "{\"event\":\"e\",\"tool\":\"t\",\"target\":{\"kind\":\"subject\",\"value\":\"v\"},\"args\":{\"a\":\"\xff\"}}", "args"},
+	} {
+		r := w.refused(tc.who, tc.method, tc.path, tc.ctype, tc.body, http.StatusBadRequest, "invalid", "not valid UTF-8")
+		e, _ := r.body["error"].(map[string]any)
+		require.Equal(t, tc.field, e["field"], "%s %s: %s", tc.method, tc.path, r.raw)
+	}
+}
