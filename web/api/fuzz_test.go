@@ -109,7 +109,9 @@ func (fw *fuzzWorld) send(t *testing.T, who, method, path, query, contentType st
 	documentMu.Lock()
 	ok, errs := v.ValidateHttpResponse(check, rec.Result())
 	documentMu.Unlock()
-	if !ok && !(rec.Code == http.StatusNotFound && noSuchRoute(errs)) {
+	// A path the document has no route for (an empty segment, as in
+	// /effects//resolve) is judged by the error shape above alone.
+	if !ok && !(rec.Code >= 400 && noSuchRoute(errs)) {
 		t.Fatalf("%s: answered %d, which the OpenAPI document does not describe: %s\n%s", what, rec.Code, describe(errs), rec.Body.String())
 	}
 }
