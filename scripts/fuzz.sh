@@ -10,7 +10,9 @@ GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-30s}
 
 # `go test -list` prints a package's matching names, then "ok  <package> …"
-# ("?  <package> [no test files]" for one without tests).
+# ("?  <package> [no test files]" for one without tests). Read whole first,
+# so that a package that does not build stops the run (set -e).
+list=$("$GO" test -list '^Fuzz' ./...)
 targets=()
 names=()
 while IFS= read -r line; do
@@ -23,7 +25,7 @@ while IFS= read -r line; do
 		;;
 	*) names=() ;;
 	esac
-done < <("$GO" test -list '^Fuzz' ./...)
+done <<<"$list"
 
 if [ ${#targets[@]} -eq 0 ]; then
 	echo "fuzz: no Fuzz* target found" >&2
