@@ -35,6 +35,11 @@ FAULTS_FLAGS ?= -count=1 -timeout 20m -v
 test-faults: postgres ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
 	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/
 
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz: postgres ## every Fuzz* target of the repo (go test -list) for FUZZTIME (30s) each, on a throw-away PostgreSQL cluster; not part of make test
+	FUZZTIME=$(FUZZTIME) GO=$(GO) $(GO) run ./internal/tools/withpg -- bash scripts/fuzz.sh
+
 .PHONY: test-race
 test-race: postgres ## the test suite under the race detector (slower)
 	$(GO) run ./internal/tools/withpg -- $(GO) test -race $(GOTEST_FLAGS) ./...

@@ -54,6 +54,10 @@ type ThrottledError struct {
 	// Scope says which count refused: the account's failures from this
 	// address, or the address's across accounts.
 	Scope ThrottleScope
+	// passwordChecked: the address's hold, for an account without
+	// failures of its own from there, whose password is checked all the
+	// same (throttle.go).
+	passwordChecked bool
 }
 
 func (e *ThrottledError) Error() string {

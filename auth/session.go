@@ -74,18 +74,24 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 		token   string
 		user    User
 		refusal error
+		held    *ThrottledError // the address's hold, the password checked all the same
 	)
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := lockAttempts(ctx, tx, key, client); err != nil {
 			return err
 		}
 		if err := throttled(ctx, tx, key, client); err != nil {
-			if errors.Is(err, ErrThrottled) {
+			switch {
+			case errors.As(err, &held) && held.passwordChecked:
+				// The address is held, but not this account: the
+				// owner behind a shared address still gets in.
+			case errors.Is(err, ErrThrottled):
 				// Not recorded: refused attempts do not extend the wait.
 				refusal = err
 				return nil
+			default:
+				return err
 			}
-			return err
 		}
 
 		var hash *string
@@ -112,7 +118,14 @@ func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (
 			return err
 		}
 		if !ok {
-			if refusal == nil {
+			switch {
+			case refusal != nil:
+			case held != nil:
+				// Counted (the insert above), so that this account is
+				// held from here on: one guess per account while the
+				// address is held, never a free run.
+				refusal = held
+			default:
 				refusal = ErrBadCredentials
 			}
 			return nil

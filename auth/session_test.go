@@ -152,9 +152,32 @@ func TestLoginThrottledPerIP(t *testing.T) {
 		SELECT 'spray' || i || '@example.com', '203.0.113.9', false FROM generate_series(1, $1) i`, auth.MaxFailuresPerIP)
 	require.NoError(t, err)
 
-	_, _, err = auth.Login(b.ctx, b.pool, u.Email, goodPassword, auth.LoginMeta{IP: "203.0.113.9"})
-	require.ErrorIs(t, err, auth.ErrThrottled)
-	_, _, err = auth.Login(b.ctx, b.pool, u.Email, goodPassword, auth.LoginMeta{IP: "203.0.113.10"})
+	held := auth.LoginMeta{IP: "203.0.113.9"}
+
+	// Another account from the held address: its right password is
+	// checked all the same, and signs in (an owner sharing the sprayer's
+	// address, behind one proxy or NAT, is not locked out).
+	_, got, err := auth.Login(b.ctx, b.pool, u.Email, goodPassword, held)
+	require.NoError(t, err, "the address's hold does not block the right password of an account without failures of its own")
+	require.Equal(t, u.ID, got.ID)
+
+	// A wrong password under the hold is refused as held, and counted:
+	// that account is held from there on, the right password too, so a
+	// sprayer gets one guess per account while the hold lasts.
+	v := b.user(t, userOpts{})
+	_, _, err = auth.Login(b.ctx, b.pool, v.Email, "spray guess", held)
+	var te *auth.ThrottledError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, auth.ThrottleAddress, te.Scope)
+	var n int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM login_attempt WHERE email = $1 AND NOT ok`, v.Email).Scan(&n))
+	require.Equal(t, 1, n, "the guess under the hold is counted")
+	_, _, err = auth.Login(b.ctx, b.pool, v.Email, goodPassword, held)
+	require.ErrorIs(t, err, auth.ErrThrottled, "an account with a failure of its own from the held address waits out the hold")
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM login_attempt WHERE email = $1`, v.Email).Scan(&n))
+	require.Equal(t, 1, n, "a refused attempt is not recorded")
+
+	_, _, err = auth.Login(b.ctx, b.pool, v.Email, goodPassword, auth.LoginMeta{IP: "203.0.113.10"})
 	require.NoError(t, err, "another address is not affected")
 }
 

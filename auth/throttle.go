@@ -21,8 +21,16 @@ import (
 //
 // Against one address guessing the passwords of many accounts (password
 // spraying), MaxFailuresPerIP failures from one address within
-// ThrottleWindow, whatever the accounts, refuse that address until the
-// oldest of them leaves the window.
+// ThrottleWindow, whatever the accounts, hold that address until the
+// oldest of them leaves the window. The hold must not lock out the
+// owners who share the address — everyone behind one reverse proxy or
+// one NAT shares it, and a stranger's random guesses would otherwise keep
+// them all out — so it holds back only the accounts that have failures
+// of their own from that address (since their last success there): for
+// an account with none, the password is still checked, the right one
+// signs in, and a wrong one is refused as held and counted, so that the
+// sprayer gets one guess per account while the hold lasts, and the
+// account's own count takes over from there.
 const (
 	FailuresBeforeDelay = 5
 	FirstDelay          = time.Minute
@@ -96,9 +104,11 @@ func lockAttempts(ctx context.Context, tx pgx.Tx, email, ip string) error {
 
 // throttled returns a *ThrottledError when email's failures from ip since
 // its last success from there call for a delay that has not passed yet, or
-// when ip has MaxFailuresPerIP failures within ThrottleWindow. An empty ip
-// is counted per account only. Call it after lockAttempts, in the same
-// transaction.
+// when ip has MaxFailuresPerIP failures within ThrottleWindow. The
+// latter's passwordChecked is set when email has no failures of its own
+// from ip: Login then checks the password (see the comment above). An
+// empty ip is counted per account only. Call it after lockAttempts, in the
+// same transaction.
 func throttled(ctx context.Context, tx pgx.Tx, email, ip string) error {
 	var (
 		failures int
@@ -128,7 +138,7 @@ func throttled(ctx context.Context, tx pgx.Tx, email, ip string) error {
 		ORDER BY at DESC OFFSET $2 - 1 LIMIT 1`,
 		ip, MaxFailuresPerIP, ThrottleWindow.Seconds()).Scan(&until, &now)
 	if err == nil {
-		return &ThrottledError{Until: until, Wait: until.Sub(now), Scope: ThrottleAddress}
+		return &ThrottledError{Until: until, Wait: until.Sub(now), Scope: ThrottleAddress, passwordChecked: failures == 0}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil

@@ -47,14 +47,28 @@ func plural(n int, one, many string) string {
 }
 
 // summary is the webhook's "text": the subject, then the first paragraph's
-// link line when the message has one.
+// link line when the message has one, escaped for Slack (slackEscape).
 func (m message) summary() string {
 	s := m.subject
 	if link, ok := m.fields["url"].(string); ok && link != "" {
 		s += " " + link
 	}
-	return s
+	return slackEscape(s)
 }
+
+// slackEscaper turns the three characters Slack parses as markup in a
+// message's text into the HTML entities Slack documents for them (its
+// "Formatting text for app surfaces": escape &, < and >, and only those).
+var slackEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// slackEscape makes s show in Slack as it is written: a campaign's name
+// such as "<https://evil|Review and approve here> <!channel>" would
+// otherwise be a disguised link and an @channel to the whole channel.
+// Slack decodes the entities for display, so "&" shows as "&". Only the
+// "text" that Slack renders is escaped: the email text is plain text, and
+// the webhook's structured fields (campaign_name, reason, …) are JSON data
+// for programs, which Slack does not render.
+func slackEscape(s string) string { return slackEscaper.Replace(s) }
 
 // text is the email text for one recipient: the paragraphs and a footer
 // saying why they get it.
@@ -63,7 +77,8 @@ func (m message) text(footer string) string {
 }
 
 // webhookBody is the JSON a webhook receives: Slack's "text" (Slack shows
-// it and ignores the rest) and the structured fields.
+// it and ignores the rest), escaped as Slack needs, and the structured
+// fields as they are.
 func (m message) webhookBody() (string, error) {
 	body := map[string]any{"text": m.summary(), "event": string(m.event), "occurred_at": m.at.UTC().Format(time.RFC3339)}
 	maps.Copy(body, m.fields)

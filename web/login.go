@@ -3,8 +3,11 @@ package web
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -15,10 +18,53 @@ import (
 // safeNext keeps a post-sign-in redirect on this site: a path, never a
 // URL or a scheme-relative "//host".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if !sameOriginPath(next) {
 		return "/campaigns"
 	}
 	return next
+}
+
+// sameOriginPath reports whether p, as a Location header, keeps a browser
+// on this site. Browsers do not read a Location the way Go's url.Parse
+// does: the WHATWG URL parser drops every tab and line break anywhere,
+// strips leading control characters and spaces, and reads a backslash as a
+// slash, so "/\t/evil.example", "/\\evil.example" and " //evil.example"
+// all name another host. Rather than follow each normalisation, refuse
+// any control character, space or backslash outright, any path that
+// starts with two slashes (or a slash and a backslash) before or after
+// percent-decoding, and anything Go reads as having a scheme or host.
+// The paths the sign-in redirect itself makes (require's RequestURI,
+// already escaped) pass untouched.
+func sameOriginPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.ContainsFunc(p, unsafeInLocation) {
+		return false
+	}
+	path, _, _ := strings.Cut(p, "?")
+	path, _, _ = strings.Cut(path, "#")
+	// Decoded until it no longer changes (a few rounds): a proxy or a
+	// later redirect that decodes once more must not find "//" either.
+	for range 4 {
+		if strings.HasPrefix(path, "//") || strings.HasPrefix(path, "/\\") || strings.ContainsFunc(path, unsafeInLocation) {
+			return false
+		}
+		decoded, err := url.PathUnescape(path)
+		if err != nil {
+			return false
+		}
+		if decoded == path {
+			break
+		}
+		path = decoded
+	}
+	u, err := url.Parse(p)
+	return err == nil && u.Scheme == "" && u.Host == "" && u.User == nil && !u.ForceQuery
+}
+
+// unsafeInLocation: a rune a browser drops or rewrites in a URL, or that
+// has no place in one of our paths unescaped.
+func unsafeInLocation(r rune) bool {
+	return r == '\\' || unicode.IsControl(r) || unicode.IsSpace(r) || r == utf8.RuneError ||
+		unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) || unicode.Is(unicode.Cf, r)
 }
 
 func (s *Server) handleLoginForm(c echo.Context) error {

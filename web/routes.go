@@ -5,6 +5,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/onceplan/onceplan/web/httperr"
 )
 
 // route is one endpoint and the access it requires.
@@ -105,7 +107,10 @@ func (s *Server) routes() {
 	if s.cfg.Approval == nil {
 		return
 	}
-	e.Use(requestID, s.securityHeaders, s.loadSession)
+	// A NUL or bytes that are not UTF-8 in the path or query are refused
+	// before the session's lookup or any handler reads them; after
+	// securityHeaders, so that a page gets the error page.
+	e.Use(requestID, s.securityHeaders, httperr.RefuseBadText, s.loadSession)
 	e.GET("/static/:name", s.handleStatic)
 	if s.cfg.Mount != nil {
 		s.cfg.Mount(e)
@@ -119,9 +124,9 @@ func (s *Server) routes() {
 			}
 			if r.need == link {
 				// No session, no CSRF: mail providers post without cookies.
-				h = middleware.BodyLimit(limit)(h)
+				h = middleware.BodyLimit(limit)(refuseBadForm(h))
 			} else {
-				h = middleware.BodyLimit(limit)(s.csrf(s.onceForm(h)))
+				h = middleware.BodyLimit(limit)(refuseBadForm(s.csrf(s.onceForm(h))))
 			}
 		}
 		e.Add(r.method, r.path, s.require(r.need, h))
@@ -130,6 +135,18 @@ func (s *Server) routes() {
 		ui := s.require(admin, s.riverUIHandler())
 		e.Any("/riverui", ui)
 		e.Any("/riverui/*", ui)
+	}
+}
+
+// refuseBadForm refuses a form with a NUL or bytes that are not UTF-8 in
+// any field (a 400 page naming the field) before the CSRF check and the
+// handler read it: PostgreSQL cannot store them (httperr.BadTextInForm).
+func refuseBadForm(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := httperr.BadTextInForm(c); err != nil {
+			return err
+		}
+		return next(c)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -66,6 +67,10 @@ type Config struct {
 	// NotifyWindow is the attention window in force (--notify-window),
 	// which the admin page states. Default notify.DefaultWindow.
 	NotifyWindow time.Duration
+	// TrustedProxies are the reverse proxies' address ranges whose
+	// X-Forwarded-For is believed (clientip.go); none: the direct peer's
+	// address is the client's.
+	TrustedProxies []netip.Prefix
 	// Mount adds routes of other packages (the JSON API) to the server.
 	// They get the request id and security headers, and a session only
 	// when a cookie is sent; their own authentication is theirs.
@@ -114,9 +119,10 @@ func NewServer(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	// Sign-in throttling counts per client address: never believe an
-	// X-Forwarded-For that anyone can send.
-	e.IPExtractor = echo.ExtractIPDirect()
+	// Sign-in throttling and the open routes' rate limits count per client
+	// address: never believe an X-Forwarded-For that anyone can send, only
+	// the trusted proxies' (clientip.go).
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
 	s := &Server{cfg: cfg, echo: e, assets: loadAssets(), counts: cfg.Counts,
 		forms: newFormTokens(), shown: newRecent[shownResult](shownTTL, shownMax),
 		unsub: newUnsubscribeRoutes(cfg.Pool, cfg.PublicURL)}

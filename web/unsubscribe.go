@@ -51,7 +51,7 @@ func (u *unsubscribeRoutes) allow(client string, now time.Time) bool {
 var errUnsubscribeBusy = errors.New("too many requests from your address: wait a minute and try again")
 
 // errOneClick: a POST without the RFC 8058 body.
-var errOneClick = errors.New("an unsubscribe request carries List-Unsubscribe=One-Click (RFC 8058): nothing was changed")
+var errOneClick = errors.New("an unsubscribe request carries List-Unsubscribe=One-Click in its body (RFC 8058): nothing was changed")
 
 // handleUnsubscribeForm shows the confirm button of a link; it never
 // unsubscribes.
@@ -82,7 +82,10 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 		err error
 	)
 	if post {
-		if c.FormValue("List-Unsubscribe") != "One-Click" {
+		// The body only (RFC 8058: a POST whose body is
+		// List-Unsubscribe=One-Click, urlencoded or multipart): a query
+		// string would let any link or redirect unsubscribe someone.
+		if c.Request().PostFormValue("List-Unsubscribe") != "One-Click" {
 			return refuse(http.StatusBadRequest, errOneClick)
 		}
 		sub, err = s.unsub.links.Unsubscribe(ctx, token)

@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -138,4 +139,64 @@ func TestTransactionalOnTheForms(t *testing.T) {
 		require.Equal(t, want, strings.TrimSpace(tid(d, "list-unsubscribe").Text()))
 		require.Equal(t, c.ListUnsubscribe, strings.Contains(d.Text(), "Stop: "+unsubscribe.DefaultPublicURL+"/u/sample"), c.Name)
 	}
+}
+
+// TestOneClickUnsubscribeTakesTheBodyOnly: RFC 8058 puts
+// List-Unsubscribe=One-Click in the POST body (urlencoded or multipart);
+// in the query string it unsubscribes nobody. The link keeps working: a
+// second click answers as the first and changes nothing.
+func TestOneClickUnsubscribeTakesTheBodyOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	res, err := b.svc.Create(ctx, b.as["proposer"].actor, approval.CreateParams{
+		Name: "news", Provider: "outbox",
+		Payload: plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Bye: {{.unsubscribe_url}}"},
+	})
+	require.NoError(t, err)
+	links := unsubscribe.NewLinks(b.pool, "")
+	token, err := links.Token(ctx, res.Campaign.ID, "ann@example.com")
+	require.NoError(t, err)
+	suppressions := func() int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM suppression`).Scan(&n))
+		return n
+	}
+	anon := b.anon()
+	post := func(path, contentType, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		return anon.do(req)
+	}
+
+	// The query string alone, with an empty body or another body.
+	for _, r := range []struct{ ct, body string }{
+		{"", ""},
+		{"application/x-www-form-urlencoded", ""},
+		{"application/x-www-form-urlencoded", "confirm=yes"},
+		{"text/plain", "List-Unsubscribe=One-Click"},
+	} {
+		rec := post("/u/"+token+"?List-Unsubscribe=One-Click", r.ct, r.body)
+		require.Equal(t, http.StatusBadRequest, rec.Code, "%+v", r)
+		require.Contains(t, tid(parse(t, rec), "unsubscribe-refused").Text(), "nothing was changed")
+		require.Equal(t, 0, suppressions(), "%+v: the query string unsubscribed", r)
+	}
+
+	// The body, multipart: unsubscribed.
+	var mp strings.Builder
+	w := multipart.NewWriter(&mp)
+	require.NoError(t, w.WriteField("List-Unsubscribe", "One-Click"))
+	require.NoError(t, w.Close())
+	rec := post("/u/"+token, w.FormDataContentType(), mp.String())
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, 1, tid(parse(t, rec), "unsubscribe-done").Length())
+	require.Equal(t, 1, suppressions())
+
+	// A second click (urlencoded this time) still works and adds nothing.
+	rec = post("/u/"+token, "application/x-www-form-urlencoded", "List-Unsubscribe=One-Click")
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, 1, tid(parse(t, rec), "unsubscribe-done").Length())
+	require.Equal(t, 1, suppressions())
 }

@@ -34,6 +34,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	demo := fs.Bool("demo", false, fmt.Sprintf("on a database without campaigns, create a demo campaign (%d targets on the first provider) waiting for approval", app.DemoTargets))
 	testRecipients := fs.String("test-recipients", "", fmt.Sprintf("comma-separated addresses that may receive test sends besides the users' own (at most %d per test send, %v a minute per user)",
 		testsend.MaxRecipientsDefault, float64(testsend.RateDefault)*60))
+	trustedProxies := fs.String("trusted-proxies", "", "CIDR,…: the reverse proxies in front of serve, whose X-Forwarded-For names the client (read from the right, skipping these hops) for the sign-in throttle and the rate limits (default $ONCEPLAN_TRUSTED_PROXIES; none: the direct peer is the client, X-Forwarded-For ignored)")
 	var webhookFlags listFlag
 	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=TOPIC-ARN[;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
 	var wf workerFlags
@@ -52,6 +53,15 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	webhooks, err := inbound.ParseEndpoints(webhookFlags, env.Getenv("ONCEPLAN_WEBHOOKS"))
 	if err != nil {
 		return err
+	}
+	// The flag wins over the environment, as --webhook and --notify do.
+	proxiesFrom, proxiesText := "--trusted-proxies", *trustedProxies
+	if !flagSet(fs, "trusted-proxies") {
+		proxiesFrom, proxiesText = "ONCEPLAN_TRUSTED_PROXIES", env.Getenv("ONCEPLAN_TRUSTED_PROXIES")
+	}
+	proxies, err := web.ParseTrustedProxies(proxiesText)
+	if err != nil {
+		return fmt.Errorf("%s: %w", proxiesFrom, err)
 	}
 	logger := newLogger(env.Stderr)
 
@@ -113,7 +123,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	srv := web.NewServer(web.Config{
 		Pool: d.Pool, Logger: logger, Approval: ws.Approval, Providers: ws.Providers, ToolCalls: tools,
 		River: ws.Runner.Client(), SecureCookies: *secure, Counts: counts, PublicURL: wf.opts.PublicURL, TestSend: sender,
-		Notifiers: ws.Notifiers, NotifyWindow: wf.opts.NotifyWindow,
+		Notifiers: ws.Notifiers, NotifyWindow: wf.opts.NotifyWindow, TrustedProxies: proxies,
 		Mount: func(e *echo.Echo) {
 			// Stopping: a signal ends the decision long polls before the
 			// HTTP shutdown waits for the requests in flight.
@@ -134,6 +144,9 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	srv.UseListener(ln)
 	served = true // the server closes it now
 	url := "http://" + srv.Addr()
+	if len(proxies) > 0 {
+		logger.Info("trusted proxies: the client address is read from their X-Forwarded-For", "ranges", proxiesText)
+	}
 	logger.Info("onceplan is serving", "url", url, "public_url", wf.opts.PublicURL)
 
 	if boot.Created {
@@ -183,4 +196,12 @@ func demoWhere(ws *app.Workers, name string) string {
 		return filepath.Join(u.Path, "new") + "/ (one file per message)"
 	}
 	return "the provider " + p.String()
+}
+
+// flagSet reports whether the command line gave the flag name (an empty
+// value included), as opposed to its default.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

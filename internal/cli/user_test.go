@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,7 +18,14 @@ import (
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	// The test binary run again as the reverse proxy of
+	// TestServeBehindAReverseProxy (serve_proxy_test.go).
+	if target := os.Getenv(reverseProxyEnv); target != "" {
+		os.Exit(runReverseProxy(target))
+	}
+	pgtest.Main(m)
+}
 
 type cliBundle struct {
 	ctx  context.Context

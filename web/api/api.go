@@ -161,6 +161,12 @@ func Register(e *echo.Echo, cfg Config) *API {
 func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "no-store")
+		// A NUL or bytes that are not UTF-8 in the path or query are
+		// refused before anything reads them, the token's lookup included
+		// (httperr.BadTextInRequest).
+		if err := httperr.BadTextInRequest(c); err != nil {
+			return a.fail(c, err)
+		}
 		header := c.Request().Header.Get("Authorization")
 		scheme, secret, ok := strings.Cut(header, " ")
 		ok = ok && strings.EqualFold(scheme, "Bearer") // the scheme is case-insensitive (RFC 7235)
@@ -201,7 +207,8 @@ func (a *API) fail(c echo.Context, err error) error {
 type bodyError = httperr.Error
 
 // decode reads one JSON object into v, refusing unknown fields, wrong
-// types, trailing data and oversized bodies, each with one sentence.
+// types, trailing data, oversized bodies and a NUL in any string (which
+// PostgreSQL cannot store: httperr.BadTextInJSON), each with one sentence.
 func (a *API) decode(c echo.Context, v any) error {
 	r := c.Request()
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
@@ -216,7 +223,7 @@ func (a *API) decode(c echo.Context, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return &bodyError{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body has data after its JSON object"}
 	}
-	return nil
+	return httperr.BadTextInJSON(v)
 }
 
 func jsonError(err error) error {

@@ -41,16 +41,18 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // server is a real HTTP server with the API on a test database, and a
 // token for each kind of caller.
 type server struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	pool  *pgxpool.Pool
 	svc   *approval.Service
 	token map[string]string // proposer, approver, operator, viewer, agent
 	// outbox is the maildir of the "outbox" provider test sends go to.
 	outbox string
+	// handler is the API itself, without the HTTP server around it.
+	handler http.Handler
 }
 
-func newServer(t *testing.T, tweak func(*api.Config)) *server {
+func newServer(t testing.TB, tweak func(*api.Config)) *server {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
@@ -71,9 +73,15 @@ func newServer(t *testing.T, tweak func(*api.Config)) *server {
 	}
 	e := echo.New()
 	api.Register(e, cfg)
-	ts := httptest.NewServer(conforming(t, e))
+	// Every exchange of a test is checked against the document; a fuzz
+	// target checks its own (fuzz_test.go), with each input's t.
+	var h http.Handler = e
+	if tt, ok := t.(*testing.T); ok {
+		h = conforming(tt, e)
+	}
+	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
-	s := &server{t: t, url: ts.URL + api.Prefix, pool: pool, svc: svc, token: map[string]string{}, outbox: outbox}
+	s := &server{t: t, url: ts.URL + api.Prefix, pool: pool, svc: svc, token: map[string]string{}, outbox: outbox, handler: e}
 	for _, u := range []struct{ name, role string }{
 		{"proposer", "proposer"}, {"approver", "approver"}, {"operator", "operator"}, {"viewer", "viewer"},
 	} {

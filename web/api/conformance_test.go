@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
@@ -135,11 +136,16 @@ func refusedField(rec *httptest.ResponseRecorder) string {
 	return e.Error.Field
 }
 
-// mentions reports whether the request gives field: as a query parameter
-// or as a key of its JSON object body.
+// mentions reports whether the request gives field: as a query parameter,
+// as a key of its JSON object body (a nested field, "target.value" or
+// "to[1]", by its first key), or in its path, when the path holds the
+// NUL or the bytes that are not UTF-8 the field was refused for.
 func mentions(r *http.Request, body []byte, field string) bool {
-	if r.URL.Query().Has(field) {
+	if r.URL.Query().Has(field) || strings.ContainsRune(r.URL.Path, 0) || !utf8.ValidString(r.URL.Path) {
 		return true
+	}
+	if i := strings.IndexAny(field, ".["); i > 0 {
+		field = field[:i]
 	}
 	if media, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); media != "application/json" {
 		return true // not a JSON object: the field is not the body's to give

@@ -164,7 +164,7 @@ func TestEffectRace(t *testing.T) {
 
 // toolCall begins a single effect as the world's author and returns it
 // as a campaign of the matrix: its key, and its lease as the hash.
-func (w *world) toolCall(t *testing.T) campaign {
+func (w *world) toolCall(t testing.TB) campaign {
 	t.Helper()
 	w.tools++
 	res, err := toolcall.NewService(w.pool, toolcall.Options{}).Begin(w.ctx, w.author, toolcall.BeginParams{

@@ -35,7 +35,7 @@ type world struct {
 	tools   int            // single effects begun (toolCall)
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	s := newServer(t, func(c *api.Config) { c.RatePerToken = 10_000 })
 	w := &world{server: s, ctx: context.Background()}
@@ -68,7 +68,7 @@ type campaign struct {
 // campaignIn makes a campaign of three targets in state: draft, pending,
 // approved, running, paused, unknown (running, first target's effect
 // unknown) or done (running, first target's effect done).
-func (w *world) campaignIn(t *testing.T, state string) campaign {
+func (w *world) campaignIn(t testing.TB, state string) campaign {
 	t.Helper()
 	if state == "tool" {
 		return w.toolCall(t)
@@ -122,7 +122,7 @@ func (w *world) campaignIn(t *testing.T, state string) campaign {
 
 // snapshot is every row of every table a request could change (API token
 // use times aside), as text.
-func snapshot(t *testing.T, s *server) map[string]string {
+func snapshot(t testing.TB, s *server) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, table := range []string{"campaign", "draft", "target_list", "target", "plan", "approval", "run", "campaign_event",
