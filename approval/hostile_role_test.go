@@ -195,6 +195,8 @@ func TestHostileEffectOutsideThePlanNeverCounts(t *testing.T) {
 	t.Parallel()
 	h := setupHostile(t)
 	c, p := h.approved(t, 1, 3)
+	_, err := h.svc.Start(h.ctx, h.operator, c.ID)
+	require.NoError(t, err)
 	var key string
 	require.NoError(t, h.admin.QueryRow(h.ctx, `SELECT key FROM target WHERE list_id = $1 AND ordinal = 2`, p.ListID).Scan(&key))
 	store := ledger.NewStore(h.app)

@@ -19,13 +19,15 @@ func TestHostileSuppressionHistoryIsWriteOnce(t *testing.T) {
 	t.Parallel()
 	h := setupHostile(t)
 	_, p := h.approved(t, 1, 2)
+	var first string
+	require.NoError(t, h.admin.QueryRow(h.ctx, `SELECT target FROM target WHERE list_id = $1 AND ordinal = 1`, p.ListID).Scan(&first))
 	e, _, err := suppression.Add(h.ctx, h.app, suppression.AddParams{
-		Address: "t1@example.com", Reason: suppression.Complaint, Source: suppression.FromActor, Actor: "ops@example.com"})
+		Address: first, Reason: suppression.Complaint, Source: suppression.FromActor, Actor: "ops@example.com"})
 	require.NoError(t, err)
 	_, err = h.app.Exec(h.ctx, `INSERT INTO target_suppressed (plan_id, ordinal, key, suppression_id, owner)
 		SELECT $1, t.ordinal, t.key, $2, 'test' FROM target t WHERE t.list_id = $3 AND t.ordinal = 1`, p.ID, e.ID, p.ListID)
 	require.NoError(t, err, "the claim's record, as the claim writes it")
-	_, err = suppression.Remove(h.ctx, h.app, "t1@example.com", "admin@example.com", "asked to be mailed again")
+	_, err = suppression.Remove(h.ctx, h.admin, first, "admin@example.com", "asked to be mailed again")
 	require.NoError(t, err)
 
 	for _, stmt := range []string{

@@ -23,9 +23,10 @@ import (
 // transaction (package jobs implements it with River's InsertManyFastTx).
 type Enqueuer interface {
 	EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error)
-	// EnqueueTargets enqueues the given targets of p that have no live
-	// job and no blocking ledger row.
-	EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error)
+	// EnqueueFreed enqueues target ordinal of p, whose key recovery
+	// freed, with attempts attempts, whatever job is live for it, unless
+	// the ledger holds its key.
+	EnqueueFreed(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinal, attempts int) (int, error)
 	// CountRemaining says, without writing, what EnqueueRemaining would
 	// enqueue for p now (with queue; a scan of the list) and what a
 	// stopped worker still holds.
@@ -805,10 +806,11 @@ func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string
 }
 
 // RequeueTarget enqueues one target of plan p again, as the system, after
-// recovery freed its key (unless a live job has it). A campaign that
-// completed in the meantime runs again — or its gate would turn the new
-// job away and the target would be forgotten — and the trail says why.
-func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int) error {
+// recovery freed its key, with the attempts it has left — whatever job is
+// live for it (Enqueuer.EnqueueFreed). A campaign that completed in the
+// meantime runs again — or its gate would turn the new job away and the
+// target would be forgotten — and the trail says why.
+func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attempts int) error {
 	return s.tx(ctx, func(tx pgx.Tx) error {
 		c, err := plan.LockCampaign(ctx, tx, p.CampaignID)
 		if err != nil {
@@ -817,7 +819,7 @@ func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int) e
 		if c.PlanID != p.ID {
 			return nil // a newer version runs its own jobs
 		}
-		n, err := s.enqueuer.EnqueueTargets(ctx, tx, p, []int{ordinal})
+		n, err := s.enqueuer.EnqueueFreed(ctx, tx, p, ordinal, attempts)
 		if err != nil || n == 0 {
 			return err
 		}

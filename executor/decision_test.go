@@ -110,7 +110,7 @@ func (q *queueCalls) PauseProvider(context.Context, string, time.Time) error {
 	return nil
 }
 
-func (q *queueCalls) RequeueTarget(context.Context, plan.Plan, int, string) error {
+func (q *queueCalls) RequeueTarget(context.Context, plan.Plan, int, int) error {
 	q.mu.Lock()
 	q.requeued++
 	q.mu.Unlock()

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -36,6 +37,10 @@ type Job struct {
 	// on (PerformRange); 0 or 1 is one.
 	Count int
 	JobID int64
+	// LastTry: the queue will not run this job again after a temporary
+	// failure (its last attempt), so such a failure is final for the
+	// target ("exhausted"), not one to retry.
+	LastTry bool
 }
 
 // Action tells the queue what to do with the job after Perform.
@@ -71,7 +76,9 @@ type QuotaPauser interface {
 // Requeuer enqueues a job for one plan target again (after recovery freed
 // its key).
 type Requeuer interface {
-	RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, key string) error
+	// RequeueTarget enqueues target ordinal of p again, with attempts
+	// left, whatever job is live for it (see Executor.requeue).
+	RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, attempts int) error
 }
 
 // Defaults of Config.
@@ -106,7 +113,15 @@ type Config struct {
 	// unsubscribe; unsubscribe.ParsePublicURL's form). Default
 	// unsubscribe.DefaultPublicURL.
 	PublicURL string
+	// MaxAttempts bounds a target's attempts at its key and epoch that
+	// failed or were in doubt (an "over quota" answer does not count):
+	// recovery sends a freed target again only while it has attempts left,
+	// and a job sent again carries the rest. Default DefaultMaxAttempts.
+	MaxAttempts int
 }
+
+// DefaultMaxAttempts is Config.MaxAttempts' default.
+const DefaultMaxAttempts = 8
 
 // Executor performs effects for one process.
 type Executor struct {
@@ -144,6 +159,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.OwnerTimeout == 0 {
 		cfg.OwnerTimeout = DefaultOwnerTimeout
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
 	}
 	if cfg.PausedSnooze == 0 {
 		cfg.PausedSnooze = DefaultPausedSnooze
@@ -423,7 +441,7 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 		e.crash.at(pointAfterClaim)
 		req.Epoch = pre.eff.Epoch
 		e.logClaimed(ctx, cp.plan, j, pre.eff)
-		return e.call(ctx, prov, req, pre.eff, ledger.ResponseSend, pre.release, next)
+		return e.call(ctx, prov, req, pre.eff, ledger.ResponseSend, !j.LastTry, pre.release, next)
 	}
 	// Before the claim: everything that can wait. A crash here leaves no
 	// ledger row; the job simply runs again.
@@ -447,7 +465,7 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 		e.crash.at(pointAfterClaim)
 		req.Epoch = eff.Epoch
 		e.logClaimed(ctx, cp.plan, j, eff)
-		return e.call(ctx, prov, req, eff, ledger.ResponseSend, release, next)
+		return e.call(ctx, prov, req, eff, ledger.ResponseSend, !j.LastTry, release, next)
 	}
 
 	// The batch did not claim: the same statement for this row alone,
@@ -493,7 +511,7 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 	e.crash.at(pointAfterClaim)
 	req.Epoch = claim.Effect.Epoch
 	e.logClaimed(ctx, cp.plan, j, claim.Effect)
-	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, release, next)
+	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, !j.LastTry, release, next)
 }
 
 // ownAttempt reports whether attempt eff was made for the campaign of p:
@@ -610,7 +628,7 @@ func (e *Executor) render(ctx context.Context, cp *cachedPlan, ordinal int, t ta
 // handed over (next.got) instead of released, and the caller calls that
 // target at once. A crash before this commit is, for the next target, a
 // crash before its claim, and for this one a crash after its send.
-func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, release func(), next *nextTarget) (Result, error) {
+func (e *Executor) call(ctx context.Context, prov provider.Provider, req provider.Request, eff ledger.Effect, kind ledger.ResponseKind, retry bool, release func(), next *nextTarget) (Result, error) {
 	sent := time.Now()
 	raw, err := prov.Send(ctx, req)
 	metrics.CallSeconds.WithLabelValues(prov.Name(), string(kind)).Observe(time.Since(sent).Seconds())
@@ -618,7 +636,8 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 		// Nothing left the process: the pending row is ours to settle.
 		release()
 		raw = []byte("onceplan: not sent: " + err.Error())
-		p := &ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: "not sent: " + err.Error()}
+		failure, reason := temporary(eff, retry, "not sent: "+err.Error())
+		p := &ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: reason, Failure: failure}
 		if _, err := e.batch.answer(eff.ID, kind, raw, p, nil); err != nil {
 			return Result{}, err
 		}
@@ -628,7 +647,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 	// The answer is durable before anything acts on it. A cancelled job
 	// context must not lose an answer the provider already gave.
 	v := classify(prov, raw)
-	p, res := e.judge(eff, v)
+	p, res := e.judge(eff, v, retry)
 	var nextClaim *ledger.ClaimRequest
 	if next != nil && res.Action == Complete && ctx.Err() == nil && e.goOn(next.started, next.budget) && prov.Renew() {
 		e.crash.at(pointBeforeClaim)
@@ -663,9 +682,14 @@ func classify(prov provider.Provider, raw []byte) (v provider.Verdict) {
 }
 
 // settle commits a provider's verdict on a pending row whose answer is
-// already recorded (recovery).
-func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledger.Effect, v provider.Verdict) (Result, error) {
-	p, res := e.judge(eff, v)
+// already recorded (recovery). A temporary failure puts the target back
+// on the queue while it has attempts left (afterRecovery).
+func (e *Executor) settle(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect, v provider.Verdict) (Result, error) {
+	left, err := e.attemptsLeft(ctx, eff)
+	if err != nil {
+		return Result{}, err
+	}
+	p, res := e.judge(eff, v, left > 0)
 	if p == nil {
 		return res, nil
 	}
@@ -673,12 +697,52 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, eff ledge
 		return Result{}, err
 	}
 	e.settled(ctx, prov, p, v)
+	return e.afterRecovery(ctx, cp, eff, res, left)
+}
+
+// attemptsLeft is how many more attempts target eff may have
+// (Config.MaxAttempts, "over quota" answers not counted; eff included).
+func (e *Executor) attemptsLeft(ctx context.Context, eff ledger.Effect) (int, error) {
+	made, err := e.ledger.CountedAttempts(ctx, eff.Key, eff.Epoch)
+	return max(e.cfg.MaxAttempts-made, 0), err
+}
+
+// afterRecovery is what a recovery that settled eff with res does next.
+// Recovery runs outside the target's job (maintenance), or in a job that
+// found the target in doubt; either way no job will try the target again
+// on its own, so a temporary failure or an "over quota" answer requeues
+// it, with the attempts it has left.
+func (e *Executor) afterRecovery(ctx context.Context, cp *cachedPlan, eff ledger.Effect, res Result, left int) (Result, error) {
+	switch {
+	case res.Action == Retry && left > 0:
+		return e.requeue(ctx, cp, eff, left)
+	case res.Action == Snooze && res.Outcome == "quota":
+		return e.requeue(ctx, cp, eff, max(left, 1))
+	}
 	return res, nil
 }
 
+// temporary is the failure and reason of a temporary failure of eff: one
+// to try again when retry (the queue runs the target again), else final
+// for the target, and the reason says after how many attempts.
+func temporary(eff ledger.Effect, retry bool, reason string) (ledger.Failure, string) {
+	if retry {
+		return ledger.FailureRetry, reason
+	}
+	return ledger.FailureExhausted, fmt.Sprintf("%s (no retries left after %s)", reason, plural(eff.Attempt, "attempt", "attempts"))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
 // judge turns a provider's verdict on a pending row into the settle to
-// commit (nil: the row stays pending) and the queue's next step.
-func (e *Executor) judge(eff ledger.Effect, v provider.Verdict) (*ledger.SettleParams, Result) {
+// commit (nil: the row stays pending) and the queue's next step; retry
+// says whether a temporary failure is tried again (temporary).
+func (e *Executor) judge(eff ledger.Effect, v provider.Verdict, retry bool) (*ledger.SettleParams, Result) {
 	p := ledger.SettleParams{EffectID: eff.ID, Receipt: v.Receipt, Reason: v.Reason}
 	res := Result{Action: Complete, Outcome: string(v.Outcome)}
 	switch v.Outcome {
@@ -692,12 +756,15 @@ func (e *Executor) judge(eff ledger.Effect, v provider.Verdict) (*ledger.SettleP
 	case provider.OutcomeUnknown:
 		p.State = ledger.StateUnknown
 	case provider.OutcomeFailed:
-		p.State = ledger.StateFailed
+		p.State, p.Failure = ledger.StateFailed, ledger.FailureRejected
 		if v.Retryable {
+			p.Failure, p.Reason = temporary(eff, retry, cmp.Or(v.Reason, string(v.Outcome)))
 			res = Result{Action: Retry, Err: errors.New(v.Reason), Outcome: "failed (will retry)"}
 		}
 	case provider.OutcomeQuota:
-		p.State = ledger.StateFailed
+		// Not the target's failure: the provider's queue pauses, and the
+		// target is sent again after it, whatever its attempts.
+		p.State, p.Failure = ledger.StateFailed, ledger.FailureQuota
 		res = Result{Action: Snooze, After: v.RetryAfter, Outcome: "quota"}
 	case provider.OutcomeRetryLater:
 		// The provider is still working on this effect id: leave the row
@@ -798,7 +865,7 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 			v := classify(prov, responses[n-1].Body)
 			if v.Outcome != provider.OutcomeRetryLater {
 				log.Info("recovering from the recorded provider answer", "outcome", string(v.Outcome))
-				return e.settle(context.WithoutCancel(ctx), prov, eff, v)
+				return e.settle(context.WithoutCancel(ctx), prov, cp, eff, v)
 			}
 		}
 	}
@@ -814,8 +881,25 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		}
 	}
 	now := e.cfg.Now()
+	// Recovery goes through the gate a first claim does (docs/
+	// ARCHITECTURE.md, "The gate"): nothing is sent again while the
+	// campaign is paused, and never once it no longer runs this plan or
+	// the address was suppressed since. A probe sends nothing.
+	resend, closed := caps.CanResend(first, now), ""
+	if resend {
+		res, open, why, err := e.recoveryGate(ctx, prov, cp, eff)
+		if err != nil {
+			return Result{}, err
+		}
+		if !open && res.Action == Snooze {
+			return res, nil
+		}
+		if !open {
+			resend, closed = false, why
+		}
+	}
 	switch {
-	case caps.CanResend(first, now):
+	case resend:
 		req, _, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
 		if err != nil {
 			return Result{}, err
@@ -830,7 +914,15 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		defer release()
 		log.Info("recovering by sending again with the same effect id")
 		if eff.State == ledger.StatePending {
-			return e.call(ctx, prov, req, eff, ledger.ResponseResend, release, nil)
+			left, err := e.attemptsLeft(ctx, eff)
+			if err != nil {
+				return Result{}, err
+			}
+			res, err := e.call(ctx, prov, req, eff, ledger.ResponseResend, left > 0, release, nil)
+			if err != nil {
+				return res, err
+			}
+			return e.afterRecovery(context.WithoutCancel(ctx), cp, eff, res, left)
 		}
 		raw, err := prov.Send(ctx, req)
 		if err != nil {
@@ -864,14 +956,18 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 			return Result{Action: Snooze, After: caps.SettleWindow - age, Outcome: "probe: not found yet, inside the settle window"}, nil
 		}
 		log.Info("recovered by probe: no effect after the settle window; the target is sent again")
-		return e.resolveVerdict(wctx, cp, eff, provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "probe: not found after the settle window"}, "probe:"+prov.Name())
+		return e.resolveVerdict(wctx, cp, eff, provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "probe: not found after the settle window"}, "probe:"+prov.Name())
 
 	default:
 		if eff.State == ledger.StateUnknown {
 			return Result{Action: Complete, Outcome: "unknown: waits for a human"}, nil
 		}
 		reason := fmt.Sprintf("the worker %s stopped during the call and %s (%s) can neither deduplicate nor be asked", eff.Owner, prov.Name(), prov.Kind())
-		if caps.Dedupe || caps.Probe {
+		switch {
+		case closed != "":
+			reason = fmt.Sprintf("the worker %s stopped during the call, and %s since: sending it again under its key would go past that, so a person decides whether it was delivered",
+				eff.Owner, closed)
+		case caps.Dedupe || caps.Probe:
 			reason = fmt.Sprintf("the worker %s stopped during the call, and %s's window to deduplicate or be asked about it, from the first call at %s, has closed: sending again could be a second message",
 				eff.Owner, prov.Name(), first.UTC().Format(time.RFC3339))
 		}
@@ -884,51 +980,104 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 	}
 }
 
+// recoveryGate is the gate of a first claim, for recovery about to send
+// eff again: the campaign runs its plan (campaignGate: a pause or a paused
+// provider is a Snooze, to look again later) and the target's address is
+// not suppressed. When it is closed for good, why says what closed it.
+func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (res Result, open bool, why string, err error) {
+	res, open, err = e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
+	if err != nil || !open {
+		return res, open, "the campaign's state changed (" + res.Outcome + ")", err
+	}
+	var held *int64
+	if err := e.cfg.Pool.QueryRow(ctx, `SELECT `+suppression.ActiveIDSQL(plan.TargetAddressSQL("$1::bigint", "$2::int")),
+		eff.PlanID, eff.Ordinal).Scan(&held); err != nil {
+		return Result{}, false, "", err
+	}
+	if held != nil {
+		return Result{Action: Complete, Outcome: "suppressed"}, false, fmt.Sprintf("the address was suppressed (entry %d)", *held), nil
+	}
+	return Result{}, true, "", nil
+}
+
 // resolveVerdict settles a pending row, or resolves an unknown one, from a
-// recovery verdict; a freed key puts the target back on the queue.
+// recovery verdict; a freed key puts the target back on the queue while it
+// has attempts left (retries).
 func (e *Executor) resolveVerdict(ctx context.Context, cp *cachedPlan, eff ledger.Effect, v provider.Verdict, actor string) (Result, error) {
 	if eff.State == ledger.StateUnknown {
 		return e.resolveUnknown(ctx, cp, eff, v, actor)
 	}
-	state := ledger.StateDone
-	if v.Outcome != provider.OutcomeDone {
-		state = ledger.StateFailed
+	if v.Outcome == provider.OutcomeDone {
+		if _, err := e.ledger.Settle(ctx, ledger.SettleParams{EffectID: eff.ID, State: ledger.StateDone, Receipt: v.Receipt}); err != nil {
+			return Result{}, err
+		}
+		return Result{Action: Complete, Outcome: "recovered done"}, nil
 	}
-	if _, err := e.ledger.Settle(ctx, ledger.SettleParams{EffectID: eff.ID, State: state, Receipt: v.Receipt, Reason: v.Reason}); err != nil {
+	left, failure, reason, err := e.retries(ctx, eff, v)
+	if err != nil {
 		return Result{}, err
 	}
-	if state == ledger.StateFailed {
-		return e.requeue(ctx, cp, eff)
+	if _, err := e.ledger.Settle(ctx, ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: reason, Failure: failure}); err != nil {
+		return Result{}, err
 	}
-	return Result{Action: Complete, Outcome: "recovered done"}, nil
+	return e.requeue(ctx, cp, eff, left)
 }
 
 func (e *Executor) resolveUnknown(ctx context.Context, cp *cachedPlan, eff ledger.Effect, v provider.Verdict, actor string) (Result, error) {
-	var outcome ledger.Outcome
-	switch v.Outcome {
-	case provider.OutcomeDone:
-		outcome = ledger.Delivered
-	case provider.OutcomeFailed:
-		outcome = ledger.NotDelivered
-	default:
-		return Result{Action: Complete, Outcome: "still unknown: " + string(v.Outcome)}, nil
-	}
 	reason := v.Reason
 	if reason == "" {
 		reason = "provider answered " + string(v.Outcome) + " " + v.Receipt
 	}
-	if _, err := e.ledger.Resolve(ctx, ledger.ResolveParams{Key: eff.Key, Outcome: outcome, Actor: actor, Reason: reason}); err != nil {
+	rp := ledger.ResolveParams{Key: eff.Key, Actor: actor, Reason: reason}
+	left := 0
+	switch v.Outcome {
+	case provider.OutcomeDone:
+		rp.Outcome, rp.Receipt = ledger.Delivered, v.Receipt
+	case provider.OutcomeFailed:
+		var err error
+		v.Reason = reason
+		if left, rp.Failure, rp.Reason, err = e.retries(ctx, eff, v); err != nil {
+			return Result{}, err
+		}
+		rp.Outcome = ledger.NotDelivered
+	default:
+		return Result{Action: Complete, Outcome: "still unknown: " + string(v.Outcome)}, nil
+	}
+	if _, err := e.ledger.Resolve(ctx, rp); err != nil {
 		return Result{}, err
 	}
-	if outcome == ledger.NotDelivered {
-		return e.requeue(ctx, cp, eff)
+	if rp.Outcome == ledger.NotDelivered {
+		return e.requeue(ctx, cp, eff, left)
 	}
 	return Result{Action: Complete, Outcome: "recovered done"}, nil
 }
 
-func (e *Executor) requeue(ctx context.Context, cp *cachedPlan, eff ledger.Effect) (Result, error) {
+// retries is what becomes of a target whose attempt eff recovery found
+// not performed (v failed): a definitive rejection stays failed for good
+// (no attempts left to use); otherwise, with attempts left
+// (attemptsLeft), it is sent again (FailureRetry) with that many, and on
+// the last it fails for good and the reason says so.
+func (e *Executor) retries(ctx context.Context, eff ledger.Effect, v provider.Verdict) (left int, failure ledger.Failure, why string, err error) {
+	if !v.Retryable {
+		return 0, ledger.FailureRejected, v.Reason, nil
+	}
+	if left, err = e.attemptsLeft(ctx, eff); err != nil {
+		return 0, "", "", err
+	}
+	failure, why = temporary(eff, left > 0, v.Reason)
+	return left, failure, why, nil
+}
+
+// requeue puts a target whose key recovery freed back on the queue with
+// left attempts (none: it stays failed, exhausted). It is enqueued whatever
+// job is live for it at this instant: that job may have passed it by while
+// its key was held, and the ledger keeps a second job from a second effect.
+func (e *Executor) requeue(ctx context.Context, cp *cachedPlan, eff ledger.Effect, left int) (Result, error) {
+	if left <= 0 {
+		return Result{Action: Complete, Outcome: "recovered failed; no attempts left"}, nil
+	}
 	if e.cfg.Requeuer != nil {
-		if err := e.cfg.Requeuer.RequeueTarget(ctx, cp.plan, eff.Ordinal, string(eff.Key)); err != nil {
+		if err := e.cfg.Requeuer.RequeueTarget(ctx, cp.plan, eff.Ordinal, left); err != nil {
 			return Result{}, err
 		}
 	}

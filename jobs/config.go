@@ -30,7 +30,7 @@ const (
 	// DefaultRescueMargin: RescueAfter defaults to JobTimeout plus this.
 	DefaultRescueMargin = time.Minute
 	// DefaultMaxAttempts bounds the retries of a temporary failure.
-	DefaultMaxAttempts = 8
+	DefaultMaxAttempts = executor.DefaultMaxAttempts
 	// DefaultWorkersPerQueue: workers per provider queue.
 	DefaultWorkersPerQueue = 16
 	// MaxWorkersPerQueue is the most workers a queue may have (River's

@@ -123,11 +123,14 @@ func TestSMTPIdempotencyHeaderExactlyOnce(t *testing.T) {
 	require.Equal(t, 2, relay.Deduplicated(), "the two attempts in doubt were settled by deduplicated repeats")
 }
 
-// deadPendingAttempt claims the first target of an approved, not started
-// campaign for a worker that died during its call (no heartbeat ever), as
-// a SIGKILL after the claim leaves it, and returns the target's address.
+// deadPendingAttempt starts an approved campaign (its jobs wait: the test
+// starts the runner later) and claims its first target for a worker that
+// died during its call (no heartbeat ever), as a SIGKILL after the claim
+// leaves it, and returns the target's address.
 func deadPendingAttempt(t *testing.T, w *world, campaign string) string {
 	t.Helper()
+	_, err := w.svc.Start(w.ctx, w.operator, campaign)
+	require.NoError(t, err)
 	planID := mustPlanID(t, w, campaign)
 	var key, target string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `
@@ -173,8 +176,6 @@ func TestRecoveryOfADeadWorkersAttemptHonoursTheDedupeWindow(t *testing.T) {
 			id := w.approved(t, "mail", 3)
 			dead := deadPendingAttempt(t, w, id)
 			w.start(t)
-			_, err := w.svc.Start(w.ctx, w.operator, id)
-			require.NoError(t, err)
 			await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 3 })
 			oncePerRecipient(t, srv.counts(), 3)
 			require.Equal(t, 1, srv.counts()[dead])
@@ -187,8 +188,6 @@ func TestRecoveryOfADeadWorkersAttemptHonoursTheDedupeWindow(t *testing.T) {
 			dead := deadPendingAttempt(t, w, id)
 			time.Sleep(1100 * time.Millisecond) // the window, from the dead worker's claim, closes
 			w.start(t)
-			_, err := w.svc.Start(w.ctx, w.operator, id)
-			require.NoError(t, err)
 			await.Until(t, 30*time.Second, "two targets done and the dead worker's unknown", func() bool {
 				s := w.states(t, id)
 				return s["done"] == 2 && s["unknown"] == 1

@@ -254,13 +254,18 @@ func (e *Enqueuer) ProviderWorkers(ctx context.Context, db plan.DB, provider str
 	return s.Live, err
 }
 
-// EnqueueTargets enqueues the given ordinals of p, skipping those that are
-// blocked in the ledger or have a live job.
-func (e *Enqueuer) EnqueueTargets(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinals []int) (int, error) {
-	params, _, err := e.collect(ctx, tx, p, e.sql("t.ordinal = ANY(@ordinals)"), pgx.NamedArgs{"ordinals": ordinals})
-	if err != nil {
+// EnqueueFreed enqueues target ordinal of p, whose key recovery freed, as
+// a job of its own with attempts River attempts, unless the ledger holds
+// its key or it was recorded suppressed (notBlocked). It does so whatever
+// job is live for the target: that job may have passed the target by while
+// its key was held, and nothing else would send it; a job that reaches the
+// target second finds it claimed, and the ledger keeps it to one effect.
+func (e *Enqueuer) EnqueueFreed(ctx context.Context, tx pgx.Tx, p plan.Plan, ordinal, attempts int) (int, error) {
+	params, _, err := e.collect(ctx, tx, p, e.firstSQL("t.ordinal = @ordinal"), pgx.NamedArgs{"ordinal": ordinal})
+	if err != nil || len(params) == 0 {
 		return 0, err
 	}
+	params[0].InsertOpts = &river.InsertOpts{MaxAttempts: max(attempts, 1)}
 	return e.insert(ctx, tx, p, params)
 }
 

@@ -124,6 +124,8 @@ func TestPostmarkPastTheRetentionStaysUnknown(t *testing.T) {
 
 	// A worker claimed target 1, its message reached Postmark, and the
 	// worker died before it heard back.
+	_, err := w.svc.Start(w.ctx, w.operator, id)
+	require.NoError(t, err)
 	var key, target string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `
 		SELECT t.key, t.target FROM plan p JOIN target t ON t.list_id = p.list_id WHERE p.id = $1 AND t.ordinal = 1`, planID).Scan(&key, &target))
@@ -141,9 +143,6 @@ func TestPostmarkPastTheRetentionStaysUnknown(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, resp.Body.Close())
 	time.Sleep(2 * time.Second) // past the retention
-
-	_, err = w.svc.Start(w.ctx, w.operator, id)
-	require.NoError(t, err)
 	w.start(t)
 	await.Until(t, 30*time.Second, "the others done and target 1 unknown", func() bool {
 		s := w.states(t, id)

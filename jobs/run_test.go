@@ -33,6 +33,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // crash tests in internal/crashtest run real worker processes).
 type world struct {
 	ctx      context.Context
+	urls     pgtest.URLs
 	pool     *pgxpool.Pool
 	runner   *jobs.Runner
 	svc      *approval.Service
@@ -46,7 +47,8 @@ type world struct {
 func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 	t.Helper()
 	ctx := context.Background()
-	pool := pgtest.Pool(t)
+	urls := pgtest.Database(t)
+	pool := pgtest.NewPool(t, urls.Admin)
 	var ps []provider.Provider
 	for _, item := range providers {
 		p, err := provider.ParseFlag(item)
@@ -66,7 +68,7 @@ func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 	r, err := jobs.NewRunner(cfg)
 	require.NoError(t, err)
 	svc := approval.NewService(pool, r.Enqueuer())
-	w := &world{ctx: ctx, pool: pool, runner: r, svc: svc}
+	w := &world{ctx: ctx, urls: urls, pool: pool, runner: r, svc: svc}
 	mk := func(email string, role approval.Role) approval.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
 		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
@@ -227,7 +229,7 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	p, err := plan.GetPlan(w.ctx, w.pool, mustPlanID(t, w, id))
 	require.NoError(t, err)
 	for ord := range 50 {
-		require.NoError(t, w.runner.RequeueTarget(w.ctx, p, ord, ""))
+		require.NoError(t, w.runner.RequeueTarget(w.ctx, p, ord, 1))
 	}
 	await.Until(t, 30*time.Second, "the requeued jobs to finish", func() bool {
 		js := w.jobStates(t)

@@ -67,7 +67,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		exec, err := executor.New(executor.Config{
 			Pool: cfg.Pool, Providers: cfg.Providers, Logger: cfg.Logger,
 			OwnerTimeout: cfg.OwnerTimeout, PausedSnooze: cfg.PausedSnooze, Pauser: r, Requeuer: r, QueueOf: QueueFor,
-			PublicURL: cfg.PublicURL,
+			PublicURL: cfg.PublicURL, MaxAttempts: cfg.MaxAttempts,
 		})
 		if err != nil {
 			return nil, err
@@ -262,8 +262,8 @@ func (r *Runner) PauseProvider(ctx context.Context, name string, until time.Time
 // RequeueTarget enqueues one plan target again after recovery freed its
 // key: the workflow's decision (approval.Service.RequeueTarget), which
 // also reopens a campaign that completed meanwhile.
-func (r *Runner) RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, _ string) error {
-	return r.approval.RequeueTarget(ctx, p, ordinal)
+func (r *Runner) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attempts int) error {
+	return r.approval.RequeueTarget(ctx, p, ordinal, attempts)
 }
 
 // retryPolicy backs off 1s, 2s, 4s … capped at 5 minutes: River's default

@@ -29,7 +29,13 @@ type effectWorker struct {
 func (w *effectWorker) Timeout(*river.Job[EffectArgs]) time.Duration { return w.timeout }
 
 func (w *effectWorker) Work(ctx context.Context, job *river.Job[EffectArgs]) error {
-	j := executor.Job{PlanID: job.Args.PlanID, Ordinal: job.Args.Ordinal, Count: job.Args.Count, JobID: job.ID}
+	j := executor.Job{PlanID: job.Args.PlanID, Ordinal: job.Args.Ordinal, Count: job.Args.Count, JobID: job.ID,
+		LastTry: job.Attempt >= job.MaxAttempts}
+	if j.Count > 1 {
+		// A range's target that fails temporarily goes on a job of its
+		// own (handOn), unless there are no retries to give it.
+		j.LastTry = w.maxAttempts <= 1
+	}
 	if j.Count <= 1 {
 		res, err := w.exec.Perform(ctx, j)
 		if err != nil {

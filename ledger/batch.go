@@ -161,6 +161,11 @@ func (p ClaimParams) validate() error {
 func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim, error) {
 	for range 5 {
 		won, err := s.ClaimMany(ctx, []ClaimRequest{r}, gate)
+		if errors.Is(err, ErrGateClosed) && (gate.Open != "" || gate.Suppressed != "") {
+			// The gate closed after the statement's snapshot, before
+			// PostgreSQL's own check: the next statement's gate sees it.
+			continue
+		}
 		if err != nil {
 			return Claim{}, err
 		}
@@ -263,10 +268,27 @@ func responseArrays(recs []ResponseRecord) (ids []int64, kinds []string, bodies 
 
 func (p SettleParams) validate() error {
 	switch p.State {
-	case StateDone, StateFailed, StateUnknown, StateStranded:
+	case StateFailed:
+		switch p.Failure {
+		case "", FailureRejected, FailureRetry, FailureExhausted, FailureQuota:
+			return nil
+		}
+		return fmt.Errorf("%w: a failure is %q, %q, %q or %q, not %q", ErrMissingEvidence, FailureRejected, FailureRetry, FailureExhausted, FailureQuota, p.Failure)
+	case StateDone, StateUnknown, StateStranded:
+		if p.Failure != "" {
+			return fmt.Errorf("%w: only a failed attempt says whether it is final", ErrMissingEvidence)
+		}
 		return nil
 	}
 	return fmt.Errorf("%w: an attempt settles as done, failed, unknown or stranded, not %q", ErrIllegalTransition, p.State)
+}
+
+// failure is the failure column's value for p: NULL unless failed.
+func (p SettleParams) failure() string {
+	if p.State != StateFailed {
+		return ""
+	}
+	return string(cmp.Or(p.Failure, FailureRetry))
 }
 
 // settleSQL settles rows by id and returns the columns returning names
@@ -275,8 +297,9 @@ func (p SettleParams) validate() error {
 // plan probes the index rather than joining by scanning the whole table.
 func settleSQL(returning string) string {
 	return `
-UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, '')
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(effect_id, new_state, new_receipt, new_reason)
+UPDATE effect f SET state = u.new_state::effect_state, receipt = nullif(u.new_receipt, ''), reason = nullif(u.new_reason, ''),
+       failure = nullif(u.new_failure, '')
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(effect_id, new_state, new_receipt, new_reason, new_failure)
 WHERE f.id = u.effect_id AND f.id = ANY($1::bigint[])
 RETURNING ` + returning
 }
@@ -296,28 +319,28 @@ func (s *Store) SettleMany(ctx context.Context, ps []SettleParams) ([]int64, err
 }
 
 func (s *Store) settle(ctx context.Context, ps []SettleParams, returning string) (pgx.Rows, error) {
-	ids, states, receipts, reasons, err := settleArrays(ps)
+	ids, states, receipts, reasons, failures, err := settleArrays(ps)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(ctx, settleSQL(returning), ids, states, receipts, reasons)
+	rows, err := s.db.Query(ctx, settleSQL(returning), ids, states, receipts, reasons, failures)
 	return rows, translate(err)
 }
 
 // settleArrays are settleSQL's arguments for ps, in effect id order (every
 // batch of every process locks rows in the same order).
-func settleArrays(ps []SettleParams) (ids []int64, states, receipts, reasons []string, err error) {
+func settleArrays(ps []SettleParams) (ids []int64, states, receipts, reasons, failures []string, err error) {
 	ps = slices.Clone(ps)
 	slices.SortFunc(ps, func(a, b SettleParams) int { return cmp.Compare(a.EffectID, b.EffectID) })
 	n := len(ps)
-	ids, states, receipts, reasons = make([]int64, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, states, receipts, reasons, failures = make([]int64, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	for i, p := range ps {
 		if err := p.validate(); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, nil, nil, nil, nil, err
 		}
-		ids[i], states[i], receipts[i], reasons[i] = p.EffectID, string(p.State), p.Receipt, p.Reason
+		ids[i], states[i], receipts[i], reasons[i], failures[i] = p.EffectID, string(p.State), p.Receipt, p.Reason, p.failure()
 	}
-	return ids, states, receipts, reasons, nil
+	return ids, states, receipts, reasons, failures, nil
 }
 
 // Answer is a raw provider answer to record and, when Settle is set, the
@@ -363,11 +386,11 @@ func (s *Store) AnswerMany(ctx context.Context, answers []Answer, claims []Claim
 		b.Queue(recordResponsesSQL, ids, kinds, bodies)
 	}
 	if len(ps) > 0 {
-		sids, states, receipts, reasons, err := settleArrays(ps)
+		sids, states, receipts, reasons, failures, err := settleArrays(ps)
 		if err != nil {
 			return nil, nil, err
 		}
-		b.Queue(settleSQL("f.id"), sids, states, receipts, reasons)
+		b.Queue(settleSQL("f.id"), sids, states, receipts, reasons, failures)
 	}
 	if len(claims) > 0 {
 		args, err := claimArgs(claims)
@@ -425,6 +448,6 @@ func BatchStatements(gate Gate) []BatchStatement {
 	return []BatchStatement{
 		{"claim", claimSQL(gate), "('{}', '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"response", recordResponsesSQL, "('{}', '{}', '{}')"},
-		{"settle", settleSQL("f.id"), "('{}', '{}', '{}', '{}')"},
+		{"settle", settleSQL("f.id"), "('{}', '{}', '{}', '{}', '{}')"},
 	}
 }

@@ -25,6 +25,11 @@ var (
 	ErrMissingEvidence = errors.New("missing evidence")
 	// ErrNoBump: an epoch above 0 without a recorded bump behind it.
 	ErrNoBump = errors.New("epoch not bumped")
+	// ErrGateClosed: PostgreSQL refused an attempt at a plan's target (or
+	// a suppressed outcome) because its gate is closed: the campaign does
+	// not run that plan, the address is suppressed, the suppression cited
+	// is not in force for it, or the transaction is not READ COMMITTED.
+	ErrGateClosed = errors.New("gate closed")
 )
 
 // translate maps PostgreSQL's answers to the ledger's errors at the storage
@@ -48,6 +53,8 @@ func translate(err error) error {
 		kind = ErrIllegalTransition
 	case "OP001", "OP003":
 		kind = ErrWriteOnce
+	case "OP008":
+		kind = ErrGateClosed
 	case "OP004", "23514": // our evidence checks; check_violation
 		kind = ErrMissingEvidence
 	case "23503": // foreign_key_violation

@@ -46,7 +46,7 @@ func (b *bundle) effectIn(t *testing.T, key ledger.Key, state ledger.State) int6
 		exec(`UPDATE effect SET state = 'done', receipt = 'r' WHERE id = $1`)
 	case ledger.StateFailed:
 		respond()
-		exec(`UPDATE effect SET state = 'failed', reason = 'r' WHERE id = $1`)
+		exec(`UPDATE effect SET state = 'failed', reason = 'r', failure = 'rejected' WHERE id = $1`)
 	case ledger.StateUnknown:
 		exec(`UPDATE effect SET state = 'unknown', reason = 'r' WHERE id = $1`)
 	case ledger.StateStranded:
@@ -137,7 +137,8 @@ func TestRuleOnlyLegalTransitions(t *testing.T) {
 		_, err := b.pool.Exec(b.ctx, `
 			UPDATE effect SET state = $2::effect_state, receipt = coalesce(receipt, 'r'), reason = coalesce(reason, 'r'),
 			  resolved_by = CASE WHEN state = 'unknown' THEN 'u' END, resolution = CASE WHEN state = 'unknown' THEN 'r' END,
-			  revoked_by = CASE WHEN $2::text = 'revoked' THEN 'u' END, revoke_reason = CASE WHEN $2::text = 'revoked' THEN 'r' END
+			  revoked_by = CASE WHEN $2::text = 'revoked' THEN 'u' END, revoke_reason = CASE WHEN $2::text = 'revoked' THEN 'r' END,
+			  failure = CASE WHEN $2::text = 'failed' THEN 'retry' END
 			WHERE id = $1`, id, string(pair[1]))
 		require.NoError(t, err, "%s -> %s", pair[0], pair[1])
 	}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,28 @@ const (
 	StateFailed   State = "failed"   // definitely not performed; the key is free again
 	StateStranded State = "stranded" // exists at the provider but can never complete
 	StateRevoked  State = "revoked"  // explicitly withdrawn by a human
+)
+
+// Failure says whether a failed attempt is final: what the audit needs to
+// tell a target the provider refused for good (the plan's outcome for it)
+// from one that is still to be sent, or that ran out of retries.
+type Failure string
+
+// Failures.
+const (
+	// FailureRejected: the provider refused it for good (a definitive
+	// rejection); nothing retries it.
+	FailureRejected Failure = "rejected"
+	// FailureRetry: nothing was done and the target is to be sent again: a
+	// temporary failure with retries left, a probe that found nothing, a
+	// person's "not delivered".
+	FailureRetry Failure = "retry"
+	// FailureExhausted: a temporary failure with no retries left.
+	FailureExhausted Failure = "exhausted"
+	// FailureQuota: the provider said "over quota"; its queue pauses and
+	// the target is sent again after it. Not a failure of the target's:
+	// it uses up none of its attempts.
+	FailureQuota Failure = "quota"
 )
 
 // Blocking reports whether a row in this state holds its key at its epoch,
@@ -52,9 +75,12 @@ type Effect struct {
 	Resolution   string
 	RevokedBy    string
 	RevokeReason string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-	SettledAt    time.Time // zero while pending
+	// Failure says, for a failed attempt, whether it is final; "" for
+	// other states, and for attempts that failed before it was recorded.
+	Failure   Failure
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	SettledAt time.Time // zero while pending
 }
 
 // DB is what the store needs from a pool or a transaction.
@@ -77,7 +103,7 @@ func NewStore(db DB) *Store { return &Store{db: db} }
 
 const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), coalesce(plan_id, 0), coalesce(ordinal, 0),
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
-	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), created_at, updated_at, settled_at`
+	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), coalesce(failure, ''), created_at, updated_at, settled_at`
 
 // EffectCols is the column list ScanEffect reads, for statements of other
 // packages that return effect rows (the executor's group commits).
@@ -88,12 +114,12 @@ func ScanEffect(row pgx.Row) (Effect, error) { return scanEffect(row) }
 
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
-	var key, state string
+	var key, state, failure string
 	var settled *time.Time
 	err := row.Scan(&e.ID, &key, &e.Epoch, &state, &e.Attempt, &e.Owner, &e.JobID, &e.PlanID, &e.Ordinal,
-		&e.Receipt, &e.Reason, &e.ResolvedBy, &e.Resolution, &e.RevokedBy, &e.RevokeReason,
+		&e.Receipt, &e.Reason, &e.ResolvedBy, &e.Resolution, &e.RevokedBy, &e.RevokeReason, &failure,
 		&e.CreatedAt, &e.UpdatedAt, &settled)
-	e.Key, e.State = Key(key), State(state)
+	e.Key, e.State, e.Failure = Key(key), State(state), Failure(failure)
 	if settled != nil {
 		e.SettledAt = *settled
 	}
@@ -206,6 +232,17 @@ func (s *Store) FirstAttemptAt(ctx context.Context, key Key, epoch int) (time.Ti
 	return at, translate(err)
 }
 
+// CountedAttempts is how many attempts at key and epoch count toward the
+// target's bound on attempts: every one but those an "over quota" answer
+// failed (FailureQuota), which were the provider's pause, not the
+// target's failure.
+func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM effect WHERE key = $1 AND epoch = $2 AND failure IS DISTINCT FROM 'quota'`,
+		string(key), epoch).Scan(&n)
+	return n, translate(err)
+}
+
 // BlockingStates is the SQL list of the states that hold a key at its
 // epoch (DESIGN §3: pending, done, unknown, stranded), as the ledger's
 // unique index names them.
@@ -301,6 +338,9 @@ type SettleParams struct {
 	State    State  // done, failed, unknown or stranded
 	Receipt  string // required for done: the provider's id for the effect
 	Reason   string // required for failed, unknown, stranded
+	// Failure says, for failed, whether it is final; "" is FailureRetry
+	// (the key is free and nothing says the target is refused for good).
+	Failure Failure
 }
 
 // Settle moves a pending attempt to its outcome. Done, failed and stranded
@@ -337,6 +377,14 @@ type ResolveParams struct {
 	// "probe:<provider>" when a probe's recorded answer settles it.
 	Actor  string
 	Reason string
+	// Receipt is, for delivered, the provider's id for the effect when the
+	// resolver knows it (a probe found it, a resend was answered with it):
+	// what a bounce or an export naming that id is matched against.
+	Receipt string
+	// Failure is, for not delivered, whether the target is sent again
+	// (FailureRetry, the default) or failed for good (FailureExhausted,
+	// when recovery finds it has no attempts left).
+	Failure Failure
 }
 
 // Resolve settles an unknown effect as done (delivered) or failed (not
@@ -354,11 +402,17 @@ func (s *Store) Resolve(ctx context.Context, p ResolveParams) (Effect, error) {
 	if strings.TrimSpace(p.Actor) == "" || strings.TrimSpace(p.Reason) == "" {
 		return Effect{}, fmt.Errorf("%w: a resolution needs who and why", ErrMissingEvidence)
 	}
+	// Not delivered frees the key: the target is to be sent once more.
+	var failure *string
+	if to == StateFailed {
+		failure = new(string(cmp.Or(p.Failure, FailureRetry)))
+	}
 	e, err := scanEffect(s.db.QueryRow(ctx, `
-		UPDATE effect SET state = $2, resolved_by = $3, resolution = $4
+		UPDATE effect SET state = $2::effect_state, resolved_by = $3, resolution = $4,
+		       receipt = CASE WHEN $2::effect_state = 'done' THEN nullif($5, '') END, failure = $6
 		WHERE key = $1 AND state = 'unknown'
 		  AND epoch = `+currentEpoch+`
-		RETURNING `+effectCols, string(p.Key), string(to), p.Actor, p.Reason))
+		RETURNING `+effectCols, string(p.Key), string(to), p.Actor, p.Reason, p.Receipt, failure))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, s.notIn(ctx, p.Key, StateUnknown)
 	}

@@ -146,6 +146,9 @@ func seed(t *testing.T, admin *pgxpool.Pool) {
 			 SELECT campaign_id, 1, 'outbox', 'email.send', 'a@example.com', 's', 't', '', id, 1, repeat('b', 64), created_by FROM target_list`,
 			`UPDATE campaign SET plan_id = (SELECT id FROM plan), state = 'approved'`,
 			`INSERT INTO campaign_event (campaign_id, action, reason) SELECT id, 'create', 'seed' FROM campaign`,
+			// Started: an attempt at a plan's target starts only then.
+			`INSERT INTO run (campaign_id, plan_id, job_count) SELECT campaign_id, id, 1 FROM plan`,
+			`UPDATE campaign SET state = 'running'`,
 			`INSERT INTO effect (key, owner, plan_id, ordinal) SELECT @key, 'seed', id, 1 FROM plan`,
 			`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect`,
 			`UPDATE effect SET state = 'done', receipt = 'r1'`,
@@ -284,7 +287,7 @@ func TestAppRolePrivileges(t *testing.T) {
 		return cols
 	}
 	// Of an attempt, only the outcome may be written.
-	require.Equal(t, []string{"reason", "receipt", "resolution", "resolved_by", "revoke_reason", "revoked_by", "state"}, columns("effect", "UPDATE"))
+	require.Equal(t, []string{"failure", "reason", "receipt", "resolution", "resolved_by", "revoke_reason", "revoked_by", "state"}, columns("effect", "UPDATE"))
 	// Of a campaign, its state, version and plan; of a draft, its content,
 	// list and last editor — never who proposed it.
 	require.Equal(t, []string{"plan_id", "state", "version"}, columns("campaign", "UPDATE"))

@@ -82,11 +82,9 @@ type Removal struct {
 }
 
 // ActiveSQL is the SQL condition "the address the SQL expression addr
-// names is suppressed now": an entry of it without a removal. The import
-// leaves such targets out of a draft's list; the claim records such a
-// target as suppressed instead of claiming its effect.
+// names is suppressed now": an entry of it without a removal.
 func ActiveSQL(addr string) string {
-	return `EXISTS (SELECT 1 FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
+	return ActiveIDSQL(addr) + ` IS NOT NULL`
 }
 
 // notRemoved is the SQL condition "entry s has no removal": it is active.
@@ -102,13 +100,15 @@ const notRemoved = `NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.su
 
 // ActiveIDSQL is the SQL expression for the id of the oldest active entry
 // of the address addr names (NULL when none): what a suppressed target's
-// outcome points at. The minimum is of "s.id + 0", which no index orders:
-// the entries are then found by their address (suppression_address), never
-// by walking every entry in id order until one has the address, which is
-// what PostgreSQL's rewrite of min(s.id) did in a plan made on an empty
-// table.
+// outcome points at. It is the database's function onceplan_suppressed
+// (migration 0024), the one statement of the rule, which PostgreSQL's own
+// check of an attempt calls too. Its minimum is of "s.id + 0", which no
+// index orders: the entries are then found by their address
+// (suppression_address), never by walking every entry in id order until
+// one has the address, which is what PostgreSQL's rewrite of min(s.id)
+// did in a plan made on an empty table.
 func ActiveIDSQL(addr string) string {
-	return `(SELECT min(s.id + 0) FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
+	return `onceplan_suppressed(` + addr + `)`
 }
 
 // Normalize normalises an address as a target's is; the error names it.

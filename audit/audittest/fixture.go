@@ -28,6 +28,7 @@ type Fixture struct {
 	Ledger   *ledger.Store
 	Proposer approval.Actor
 	Approver approval.Actor
+	Operator approval.Actor
 }
 
 // NewFixture returns a fixture on pool (a fresh test database: it adds two
@@ -58,6 +59,7 @@ func NewFixture(t testing.TB, pool *pgxpool.Pool) *Fixture {
 		Ledger:   ledger.NewStore(pool),
 		Proposer: actor(approval.RoleProposer),
 		Approver: actor(approval.RoleApprover),
+		Operator: actor(approval.RoleOperator),
 	}
 }
 
@@ -91,8 +93,8 @@ func csvOf(addresses []string) string {
 }
 
 // Campaign creates a campaign named name with the given targets (in this
-// order), and submits and approves it: it has a frozen plan and no ledger
-// rows.
+// order), and submits, approves and starts it: it runs a frozen plan and
+// has no ledger rows (its jobs wait in a queue nobody works).
 func (f *Fixture) Campaign(name string, addresses []string) Campaign {
 	f.t.Helper()
 	res, err := f.Service.Create(f.ctx, f.Proposer, approval.CreateParams{
@@ -132,7 +134,9 @@ func (f *Fixture) Reimport(c *Campaign, addresses []string) {
 	f.Approve(c)
 }
 
-// Approve submits and approves the campaign's draft and reloads its plan.
+// Approve submits, approves and starts the campaign's draft (an attempt
+// at a plan's target is made only while its campaign runs the plan) and
+// reloads its plan.
 func (f *Fixture) Approve(c *Campaign) {
 	f.t.Helper()
 	sub, err := f.Service.Submit(f.ctx, f.Proposer, c.ID)
@@ -144,6 +148,9 @@ func (f *Fixture) Approve(c *Campaign) {
 		f.t.Fatalf("audittest: approving campaign %s: %v", c.ID, err)
 	}
 	c.PlanID = app.Campaign.PlanID
+	if _, err := f.Service.Start(f.ctx, f.Operator, c.ID); err != nil {
+		f.t.Fatalf("audittest: starting campaign %s: %v", c.ID, err)
+	}
 	rows, err := f.Pool.Query(f.ctx, `SELECT plan_id, ordinal, target, key FROM plan_target WHERE plan_id = $1 ORDER BY ordinal`, c.PlanID)
 	if err != nil {
 		f.t.Fatal(err)

@@ -8,14 +8,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/suppression"
 )
 
@@ -66,7 +71,7 @@ func runSuppressionAdd(ctx context.Context, env Env, args []string) error {
 func runSuppressionRemove(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("suppression remove", flag.ContinueOnError)
 	var db dbFlags
-	db.register(fs, env)
+	db.registerOwner(fs, env)
 	address := fs.String("address", "", "the address to take off the list (required)")
 	reason := fs.String("reason", "", "why it may be mailed again (required; recorded with who ran this)")
 	if err := parse(fs, env, args); err != nil {
@@ -78,14 +83,29 @@ func runSuppressionRemove(ctx context.Context, env Env, args []string) error {
 	case strings.TrimSpace(*reason) == "":
 		return errors.New("suppression remove: --reason is required: say why the address may be mailed again")
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
-		e, err := suppression.Remove(ctx, pool, *address, cliActor(), *reason)
-		if err != nil {
-			return fmt.Errorf("suppression remove: %w", err)
-		}
+	// As the schema's owner, like policy add: the server's role takes an
+	// address off only in the name of an enabled admin (migration 0024),
+	// and on the command line nobody is signed in; the removal names the
+	// operating-system account instead.
+	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("suppression remove: %w", err)
+	}
+	e, err := suppression.Remove(ctx, d.Pool, *address, cliActor(), *reason)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "OP006":
+		err = fmt.Errorf("suppression remove: the database role of this URL may take an address off only in the name of an enabled admin: use the URL of the schema's owner role (%s), as for `onceplan migrate`, or remove it on the Suppressions page as an admin",
+			migrations.OwnerRole)
+	case err != nil:
+		err = fmt.Errorf("suppression remove: %w", err)
+	default:
 		fmt.Fprintf(env.Stdout, "%s is no longer suppressed (removal recorded by %s)\n", e.Address, e.Removed.Actor)
-		return nil
-	})
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return errors.Join(err, d.Close(closeCtx))
 }
 
 func runSuppressionList(ctx context.Context, env Env, args []string) error {

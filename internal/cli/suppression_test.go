@@ -17,7 +17,8 @@ import (
 // reason) — and adds the rest, as the command line's account.
 func TestSuppressionImportReportsLines(t *testing.T) {
 	t.Parallel()
-	b := setupCLI(t)
+	pb := setupPolicy(t)
+	b := pb.app
 	r := b.run(t, runSuppression, "", "add", "--address", "Old@Example.com", "--reason", "complaint")
 	require.NoError(t, r.err, r.stderr)
 	require.Equal(t, "suppressed old@example.com (complaint)\n", r.stdout)
@@ -57,13 +58,17 @@ func TestSuppressionImportReportsLines(t *testing.T) {
 	r = b.run(t, runSuppression, "", "import", bad)
 	require.ErrorContains(t, r.err, "line 1: the header names no email or address column")
 
-	// Remove needs a reason and records who; list shows the rest.
+	// Remove needs a reason and records who, as the schema's owner (the
+	// server's role removes only in an admin's name); list shows the rest.
 	r = b.run(t, runSuppression, "", "remove", "--address", "cy@example.com")
 	require.ErrorContains(t, r.err, "--reason is required")
 	r = b.run(t, runSuppression, "", "remove", "--address", "cy@example.com", "--reason", "typo in the file")
+	requireOneLine(t, r.err)
+	require.ErrorContains(t, r.err, "use the URL of the schema's owner role (onceplan_owner)")
+	r = pb.owner.run(t, runSuppression, "", "remove", "--address", "cy@example.com", "--reason", "typo in the file")
 	require.NoError(t, r.err, r.stderr)
-	require.Contains(t, r.stdout, "cy@example.com is no longer suppressed")
-	r = b.run(t, runSuppression, "", "remove", "--address", "cy@example.com", "--reason", "again")
+	require.Equal(t, "cy@example.com is no longer suppressed (removal recorded by "+cliActor()+")\n", r.stdout)
+	r = pb.owner.run(t, runSuppression, "", "remove", "--address", "cy@example.com", "--reason", "again")
 	require.ErrorContains(t, r.err, "not suppressed")
 	r = b.run(t, runSuppression, "", "list")
 	require.NoError(t, r.err, r.stderr)
