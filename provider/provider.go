@@ -149,9 +149,25 @@ func open(w time.Duration, first, now time.Time) bool {
 
 // ProbeResult is the answer of [Provider.Probe].
 type ProbeResult struct {
-	Found   bool
+	Found bool
+	// Matches is how many messages the provider holds under the effect
+	// id, for a probe that can count them (Postmark's search, Mailjet's
+	// message list, a maildir's copies). More than one is a duplicate at
+	// the provider: evidence the audit reports, even though the effect
+	// does exist. 0 when not found, or when found by a probe that cannot
+	// count; read it through [ProbeResult.Count].
+	Matches int
 	Raw     []byte // the provider's answer as received
-	Receipt string // the provider's id for the effect, when found
+	Receipt string // the provider's id for the effect (the newest), when found
+}
+
+// Count is how many times the provider holds the effect: Matches, and at
+// least one when found.
+func (r ProbeResult) Count() int {
+	if !r.Found {
+		return 0
+	}
+	return max(r.Matches, 1)
 }
 
 // ErrNoProbe is returned by Probe on a provider that cannot be asked.
