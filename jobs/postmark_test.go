@@ -65,6 +65,34 @@ func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
 	require.Equal(t, 2, probed, "the two attempts in doubt were settled by the probe")
 }
 
+// TestPostmarkRecoveryNamesADuplicate: Postmark accepted the first send
+// twice and answered 500, so the attempt is unknown; recovery's probe
+// finds two messages with the effect id and settles it delivered — it
+// sends nothing again, which would make a third — and the resolution
+// says Postmark holds a duplicate, for the audit and a person to see.
+func TestPostmarkRecoveryNamesADuplicate(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	pm.AcceptTwice(1)
+	pm.AcceptThenFail(1, 500)
+	w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "concurrency=1"))
+	w.start(t)
+	id := w.running(t, "pm", 3)
+
+	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 3 })
+	require.Equal(t, 3, pm.Requests(), "one POST /email per target: the one in doubt was not sent again")
+	counts := map[int]int{}
+	for _, n := range pm.Effects() {
+		counts[n]++
+	}
+	require.Equal(t, map[int]int{1: 2, 2: 1}, counts, "two targets once, the first twice (the stand-in's doing)")
+	var by, resolution string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT resolved_by, resolution FROM effect WHERE resolved_by IS NOT NULL`).Scan(&by, &resolution))
+	require.Equal(t, "probe:pm", by)
+	require.Equal(t, "probe: pm holds 2 messages with this effect id, a duplicate at the provider", resolution)
+}
+
 // TestSMTPProbeExactlyOnceThroughALostAnswer: smtp:// with probe=postmark
 // (and probe=mailjet) through the in-repo relay, whose first answer to the
 // end of DATA is lost: the attempt is unknown, the probe asks the service's
