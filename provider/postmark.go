@@ -306,7 +306,9 @@ type postmarkAnswer struct {
 // Postmark's documented answers:
 //   - 200 with ErrorCode 0 and a MessageID → done, receipt the MessageID;
 //   - 200 without them → unknown (the probe will tell);
-//   - 429 (or ErrorCode 429) → quota for Retry-After (default 60s);
+//   - 429 (or ErrorCode 429) → quota for Retry-After; Postmark documents
+//     none, and without one the wait is 0: the queue backs off on its own
+//     (see [Verdict].RetryAfter) rather than resting a flat minute;
 //   - 422 (or 200) with an ErrorCode: 100 (maintenance) → failed,
 //     retryable; any other code → failed for good (300 invalid email
 //     request, 406 inactive recipient, 10 bad token, 4xx sender and
@@ -339,7 +341,7 @@ func ClassifyPostmark(raw []byte) Verdict {
 	}
 	switch {
 	case f.code == 429 || code == postmarkRateLimitCode:
-		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(f.header, DefaultQuotaRetryAfter)}
+		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(f.header, 0)}
 	case f.code >= 200 && f.code <= 299:
 		if code == postmarkOK && oneLine(a.MessageID) != "" {
 			return Verdict{Outcome: OutcomeDone, Receipt: oneLine(a.MessageID)}

@@ -156,7 +156,10 @@ func TestClassifyPostmark(t *testing.T) {
 		{name: "invalid email", raw: framed("422 Unprocessable Entity", json200, postmarkInvalidExample), outcome: provider.OutcomeFailed},
 		{name: "maintenance", raw: framed("422 Unprocessable Entity", json200, `{"ErrorCode":100,"Message":"Maintenance"}`), outcome: provider.OutcomeFailed, retryable: true},
 		{name: "rate limited", raw: framed("429 Too Many Requests", map[string]string{"Retry-After": "30"}, `{"ErrorCode":429,"Message":"Rate limit exceeded"}`), outcome: provider.OutcomeQuota, after: 30 * time.Second},
-		{name: "rate limited, no Retry-After", raw: framed("429 Too Many Requests", nil, ``), outcome: provider.OutcomeQuota, after: time.Minute},
+		// Postmark documents no Retry-After: no wait named, the queue backs off.
+		{name: "rate limited, no Retry-After", raw: framed("429 Too Many Requests", nil, ``), outcome: provider.OutcomeQuota, after: 0},
+		{name: "rate limited, Retry-After unreadable", raw: framed("429 Too Many Requests", map[string]string{"Retry-After": "soon"}, ``), outcome: provider.OutcomeQuota, after: 0},
+		{name: "rate limited by ErrorCode", raw: framed("422 Unprocessable Entity", nil, `{"ErrorCode":429,"Message":"Rate limit exceeded"}`), outcome: provider.OutcomeQuota, after: 0},
 		{name: "bad token", raw: framed("401 Unauthorized", json200, `{"ErrorCode":10,"Message":"Bad or missing API token"}`), outcome: provider.OutcomeFailed},
 		{name: "internal error", raw: framed("500 Internal Server Error", nil, ``), outcome: provider.OutcomeUnknown},
 		{name: "unavailable", raw: framed("503 Service Unavailable", nil, ``), outcome: provider.OutcomeUnknown},
@@ -171,9 +174,7 @@ func TestClassifyPostmark(t *testing.T) {
 		require.Equal(t, c.outcome, v.Outcome, c.name)
 		require.Equal(t, c.receipt, v.Receipt, c.name)
 		require.Equal(t, c.retryable, v.Retryable, c.name)
-		if c.after != 0 {
-			require.Equal(t, c.after, v.RetryAfter, c.name)
-		}
+		require.Equal(t, c.after, v.RetryAfter, c.name)
 		require.Equal(t, v, provider.ClassifyPostmark(c.raw), "deterministic")
 	}
 }

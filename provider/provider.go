@@ -65,7 +65,8 @@ const (
 	// complete.
 	OutcomeStranded Outcome = "stranded"
 	// OutcomeQuota: rate limited (HTTP 429, SMTP 421/451/452); nothing was
-	// created; Verdict.RetryAfter says how long the provider should rest.
+	// created; Verdict.RetryAfter says how long the provider should rest
+	// (0: the provider named no wait, see Verdict.RetryAfter).
 	OutcomeQuota Outcome = "quota"
 	// OutcomeRetryLater: the provider is still working on this effect (HTTP
 	// 409); ask again after Verdict.RetryAfter. Nothing to settle yet.
@@ -89,7 +90,11 @@ type Verdict struct {
 	// other than quota, a connection that failed before anything was sent,
 	// HTTP 408): the executor may try again, with backoff, up to a bound.
 	Retryable bool
-	// RetryAfter is how long to wait, for quota and retry_later.
+	// RetryAfter is how long to wait, for quota and retry_later. A quota
+	// verdict with 0 says the provider named no wait (Postmark's 429
+	// carries no Retry-After): the queue's pauser then chooses, backing
+	// off from a short pause while quota answers keep coming (package
+	// jobs) instead of resting a flat DefaultQuotaRetryAfter.
 	RetryAfter time.Duration
 }
 
