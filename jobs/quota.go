@@ -48,7 +48,8 @@ const quotaLock = 0x6f6e7175 // "onqu"
 // inserted to run at once and waits for Until by snoozing: River makes a
 // job scheduled for later available only on its scheduler's rounds
 // (every 5 s, on the elected leader), which would stretch a one-second
-// pause to five, while a snooze comes back at its time.
+// pause to five, while a snoozed job is fetched once its time has come
+// (within the producers' one-second poll).
 type ResumeQueueArgs struct {
 	Queue string `json:"queue"`
 	// Until is when the pause ends. Zero (a job inserted before Until
