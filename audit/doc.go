@@ -10,9 +10,11 @@
 //   - reconciliation ([Reconcile]) of the ledger against evidence from
 //     outside it: a maildir's files ([Evidence.ScanMaildir]), a provider's
 //     delivery log ([Evidence.ImportLog]) and probes of the provider
-//     ([ProbeOpts]). The ledger cannot record a duplicate (its unique index
-//     refuses the second blocking row), so duplicates are measured here, in
-//     the world;
+//     ([ProbeOpts]), which count the messages with the effect id where the
+//     provider can say (Postmark's search, Mailjet's message list, a
+//     maildir's copies). The ledger cannot record a duplicate (its unique
+//     index refuses the second blocking row), so duplicates are measured
+//     here, in the world;
 //   - the per-target export ([Export]), streamed as CSV or JSON.
 //
 // # What the numbers mean

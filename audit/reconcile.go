@@ -64,6 +64,10 @@ type Finding struct {
 	Lines int `json:"log_lines"`
 	// Probe is "found", "not found" or "error: …"; empty when not probed.
 	Probe string `json:"probe,omitempty"`
+	// ProbeMatches is how many messages with the effect id the probe
+	// found at the provider (more than one: a duplicate); 0 when not
+	// found or not probed.
+	ProbeMatches int `json:"probe_matches,omitempty"`
 	// Sources name the pieces of evidence (maildir files, log lines).
 	Sources []string `json:"sources,omitempty"`
 	// ResolvableAsDelivered marks an unknown effect the evidence shows
@@ -99,6 +103,8 @@ type ProbeSummary struct {
 	Found    int    `json:"found"`
 	NotFound int    `json:"not_found"`
 	Errors   int    `json:"errors"`
+	// Duplicated counts the probes that found the effect more than once.
+	Duplicated int `json:"duplicated"`
 }
 
 // Report is a plan's reconciliation against outside evidence.
@@ -117,7 +123,8 @@ type Report struct {
 	// unknown, failed or not started in the ledger.
 	EvidenceNotDone FindingList `json:"evidence_not_done"`
 	// Duplicates: more than one piece of evidence in one source for one
-	// key and epoch of the plan's targets.
+	// key and epoch of the plan's targets (a probe that found the effect
+	// more than once at the provider included).
 	Duplicates FindingList `json:"duplicates"`
 	// Strays: evidence for effects that are not the plan's targets: keys
 	// of this campaign outside the plan, and ids no attempt in the ledger
@@ -211,6 +218,7 @@ type reconciler struct {
 }
 
 // seen is the evidence a target's current epoch has, before probing.
+// A probe adds its verdict and how many messages it found (probed).
 type seen struct {
 	t            TargetRow
 	files, lines int
@@ -258,7 +266,7 @@ func (r *reconciler) target(ctx context.Context, t TargetRow) error {
 			return ctx.Err()
 		}
 	}
-	r.judge(s, "")
+	r.judge(s, probed{})
 	return nil
 }
 
@@ -289,18 +297,33 @@ func (r *reconciler) lineSources(x *tally) []string {
 	return out
 }
 
-// judge files a target's findings; probe is "" (not probed), "found",
-// "not found" or "error: …".
-func (r *reconciler) judge(s seen, probe string) {
+// probed is what a probe said of a target: its verdict, "" (not probed),
+// "found", "not found" or "error: …", and, when found, how many messages
+// with the effect id the provider holds.
+type probed struct {
+	verdict  string
+	provider string
+	matches  int
+}
+
+// judge files a target's findings.
+func (r *reconciler) judge(s seen, p probed) {
 	t := s.t
+	probe := p.verdict
 	evidence := s.files+s.lines > 0 || probe == "found"
 	f := Finding{
 		Ordinal: t.Ordinal, Target: t.Target, Key: t.Key, Epoch: t.Epoch, State: t.State,
-		Files: s.files, Lines: s.lines, Probe: probe, Sources: s.sources, hash: s.hash,
+		Files: s.files, Lines: s.lines, Probe: probe, ProbeMatches: p.matches, Sources: s.sources, hash: s.hash,
+	}
+	if p.matches > 1 {
+		// The provider's own count is one source, like a maildir or a
+		// log: two messages in it are two effects, whatever the others
+		// say.
+		f.Sources = append(slices.Clip(f.Sources), fmt.Sprintf("probe %s: %d messages with this effect id", p.provider, p.matches))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s.files > 1 || s.lines > 1 {
+	if s.files > 1 || s.lines > 1 || p.matches > 1 {
 		r.duplicates++
 		r.rep.Duplicates.add(f)
 	}
@@ -363,19 +386,22 @@ func (r *reconciler) startProbes(ctx context.Context, o ProbeOpts) error {
 				}
 				r.mu.Lock()
 				r.rep.Probe.Probed++
-				verdict := "not found"
+				p := probed{verdict: "not found", provider: o.Provider.Name()}
 				switch {
 				case err != nil:
 					r.rep.Probe.Errors++
-					verdict = "error: " + oneLine(err.Error())
+					p.verdict = "error: " + oneLine(err.Error())
 				case res.Found:
 					r.rep.Probe.Found++
-					verdict = "found"
+					p.verdict, p.matches = "found", res.Count()
+					if p.matches > 1 {
+						r.rep.Probe.Duplicated++
+					}
 				default:
 					r.rep.Probe.NotFound++
 				}
 				r.mu.Unlock()
-				r.judge(j.s, verdict)
+				r.judge(j.s, p)
 			}
 		}()
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/audit/audittest"
+	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
@@ -243,6 +244,76 @@ func TestReconcileProbe(t *testing.T) {
 	_, err = audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: c.PlanID, Probe: &audit.ProbeOpts{Provider: smtp}})
 	require.ErrorIs(t, err, provider.ErrNoProbe)
 	require.EqualError(t, err, "provider relay (smtp) cannot be probed")
+}
+
+// TestReconcileProbeCountsProviderDuplicates: the provider holds two
+// messages with one target's effect id — Postmark's search answers
+// TotalCount 2 (through its API and its SMTP relay), Mailjet's message
+// list Count and Total 2: the probe is evidence of a duplicate, and
+// exactly-once does not hold.
+func TestReconcileProbeCountsProviderDuplicates(t *testing.T) {
+	t.Parallel()
+	for _, service := range []string{"postmark", "postmark-smtp", "mailjet"} {
+		t.Run(service, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var (
+				u       string
+				effects func() map[string]int
+				twice   func(send func())
+			)
+			switch service {
+			case "postmark":
+				pm := sink.NewPostmark(sink.PostmarkOpts{})
+				t.Cleanup(pm.Close)
+				u, effects = pm.URL(), pm.Effects
+				// The stand-in accepts the one request twice.
+				twice = func(send func()) { pm.AcceptTwice(1); send() }
+			default:
+				relay, err := sink.NewSMTP()
+				require.NoError(t, err)
+				t.Cleanup(relay.Close)
+				if service == "mailjet" {
+					mj := sink.NewMailjet(sink.MailjetOpts{SMTP: relay})
+					t.Cleanup(mj.Close)
+					u, effects = mj.SMTPURL(), mj.Effects
+				} else {
+					pm := sink.NewPostmark(sink.PostmarkOpts{SMTP: relay})
+					t.Cleanup(pm.Close)
+					u, effects = pm.SMTPURL(), pm.Effects
+				}
+				// A relay that cannot deduplicate takes a repeat.
+				twice = func(send func()) { send(); send() }
+			}
+			p, err := provider.Parse("outbox", u)
+			require.NoError(t, err)
+			t.Cleanup(func() { p.Close() })
+			c := b.f.Campaign(service, audittest.Addresses(3))
+			for i, tg := range c.Targets {
+				b.f.Attempt(tg, ledger.StateDone)
+				send := func() { deliver(t, p, tg.Key, 0, tg.Address) }
+				if i == 1 {
+					twice(send)
+				} else {
+					send()
+				}
+			}
+			require.Equal(t, 2, effects()[provider.EffectID(string(c.Targets[1].Key), 0)], "the service holds the duplicate")
+
+			rep, err := audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: c.PlanID, Probe: &audit.ProbeOpts{Provider: p, Rate: 1000}})
+			require.NoError(t, err)
+			m := rep.Metric
+			require.Equal(t, 1, m.Duplicates, "%+v", rep)
+			require.False(t, m.Holds)
+			require.Equal(t, []string{"1 target has more than one effect in the provider's evidence: see the reconciliation's duplicates."}, m.Reasons)
+			require.Equal(t, &audit.ProbeSummary{Provider: "outbox", Probed: 3, Found: 3, Duplicated: 1}, rep.Probe)
+			require.Equal(t, 1, rep.Duplicates.Count)
+			dup := rep.Duplicates.Items[0]
+			require.Equal(t, []any{2, "found", 2}, []any{dup.Ordinal, dup.Probe, dup.ProbeMatches})
+			require.Equal(t, []string{"probe outbox: 2 messages with this effect id"}, dup.Sources)
+			require.Zero(t, rep.DoneWithoutEvidence.Count+rep.EvidenceNotDone.Count+rep.Strays.Count)
+		})
+	}
 }
 
 func TestReconcileNeedsEvidence(t *testing.T) {

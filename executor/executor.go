@@ -949,8 +949,14 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 			if receipt == "" {
 				receipt = "found by probe"
 			}
-			log.Info("recovered by probe: the effect exists")
-			return e.resolveVerdict(wctx, cp, eff, provider.Verdict{Outcome: provider.OutcomeDone, Receipt: receipt}, "probe:"+prov.Name())
+			v := provider.Verdict{Outcome: provider.OutcomeDone, Receipt: receipt}
+			if n := pr.Count(); n > 1 {
+				// Done all the same (sending again would make one more), but
+				// the ledger keeps that the provider holds a duplicate.
+				v.Reason = fmt.Sprintf("probe: %s holds %d messages with this effect id, a duplicate at the provider", prov.Name(), n)
+			}
+			log.Info("recovered by probe: the effect exists", "messages", pr.Count())
+			return e.resolveVerdict(wctx, cp, eff, v, "probe:"+prov.Name())
 		}
 		if age := e.cfg.Now().Sub(eff.CreatedAt); age < caps.SettleWindow {
 			return Result{Action: Snooze, After: caps.SettleWindow - age, Outcome: "probe: not found yet, inside the settle window"}, nil

@@ -106,6 +106,14 @@ type Config struct {
 	// once, so a short cooldown costs little when idle. Default
 	// DefaultFetchCooldown.
 	FetchCooldown time.Duration
+	// QuotaBackoffStart is the first pause of a provider's queue after a
+	// quota answer that names no wait (Postmark's 429); each further one
+	// in a row pauses twice as long as the last, at most QuotaBackoffMax,
+	// and a message the provider accepts starts the sequence again
+	// (quota.go). A wait the provider names is taken as it is. Defaults
+	// DefaultQuotaBackoffStart and DefaultQuotaBackoffMax.
+	QuotaBackoffStart time.Duration
+	QuotaBackoffMax   time.Duration
 	// InsertOnly makes a client that only enqueues (serve with --no-workers).
 	InsertOnly bool
 	// PublicURL is where the messages' unsubscribe links point (the
@@ -151,6 +159,8 @@ func (c Config) WithDefaults() Config {
 	c.WorkersPerQueue = cmp.Or(c.WorkersPerQueue, DefaultWorkersPerQueue)
 	c.PausedSnooze = cmp.Or(c.PausedSnooze, executor.DefaultPausedSnooze)
 	c.FetchCooldown = cmp.Or(c.FetchCooldown, DefaultFetchCooldown)
+	c.QuotaBackoffStart = cmp.Or(c.QuotaBackoffStart, DefaultQuotaBackoffStart)
+	c.QuotaBackoffMax = cmp.Or(c.QuotaBackoffMax, DefaultQuotaBackoffMax)
 	c.NotifyWindow = cmp.Or(c.NotifyWindow, notify.DefaultWindow)
 	c.NotifyWait = cmp.Or(c.NotifyWait, c.NotifyWindow/notify.WaitPerWindow)
 	c.NotifyMaxAttempts = cmp.Or(c.NotifyMaxAttempts, DefaultNotifyMaxAttempts)
@@ -174,6 +184,8 @@ func (c Config) Validate() error {
 		{"JobTimeout", c.JobTimeout},
 		{"RescueAfter", c.RescueAfter},
 		{"PausedSnooze", c.PausedSnooze},
+		{"QuotaBackoffStart", c.QuotaBackoffStart},
+		{"QuotaBackoffMax", c.QuotaBackoffMax},
 		{"NotifyWindow", c.NotifyWindow},
 		{"NotifyWait", c.NotifyWait},
 		{"NotifyRetryBase", c.NotifyRetryBase},
@@ -185,6 +197,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.HeartbeatInterval >= c.OwnerTimeout:
 		return &ConfigError{Field: "HeartbeatInterval", Value: c.HeartbeatInterval, Want: "less than %s", Other: "OwnerTimeout", OtherValue: c.OwnerTimeout}
+	case c.QuotaBackoffMax < c.QuotaBackoffStart:
+		return &ConfigError{Field: "QuotaBackoffMax", Value: c.QuotaBackoffMax, Want: "at least %s", Other: "QuotaBackoffStart", OtherValue: c.QuotaBackoffStart}
 	case c.RescueAfter <= c.JobTimeout:
 		return &ConfigError{Field: "RescueAfter", Value: c.RescueAfter, Want: "more than %s", Other: "JobTimeout", OtherValue: c.JobTimeout}
 	case c.MaxAttempts < 1:

@@ -28,6 +28,8 @@ func TestConfigWithDefaults(t *testing.T) {
 		require.Equal(t, jobs.DefaultWorkersPerQueue, c.WorkersPerQueue)
 		require.Equal(t, executor.DefaultPausedSnooze, c.PausedSnooze)
 		require.Equal(t, jobs.DefaultFetchCooldown, c.FetchCooldown)
+		require.Equal(t, time.Second, c.QuotaBackoffStart)
+		require.Equal(t, time.Minute, c.QuotaBackoffMax, "never longer than the flat pause it replaces")
 		require.Equal(t, notify.DefaultWindow, c.NotifyWindow)
 		require.Equal(t, notify.DefaultWindow/notify.WaitPerWindow, c.NotifyWait)
 		require.Equal(t, jobs.DefaultNotifyMaxAttempts, c.NotifyMaxAttempts)
@@ -51,6 +53,7 @@ func TestConfigWithDefaults(t *testing.T) {
 			OwnerTimeout: time.Minute, HeartbeatInterval: 7 * time.Second, MaintenanceInterval: time.Second,
 			JobTimeout: time.Second, RescueAfter: time.Hour, MaxAttempts: 2, WorkersPerQueue: 3,
 			PausedSnooze: time.Millisecond, FetchCooldown: 5 * time.Millisecond,
+			QuotaBackoffStart: time.Millisecond, QuotaBackoffMax: time.Hour,
 			NotifyWindow: time.Minute, NotifyWait: time.Second, NotifyMaxAttempts: 3, NotifyRetryBase: time.Millisecond,
 		}
 		c := set.WithDefaults()
@@ -81,6 +84,8 @@ func TestConfigValidate(t *testing.T) {
 		{jobs.Config{NotifyWindow: -time.Second}, "jobs: NotifyWindow -1s: want a positive duration"},
 		{jobs.Config{NotifyRetryBase: -time.Second}, "jobs: NotifyRetryBase -1s: want a positive duration"},
 		{jobs.Config{NotifyMaxAttempts: -1}, "jobs: NotifyMaxAttempts -1: want a positive number"},
+		{jobs.Config{QuotaBackoffStart: -time.Second}, "jobs: QuotaBackoffStart -1s: want a positive duration"},
+		{jobs.Config{QuotaBackoffStart: 2 * time.Minute}, "jobs: QuotaBackoffMax 1m0s: want at least QuotaBackoffStart 2m0s"},
 	} {
 		err := tc.cfg.WithDefaults().Validate()
 		require.EqualError(t, err, tc.want)

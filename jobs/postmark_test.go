@@ -2,14 +2,19 @@ package jobs_test
 
 import (
 	"bytes"
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
@@ -63,6 +68,34 @@ func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
 	var probed int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(DISTINCT effect_id) FROM effect_response WHERE kind = 'probe'`).Scan(&probed))
 	require.Equal(t, 2, probed, "the two attempts in doubt were settled by the probe")
+}
+
+// TestPostmarkRecoveryNamesADuplicate: Postmark accepted the first send
+// twice and answered 500, so the attempt is unknown; recovery's probe
+// finds two messages with the effect id and settles it delivered — it
+// sends nothing again, which would make a third — and the resolution
+// says Postmark holds a duplicate, for the audit and a person to see.
+func TestPostmarkRecoveryNamesADuplicate(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	pm.AcceptTwice(1)
+	pm.AcceptThenFail(1, 500)
+	w := newWorld(t, jobs.Config{}, "pm="+sink.WithOption(pm.URL(), "concurrency=1"))
+	w.start(t)
+	id := w.running(t, "pm", 3)
+
+	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 3 })
+	require.Equal(t, 3, pm.Requests(), "one POST /email per target: the one in doubt was not sent again")
+	counts := map[int]int{}
+	for _, n := range pm.Effects() {
+		counts[n]++
+	}
+	require.Equal(t, map[int]int{1: 2, 2: 1}, counts, "two targets once, the first twice (the stand-in's doing)")
+	var by, resolution string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT resolved_by, resolution FROM effect WHERE resolved_by IS NOT NULL`).Scan(&by, &resolution))
+	require.Equal(t, "probe:pm", by)
+	require.Equal(t, "probe: pm holds 2 messages with this effect id, a duplicate at the provider", resolution)
 }
 
 // TestSMTPProbeExactlyOnceThroughALostAnswer: smtp:// with probe=postmark
@@ -189,4 +222,142 @@ func TestPostmarkSettleWindow(t *testing.T) {
 			require.Equal(t, c.requests, pm.Requests(), "POST /email requests")
 		})
 	}
+}
+
+// TestPostmarkQuotaBacksOff: Postmark answers 429 without Retry-After (it
+// documents none) to every send for a while, and two worker processes
+// share its queue. The pauses the queue takes start short and double
+// while the 429s keep coming, up to the cap, whichever process meets them
+// (the sequence lives in the resume jobs, not in a process); once
+// Postmark has accepted messages, the next run of 429s starts from the
+// short pause again. Every target gets exactly one message.
+func TestPostmarkQuotaBacksOff(t *testing.T) {
+	t.Parallel()
+	const start, most = 50 * time.Millisecond, 400 * time.Millisecond
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	limit := func(on bool) {
+		n := 0
+		if on {
+			n = 1 << 20
+		}
+		pm.FailNext(n, http.StatusTooManyRequests, nil, `{"ErrorCode":429,"Message":"Rate limit exceeded"}`)
+	}
+	cfg := jobs.Config{QuotaBackoffStart: start, QuotaBackoffMax: most}
+	item := "pm=" + sink.WithOption(pm.URL(), "concurrency=1")
+	w := newWorld(t, cfg, item)
+	w.start(t)
+	w.anotherWorker(t, cfg, item)
+
+	// The pauses the queue took, as their resume jobs recorded them,
+	// oldest first (0: a pause that did not back off).
+	pauses := func() []time.Duration {
+		rows, err := w.pool.Query(w.ctx, `SELECT coalesce((args ->> 'backoff_ms')::bigint, 0) FROM river_job
+			WHERE kind = 'onceplan_resume_queue' AND args ->> 'queue' = 'provider_pm' ORDER BY id`)
+		require.NoError(t, err)
+		ms, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		out := make([]time.Duration, len(ms))
+		for i, m := range ms {
+			out[i] = time.Duration(m) * time.Millisecond
+		}
+		return out
+	}
+	// doubling: each pause after the first is twice the one before, at
+	// most the cap.
+	requireDoubling := func(ps []time.Duration, what string) {
+		t.Helper()
+		require.Equal(t, start, ps[0], "%s: the first pause is the short one: %v", what, ps)
+		for i := 1; i < len(ps); i++ {
+			require.Equal(t, min(2*ps[i-1], most), ps[i], "%s: pause %d: %v", what, i+1, ps)
+		}
+	}
+
+	limit(true)
+	a := w.running(t, "pm", 6)
+	var first []time.Duration
+	await.Until(t, 30*time.Second, "five pauses of the queue", func() bool { first = pauses(); return len(first) >= 5 })
+	requireDoubling(first, "429s in a row")
+	require.Equal(t, []time.Duration{start, 2 * start, 4 * start, most, most}, first[:5])
+	limit(false)
+	await.Until(t, 30*time.Second, "the first campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+
+	// Postmark took the first campaign's messages: the next 429s start
+	// the backoff again.
+	before := len(pauses())
+	limit(true)
+	b := w.running(t, "pm", 6)
+	var second []time.Duration
+	await.Until(t, 30*time.Second, "two more pauses of the queue", func() bool {
+		second = pauses()[before:]
+		return len(second) >= 2
+	})
+	requireDoubling(second, "429s after messages were accepted")
+	limit(false)
+	await.Until(t, 30*time.Second, "the second campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+
+	// Each pause lasted at least as long as it said, and ended: the
+	// resume jobs' own records, and the queue open.
+	var short, open int
+	require.NoError(t, w.pool.QueryRow(w.ctx, `
+		SELECT count(*) FILTER (WHERE finalized_at < (args ->> 'until')::timestamptz),
+		       count(*) FILTER (WHERE state <> 'completed')
+		FROM river_job WHERE kind = 'onceplan_resume_queue'`).Scan(&short, &open))
+	require.Zero(t, short, "resumes before the end of their pause")
+	require.Zero(t, open, "resumes still to run")
+	q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("pm"))
+	require.NoError(t, err)
+	require.Nil(t, q.PausedAt, "the queue is open")
+
+	// Every target of the two campaigns got exactly one message, and each
+	// 429 was a failed attempt that sent nothing.
+	effects := pm.Effects()
+	for _, c := range []string{a, b} {
+		rows, err := w.pool.Query(w.ctx, `SELECT t.key FROM campaign c JOIN plan p ON p.id = c.plan_id JOIN target t ON t.list_id = p.list_id WHERE c.id = $1`, c)
+		require.NoError(t, err)
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Len(t, keys, 6)
+		for _, k := range keys {
+			require.Equal(t, 1, effects[provider.EffectID(k, 0)], "messages for the effect of %s", k)
+		}
+	}
+	require.Len(t, effects, 12, "no message for anything else")
+	for rcpt, n := range pm.CountByRecipient() {
+		require.Equal(t, 2, n, "messages to %s, one per campaign", rcpt)
+	}
+	quota := 0
+	for _, f := range w.failedAttempts(t) {
+		require.Contains(t, f.Raw, "429 Too Many Requests")
+		quota++
+	}
+	require.Equal(t, pm.Requests()-12, quota, "every request but the twelve messages was a 429")
+	require.GreaterOrEqual(t, quota, len(first)+len(second))
+}
+
+// anotherWorker starts a second worker process's runner on w's database,
+// with providers of its own (NAME=URL items): a process of its own in
+// all but the operating system's sense.
+func (w *world) anotherWorker(t *testing.T, cfg jobs.Config, providers ...string) {
+	t.Helper()
+	var ps []provider.Provider
+	for _, item := range providers {
+		p, err := provider.ParseFlag(item)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	reg, err := provider.NewRegistry(ps...)
+	require.NoError(t, err)
+	cfg.Pool, cfg.Providers = w.pool, reg
+	cfg.Logger = slog.New(slog.NewTextHandler(testLogOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.MaintenanceInterval = cmp.Or(cfg.MaintenanceInterval, 200*time.Millisecond)
+	cfg.PausedSnooze = cmp.Or(cfg.PausedSnooze, 200*time.Millisecond)
+	r, err := jobs.NewRunner(cfg)
+	require.NoError(t, err)
+	require.NoError(t, r.Start(w.ctx, approval.NewService(w.pool, r.Enqueuer())))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.NoError(t, r.Stop(ctx))
+	})
 }

@@ -75,7 +75,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		r.exec = exec
 		workers := river.NewWorkers()
 		river.AddWorker(workers, &effectWorker{exec: exec, pool: cfg.Pool, timeout: cfg.JobTimeout, maxAttempts: cfg.MaxAttempts})
-		river.AddWorker(workers, &resumeQueueWorker{})
+		river.AddWorker(workers, &resumeQueueWorker{pool: cfg.Pool})
 		queues := map[string]river.QueueConfig{MaintenanceQueue: {MaxWorkers: 2}}
 		if cfg.Notifiers.Len() > 0 {
 			r.notify, err = notify.NewService(notify.Config{DB: cfg.Pool, Notifiers: cfg.Notifiers, PublicURL: cfg.PublicURL,
@@ -244,18 +244,6 @@ func (r *Runner) Stop(ctx context.Context) error {
 	if err == nil {
 		err = r.exec.Retire(context.WithoutCancel(ctx))
 	}
-	return err
-}
-
-// PauseProvider pauses a provider's queue for every process until until,
-// and schedules its resume as a job (so a restart does not forget it).
-func (r *Runner) PauseProvider(ctx context.Context, name string, until time.Time) error {
-	queue := QueueFor(name)
-	if err := r.client.QueuePause(ctx, queue, nil); err != nil {
-		return err
-	}
-	r.cfg.Logger.Warn("provider over quota: its queue is paused", "provider", name, "until", until)
-	_, err := r.client.Insert(ctx, ResumeQueueArgs{Queue: queue}, &river.InsertOpts{ScheduledAt: until})
 	return err
 }
 

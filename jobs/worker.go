@@ -11,7 +11,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/onceplan/onceplan/executor"
-	"github.com/onceplan/onceplan/jobs/riverdb"
 )
 
 // effectWorker runs a job's planned targets through the executor. The job
@@ -107,30 +106,4 @@ func (w *effectWorker) handOn(ctx context.Context, job *river.Job[EffectArgs], p
 		}
 		return nil
 	})
-}
-
-// ResumeQueueArgs resumes a provider's queue that a quota answer paused.
-// It is a scheduled job, so the resume survives any process restart.
-type ResumeQueueArgs struct {
-	Queue string `json:"queue"`
-}
-
-// Kind is River's name for the job kind.
-func (ResumeQueueArgs) Kind() string { return riverdb.ResumeQueueKind }
-
-// InsertOpts puts the resume on the maintenance queue (never paused).
-func (ResumeQueueArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: MaintenanceQueue}
-}
-
-type resumeQueueWorker struct {
-	river.WorkerDefaults[ResumeQueueArgs]
-}
-
-func (w *resumeQueueWorker) Work(ctx context.Context, job *river.Job[ResumeQueueArgs]) error {
-	client, err := river.ClientFromContextSafely[pgx.Tx](ctx)
-	if err != nil {
-		return err
-	}
-	return client.QueueResume(ctx, job.Args.Queue, nil)
 }

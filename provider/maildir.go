@@ -26,7 +26,8 @@ import (
 //	maildir: error writing tmp/<file>: <error> (nothing delivered)
 //	maildir: error linking new/<name>: <error> (nothing delivered)
 //
-// and a probe answers "maildir: found new/<name>" or "maildir: not found <name>".
+// and a probe answers "maildir: found new/<name>" (each copy, comma
+// separated, when there are several) or "maildir: not found <name>".
 const (
 	maildirPrefix        = "maildir: "
 	maildirDelivered     = "maildir: delivered "
@@ -191,14 +192,33 @@ func syncDir(dir string) error {
 	return err
 }
 
-// Probe tells whether the effect's file is in new/ or cur/.
+// copies lists the effect's files in new/ and cur/, as find looks for
+// them. The filesystem refuses a second new/<name>, but a copy made
+// outside Onceplan (a file put back into new/ after a reader moved it to
+// cur/) is a second message with the one name: the probe counts it.
+func (p *maildirProvider) copies(name string) []string {
+	var out []string
+	for _, sub := range []string{"new", "cur"} {
+		if _, err := os.Lstat(filepath.Join(p.dir, sub, name)); err == nil {
+			out = append(out, sub+"/"+name)
+		}
+	}
+	m, _ := filepath.Glob(filepath.Join(p.dir, "cur", name+":*"))
+	for _, f := range m {
+		out = append(out, "cur/"+filepath.Base(f))
+	}
+	return out
+}
+
+// Probe tells whether the effect's file is in new/ or cur/, and how many
+// copies of it there are.
 func (p *maildirProvider) Probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
 	if err := ctx.Err(); err != nil {
 		return ProbeResult{}, err
 	}
 	name := MaildirFileName(key, epoch)
-	if where, ok := p.find(name); ok {
-		return ProbeResult{Found: true, Raw: []byte("maildir: found " + where), Receipt: name}, nil
+	if where := p.copies(name); len(where) > 0 {
+		return ProbeResult{Found: true, Matches: len(where), Raw: []byte("maildir: found " + strings.Join(where, ", ")), Receipt: name}, nil
 	}
 	if _, err := os.Stat(p.dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return ProbeResult{}, fmt.Errorf("probing maildir %s: %w", p.dir, err)

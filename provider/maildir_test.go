@@ -65,7 +65,7 @@ func TestMaildirSendRepeatProbe(t *testing.T) {
 
 	pr, err = p.Probe(context.Background(), r.Key, r.Epoch)
 	require.NoError(t, err)
-	require.Equal(t, provider.ProbeResult{Found: true, Raw: []byte("maildir: found new/" + name), Receipt: name}, pr)
+	require.Equal(t, provider.ProbeResult{Found: true, Matches: 1, Raw: []byte("maildir: found new/" + name), Receipt: name}, pr)
 
 	// A mail reader moves the message to cur/ and flags it seen: still one
 	// effect, found by a repeat and by a probe.
@@ -78,6 +78,17 @@ func TestMaildirSendRepeatProbe(t *testing.T) {
 	require.True(t, pr.Found)
 	require.Equal(t, name, pr.Receipt)
 	require.NoFileExists(t, filepath.Join(dir, "new", name))
+
+	// A copy put back into new/ beside the one read: two messages with
+	// the one name, and the probe counts both.
+	body, err := os.ReadFile(filepath.Join(dir, "cur", name+":2,S"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "new", name), body, 0o644))
+	pr, err = p.Probe(context.Background(), r.Key, r.Epoch)
+	require.NoError(t, err)
+	require.Equal(t, []any{true, 2, 2}, []any{pr.Found, pr.Matches, pr.Count()})
+	require.Equal(t, "maildir: found new/"+name+", cur/"+name+":2,S", string(pr.Raw))
+	require.NoError(t, os.Remove(filepath.Join(dir, "new", name)))
 
 	// A bumped epoch is a second, deliberate effect.
 	r.Epoch = 1

@@ -306,7 +306,9 @@ type postmarkAnswer struct {
 // Postmark's documented answers:
 //   - 200 with ErrorCode 0 and a MessageID → done, receipt the MessageID;
 //   - 200 without them → unknown (the probe will tell);
-//   - 429 (or ErrorCode 429) → quota for Retry-After (default 60s);
+//   - 429 (or ErrorCode 429) → quota for Retry-After; Postmark documents
+//     none, and without one the wait is 0: the queue backs off on its own
+//     (see [Verdict].RetryAfter) rather than resting a flat minute;
 //   - 422 (or 200) with an ErrorCode: 100 (maintenance) → failed,
 //     retryable; any other code → failed for good (300 invalid email
 //     request, 406 inactive recipient, 10 bad token, 4xx sender and
@@ -339,7 +341,7 @@ func ClassifyPostmark(raw []byte) Verdict {
 	}
 	switch {
 	case f.code == 429 || code == postmarkRateLimitCode:
-		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(f.header, DefaultQuotaRetryAfter)}
+		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(f.header, 0)}
 	case f.code >= 200 && f.code <= 299:
 		if code == postmarkOK && oneLine(a.MessageID) != "" {
 			return Verdict{Outcome: OutcomeDone, Receipt: oneLine(a.MessageID)}
@@ -392,8 +394,10 @@ type postmarkSearch struct {
 // probe asks GET /messages/outbound?count=1&offset=0&metadata_onceplan_effect=ID
 // (and messagestream=S when a stream is configured: the search covers the
 // default stream otherwise). 200 with TotalCount > 0 → found, receipt the
-// first message's MessageID; TotalCount 0 → not found; anything else → an
-// error (the probe says nothing).
+// first (newest) message's MessageID, and TotalCount messages: two or
+// more are a duplicate; TotalCount 0 → not found; anything else → an
+// error (the probe says nothing). One message listed is enough: the count
+// is TotalCount, which covers the messages not listed.
 func (api *postmarkAPI) probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
 	id := EffectID(key, epoch)
 	q := url.Values{}
@@ -408,27 +412,31 @@ func (api *postmarkAPI) probe(ctx context.Context, key string, epoch int) (Probe
 	if err != nil {
 		return ProbeResult{}, err
 	}
-	found, receipt, err := decodePostmarkSearch(raw, id)
+	matches, receipt, err := decodePostmarkSearch(raw, id)
 	if err != nil {
 		return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q: %w", api.name, err)
 	}
-	return ProbeResult{Found: found, Raw: raw, Receipt: receipt}, nil
+	return ProbeResult{Found: matches > 0, Matches: matches, Raw: raw, Receipt: receipt}, nil
 }
 
 // decodePostmarkSearch reads a framed answer of the outbound search for
-// effect id. A message listed whose metadata names another effect is not
-// a match (the search is Postmark's; the check is ours).
-func decodePostmarkSearch(raw []byte, id string) (found bool, receipt string, err error) {
+// effect id: how many messages Postmark holds with it, and the MessageID
+// of the first one listed. A message listed whose metadata names another
+// effect is not a match (the search is Postmark's; the check is ours);
+// those counted in TotalCount but not listed (past the page) are taken on
+// the search's word, so that a second message with the effect id counts
+// even when the page shows only one.
+func decodePostmarkSearch(raw []byte, id string) (matches int, receipt string, err error) {
 	f, ok := parseFramed(raw)
 	if !ok {
-		return false, "", errors.New("unrecognised answer")
+		return 0, "", errors.New("unrecognised answer")
 	}
 	if f.code != http.StatusOK {
-		return false, "", fmt.Errorf("Postmark answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
+		return 0, "", fmt.Errorf("Postmark answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
 	}
 	var s postmarkSearch
 	if err := json.Unmarshal(f.body, &s); err != nil || s.TotalCount == nil {
-		return false, "", fmt.Errorf("Postmark's search answer is not {TotalCount, Messages}%s", bodySnippet(f.body))
+		return 0, "", fmt.Errorf("Postmark's search answer is not {TotalCount, Messages}%s", bodySnippet(f.body))
 	}
 	for _, m := range s.Messages {
 		// Listed with metadata that is not ours: not a match. Listed
@@ -436,13 +444,16 @@ func decodePostmarkSearch(raw []byte, id string) (found bool, receipt string, er
 		if len(m.Metadata) > 0 && m.Metadata[PostmarkMetadataKey] != id {
 			continue
 		}
-		return true, oneLine(m.MessageID), nil
+		if matches == 0 {
+			receipt = oneLine(m.MessageID)
+		}
+		matches++
 	}
-	switch {
-	case len(s.Messages) > 0:
-		return false, "", errors.New("Postmark's search listed only messages of other effects")
-	case *s.TotalCount > 0:
-		return true, "", nil // counted but not listed: it exists
+	if matches == 0 && len(s.Messages) > 0 {
+		return 0, "", errors.New("Postmark's search listed only messages of other effects")
 	}
-	return false, "", nil
+	if unlisted := *s.TotalCount - len(s.Messages); unlisted > 0 {
+		matches += unlisted
+	}
+	return matches, receipt, nil
 }

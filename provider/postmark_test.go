@@ -156,7 +156,10 @@ func TestClassifyPostmark(t *testing.T) {
 		{name: "invalid email", raw: framed("422 Unprocessable Entity", json200, postmarkInvalidExample), outcome: provider.OutcomeFailed},
 		{name: "maintenance", raw: framed("422 Unprocessable Entity", json200, `{"ErrorCode":100,"Message":"Maintenance"}`), outcome: provider.OutcomeFailed, retryable: true},
 		{name: "rate limited", raw: framed("429 Too Many Requests", map[string]string{"Retry-After": "30"}, `{"ErrorCode":429,"Message":"Rate limit exceeded"}`), outcome: provider.OutcomeQuota, after: 30 * time.Second},
-		{name: "rate limited, no Retry-After", raw: framed("429 Too Many Requests", nil, ``), outcome: provider.OutcomeQuota, after: time.Minute},
+		// Postmark documents no Retry-After: no wait named, the queue backs off.
+		{name: "rate limited, no Retry-After", raw: framed("429 Too Many Requests", nil, ``), outcome: provider.OutcomeQuota, after: 0},
+		{name: "rate limited, Retry-After unreadable", raw: framed("429 Too Many Requests", map[string]string{"Retry-After": "soon"}, ``), outcome: provider.OutcomeQuota, after: 0},
+		{name: "rate limited by ErrorCode", raw: framed("422 Unprocessable Entity", nil, `{"ErrorCode":429,"Message":"Rate limit exceeded"}`), outcome: provider.OutcomeQuota, after: 0},
 		{name: "bad token", raw: framed("401 Unauthorized", json200, `{"ErrorCode":10,"Message":"Bad or missing API token"}`), outcome: provider.OutcomeFailed},
 		{name: "internal error", raw: framed("500 Internal Server Error", nil, ``), outcome: provider.OutcomeUnknown},
 		{name: "unavailable", raw: framed("503 Service Unavailable", nil, ``), outcome: provider.OutcomeUnknown},
@@ -171,9 +174,7 @@ func TestClassifyPostmark(t *testing.T) {
 		require.Equal(t, c.outcome, v.Outcome, c.name)
 		require.Equal(t, c.receipt, v.Receipt, c.name)
 		require.Equal(t, c.retryable, v.Retryable, c.name)
-		if c.after != 0 {
-			require.Equal(t, c.after, v.RetryAfter, c.name)
-		}
+		require.Equal(t, c.after, v.RetryAfter, c.name)
 		require.Equal(t, v, provider.ClassifyPostmark(c.raw), "deterministic")
 	}
 }
@@ -236,9 +237,20 @@ func TestPostmarkSendAndProbe(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, pr.Found)
 	require.Equal(t, v.Receipt, pr.Receipt)
+	require.Equal(t, 1, pr.Count())
 	pr, err = p.Probe(ctx, r.Key, 1) // another effect (epoch)
 	require.NoError(t, err)
 	require.False(t, pr.Found)
+
+	// Postmark holds the effect of epoch 2 twice: the probe finds it, and
+	// counts two (the page it asks for lists one).
+	srv.AcceptTwice(1)
+	raw, err = p.Send(ctx, request(2))
+	require.NoError(t, err)
+	require.Equal(t, provider.OutcomeDone, p.Classify(raw).Outcome)
+	pr, err = p.Probe(ctx, r.Key, 2)
+	require.NoError(t, err)
+	require.Equal(t, []any{true, 2}, []any{pr.Found, pr.Count()})
 
 	advance(time.Hour) // past the sink's retention
 	pr, err = p.Probe(ctx, r.Key, r.Epoch)
@@ -310,13 +322,28 @@ func TestDecodePostmarkSearchExample(t *testing.T) {
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal([]byte(postmarkSearchExample), &doc))
 	ours := strings.Replace(postmarkSearchExample, `{"color": "blue", "client-id": "12345"}`, `{"onceplan_effect": "v1:x:0"}`, 1)
-	pr, err := srvless(ours)
+	one := strings.Replace(ours, `"TotalCount": 194`, `"TotalCount": 1`, 1)
+	pr, err := srvless(one)
 	require.NoError(t, err)
 	require.True(t, pr.Found)
 	require.Equal(t, "0ac29aee-e1cd-480d-b08d-4f48548ff48d", pr.Receipt)
+	require.Equal(t, 1, pr.Count())
+	// The search counts more messages with the effect id than its page
+	// (count=1) lists: each of them is a message, and two are a duplicate.
+	pr, err = srvless(strings.Replace(ours, `"TotalCount": 194`, `"TotalCount": 2`, 1))
+	require.NoError(t, err)
+	require.Equal(t, []any{true, 2, "0ac29aee-e1cd-480d-b08d-4f48548ff48d"}, []any{pr.Found, pr.Count(), pr.Receipt})
+	pr, err = srvless(ours)
+	require.NoError(t, err)
+	require.Equal(t, 194, pr.Count())
+	// Counted, none listed (past the page): the search's word is taken.
+	pr, err = srvless(`{"TotalCount": 2, "Messages": []}`)
+	require.NoError(t, err)
+	require.Equal(t, []any{true, 2, ""}, []any{pr.Found, pr.Count(), pr.Receipt})
 	pr, err = srvless(postmarkSearchEmpty)
 	require.NoError(t, err)
 	require.False(t, pr.Found)
+	require.Zero(t, pr.Count())
 	_, err = srvless(`{"Messages": []}`)
 	require.Error(t, err, "no TotalCount: not an answer we understand")
 	_, err = provider.DecodePostmarkProbe(framed("401 Unauthorized", nil, `{"ErrorCode":10}`), "v1:x:0")
@@ -476,6 +503,16 @@ func TestDecodeMailjetMessagesExample(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, pr.Found)
 	require.Equal(t, "mailjet:1152921504606846976", pr.Receipt, "a 64-bit id is kept exactly")
+	require.Equal(t, 1, pr.Count())
+	// Two messages with the CustomID: a duplicate, whether the page lists
+	// both or Total alone says so.
+	two := strings.Replace(strings.Replace(example, `"Count": 1`, `"Count": 2`, 1), `"Total": 1`, `"Total": 2`, 1)
+	pr, err = provider.DecodeMailjetProbe(framed("200 OK", nil, two))
+	require.NoError(t, err)
+	require.Equal(t, []any{true, 2, "mailjet:1152921504606846976"}, []any{pr.Found, pr.Count(), pr.Receipt})
+	pr, err = provider.DecodeMailjetProbe(framed("200 OK", nil, strings.Replace(example, `"Total": 1`, `"Total": 2`, 1)))
+	require.NoError(t, err)
+	require.Equal(t, 2, pr.Count())
 	pr, err = provider.DecodeMailjetProbe(framed("200 OK", nil, `{"Count": 0, "Data": [], "Total": 0}`))
 	require.NoError(t, err)
 	require.False(t, pr.Found)

@@ -65,7 +65,8 @@ const (
 	// complete.
 	OutcomeStranded Outcome = "stranded"
 	// OutcomeQuota: rate limited (HTTP 429, SMTP 421/451/452); nothing was
-	// created; Verdict.RetryAfter says how long the provider should rest.
+	// created; Verdict.RetryAfter says how long the provider should rest
+	// (0: the provider named no wait, see Verdict.RetryAfter).
 	OutcomeQuota Outcome = "quota"
 	// OutcomeRetryLater: the provider is still working on this effect (HTTP
 	// 409); ask again after Verdict.RetryAfter. Nothing to settle yet.
@@ -89,7 +90,11 @@ type Verdict struct {
 	// other than quota, a connection that failed before anything was sent,
 	// HTTP 408): the executor may try again, with backoff, up to a bound.
 	Retryable bool
-	// RetryAfter is how long to wait, for quota and retry_later.
+	// RetryAfter is how long to wait, for quota and retry_later. A quota
+	// verdict with 0 says the provider named no wait (Postmark's 429
+	// carries no Retry-After): the queue's pauser then chooses, backing
+	// off from a short pause while quota answers keep coming (package
+	// jobs) instead of resting a flat DefaultQuotaRetryAfter.
 	RetryAfter time.Duration
 }
 
@@ -149,9 +154,25 @@ func open(w time.Duration, first, now time.Time) bool {
 
 // ProbeResult is the answer of [Provider.Probe].
 type ProbeResult struct {
-	Found   bool
+	Found bool
+	// Matches is how many messages the provider holds under the effect
+	// id, for a probe that can count them (Postmark's search, Mailjet's
+	// message list, a maildir's copies). More than one is a duplicate at
+	// the provider: evidence the audit reports, even though the effect
+	// does exist. 0 when not found, or when found by a probe that cannot
+	// count; read it through [ProbeResult.Count].
+	Matches int
 	Raw     []byte // the provider's answer as received
-	Receipt string // the provider's id for the effect, when found
+	Receipt string // the provider's id for the effect (the newest), when found
+}
+
+// Count is how many times the provider holds the effect: Matches, and at
+// least one when found.
+func (r ProbeResult) Count() int {
+	if !r.Found {
+		return 0
+	}
+	return max(r.Matches, 1)
 }
 
 // ErrNoProbe is returned by Probe on a provider that cannot be asked.

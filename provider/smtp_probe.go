@@ -139,7 +139,8 @@ type mailjetAPI struct {
 }
 
 // mailjetMessages is the answer of GET /v3/REST/message: Mailjet's
-// envelope {Count, Data, Total}.
+// envelope {Count, Data, Total}, where Count is how many Data lists (one
+// page: 10 by default) and Total how many match the filter.
 type mailjetMessages struct {
 	Count *int `json:"Count"`
 	Data  []struct {
@@ -150,8 +151,9 @@ type mailjetMessages struct {
 }
 
 // probe asks GET /v3/REST/message?CustomID=ID: 200 with Count > 0 → found,
-// receipt "mailjet:" + the first message's ID; Count 0 → not found;
-// anything else → an error.
+// receipt "mailjet:" + the first message's ID, and as many messages as
+// Total (or Count, or Data, whichever says more): two or more are a
+// duplicate; Count 0 → not found; anything else → an error.
 func (api *mailjetAPI) probe(ctx context.Context, key string, epoch int) (ProbeResult, error) {
 	q := url.Values{}
 	q.Set("CustomID", EffectID(key, epoch))
@@ -160,34 +162,39 @@ func (api *mailjetAPI) probe(ctx context.Context, key string, epoch int) (ProbeR
 	if err != nil {
 		return ProbeResult{}, err
 	}
-	found, receipt, err := decodeMailjetMessages(raw)
+	matches, receipt, err := decodeMailjetMessages(raw)
 	if err != nil {
 		return ProbeResult{Raw: raw}, fmt.Errorf("probe of provider %q: %w", api.name, err)
 	}
-	return ProbeResult{Found: found, Raw: raw, Receipt: receipt}, nil
+	return ProbeResult{Found: matches > 0, Matches: matches, Raw: raw, Receipt: receipt}, nil
 }
 
-func decodeMailjetMessages(raw []byte) (found bool, receipt string, err error) {
+// decodeMailjetMessages reads a framed answer of the message list for one
+// CustomID: how many messages Mailjet holds with it, and a receipt.
+func decodeMailjetMessages(raw []byte) (matches int, receipt string, err error) {
 	f, ok := parseFramed(raw)
 	if !ok {
-		return false, "", errors.New("unrecognised answer")
+		return 0, "", errors.New("unrecognised answer")
 	}
 	if f.code != http.StatusOK {
-		return false, "", fmt.Errorf("Mailjet answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
+		return 0, "", fmt.Errorf("Mailjet answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
 	}
 	var m mailjetMessages
 	if err := json.Unmarshal(f.body, &m); err != nil || m.Count == nil {
-		return false, "", fmt.Errorf("Mailjet's answer is not {Count, Data, Total}%s", bodySnippet(f.body))
+		return 0, "", fmt.Errorf("Mailjet's answer is not {Count, Data, Total}%s", bodySnippet(f.body))
 	}
-	if *m.Count <= 0 && len(m.Data) == 0 {
-		return false, "", nil
+	// Count is one page's, Total the filter's: take whichever says more,
+	// so that a second message with the CustomID counts.
+	matches = max(*m.Count, m.Total, len(m.Data))
+	if matches <= 0 {
+		return 0, "", nil
 	}
 	if len(m.Data) > 0 {
 		if id := m.Data[0].ID.String(); id != "" {
-			return true, "mailjet:" + oneLine(id), nil
+			return matches, "mailjet:" + oneLine(id), nil
 		}
 	}
-	return true, "mailjet:" + strconv.Itoa(*m.Count) + " message(s)", nil
+	return matches, "mailjet:" + strconv.Itoa(matches) + " message(s)", nil
 }
 
 // basicAuth is the Authorization value of HTTP basic auth user:pass, as

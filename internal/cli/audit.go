@@ -342,7 +342,10 @@ func printFindings(w io.Writer, title string, l audit.FindingList) {
 		if f.Lines > 0 {
 			ev = append(ev, fmt.Sprintf("%d log lines", f.Lines))
 		}
-		if f.Probe != "" {
+		switch {
+		case f.ProbeMatches > 1:
+			ev = append(ev, fmt.Sprintf("probe found %d messages", f.ProbeMatches))
+		case f.Probe != "":
 			ev = append(ev, "probe "+f.Probe)
 		}
 		if len(ev) == 0 {

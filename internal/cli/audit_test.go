@@ -13,6 +13,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/audit/audittest"
+	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/provider"
@@ -147,6 +148,51 @@ func TestAuditMaildir(t *testing.T) {
 	require.Equal(t, 1, got.Reconciliation.Duplicates.Count)
 	require.Equal(t, string(c.Targets[0].Key), got.Reconciliation.Duplicates.Items[0].Key)
 	require.Equal(t, 2, got.Reconciliation.Duplicates.Items[0].Files)
+}
+
+// TestAuditProbeCountsPostmarkDuplicates: `audit --probe` against a
+// Postmark that holds two messages with one target's effect id (its
+// search answers TotalCount 2) reports one duplicate and does not hold.
+func TestAuditProbeCountsPostmarkDuplicates(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	f := audittest.NewFixture(t, b.pool)
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	p, err := provider.Parse("outbox", pm.URL())
+	require.NoError(t, err)
+	defer p.Close()
+	c := auditCampaign(t, f, "Postmark", 2, ledger.StateDone, ledger.StateDone)
+	for i, tg := range c.Targets {
+		if i == 0 {
+			pm.AcceptTwice(1)
+		}
+		raw, err := p.Send(context.Background(), provider.Request{Key: string(tg.Key), Target: tg.Address,
+			Message: plan.Message{From: "billing@example.com", To: tg.Address, Subject: "Hi", Text: "Hello"}})
+		require.NoError(t, err)
+		require.Equal(t, provider.OutcomeDone, p.Classify(raw).Outcome)
+	}
+	require.Equal(t, 2, pm.Effects()[provider.EffectID(string(c.Targets[0].Key), 0)], "the stand-in holds the duplicate")
+
+	r := b.run(t, runAudit, "", c.ID, "--probe", "--provider", "outbox="+pm.URL(), "--json")
+	requireExit(t, r.err, 1)
+	var got struct {
+		Duplicates int      `json:"duplicates"`
+		Holds      bool     `json:"holds"`
+		Reasons    []string `json:"reasons"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got), r.stdout)
+	require.Equal(t, 1, got.Duplicates, r.stdout)
+	require.False(t, got.Holds)
+	require.Contains(t, got.Reasons, "1 target has more than one effect in the provider's evidence: see the reconciliation's duplicates.")
+
+	// The human report names the target and what the probe found.
+	r = b.run(t, runAudit, "", c.ID, "--probe", "--provider", "outbox="+pm.URL())
+	requireExit(t, r.err, 1)
+	require.Contains(t, r.stdout, "\nduplicates: 1\n")
+	require.Regexp(t, `(?m)^  person1@example\.com +v1:[0-9a-f]{64} +0 +done +probe found 2 messages +-$`, r.stdout)
+	require.Contains(t, r.stdout, "    person1@example.com: probe outbox: 2 messages with this effect id\n")
+	require.True(t, strings.HasSuffix(r.stdout, "\n2/2 exactly once; does not hold: 1 duplicated\n"), r.stdout)
 }
 
 func TestAuditProviderLog(t *testing.T) {

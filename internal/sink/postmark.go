@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/mail"
@@ -66,7 +67,8 @@ func (m PostmarkMessage) EffectID() string { return m.Metadata["onceplan_effect"
 // subject, messagestream, metadata_<k>=<v>; newest first; 200 {TotalCount,
 // Messages}). It fails on command: 429 with Retry-After, a 5xx after
 // accepting, a connection dropped after accepting (a lost answer), an
-// answer that never comes, a search that lags behind the sends.
+// answer that never comes, a search that lags behind the sends, a send
+// accepted twice (a duplicate the search then counts).
 type Postmark struct {
 	srv  *httptest.Server
 	opts PostmarkOpts
@@ -80,6 +82,7 @@ type Postmark struct {
 	fail      cannedFailure
 	after     afterApply
 	searchErr int
+	twice     int
 }
 
 // NewPostmark starts a Postmark sink.
@@ -213,6 +216,16 @@ func (p *Postmark) AcceptThenHang(n int, d time.Duration) {
 	p.after.hangN, p.after.hangFor = n, d
 }
 
+// AcceptTwice makes the next n sends outbound messages twice each: two
+// messages with the sender's metadata (one effect id), as a repeat of the
+// same send would leave — Postmark does not deduplicate. The answer names
+// the first; the search counts and lists both.
+func (p *Postmark) AcceptTwice(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.twice = n
+}
+
 // FailSearches answers the next n searches 500.
 func (p *Postmark) FailSearches(n int) {
 	p.mu.Lock()
@@ -296,6 +309,14 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 		m.Metadata[k] = v
 	}
 	p.msgs = append(p.msgs, m)
+	if p.twice > 0 {
+		p.twice--
+		p.seq++
+		dup := m
+		dup.MessageID = fmt.Sprintf("b7bc2f4a-e38e-4336-af7d-%012d", p.seq)
+		dup.Headers, dup.Metadata = maps.Clone(m.Headers), maps.Clone(m.Metadata)
+		p.msgs = append(p.msgs, dup)
+	}
 	then := p.after.next()
 	p.mu.Unlock()
 

@@ -151,6 +151,21 @@ func TestPostmarkFailsOnCommand(t *testing.T) {
 	_, body, _ = pmDo(t, "GET", pm.Endpoint()+"/messages/outbound?count=10&offset=0", tok, "")
 	require.EqualValues(t, 3, body["TotalCount"])
 	require.Equal(t, 4, pm.Requests())
+
+	// A send accepted twice: two messages with its metadata, both counted
+	// by the search; the answer names the first, the newest is listed first.
+	pm.AcceptTwice(1)
+	st, body, _ = pmDo(t, "POST", pm.Endpoint()+"/email", tok, strings.Replace(postmarkExampleEmail, `"blue"`, `"green"`, 1))
+	require.Equal(t, 200, st)
+	first := body["MessageID"]
+	_, body, _ = pmDo(t, "GET", pm.Endpoint()+"/messages/outbound?count=1&offset=0&metadata_color=green", tok, "")
+	require.EqualValues(t, 2, body["TotalCount"])
+	require.Len(t, body["Messages"], 1, "count=1 lists one of the two")
+	require.NotEqual(t, first, body["Messages"].([]any)[0].(map[string]any)["MessageID"])
+	_, body, _ = pmDo(t, "GET", pm.Endpoint()+"/messages/outbound?count=10&offset=0&metadata_color=green", tok, "")
+	require.Len(t, body["Messages"], 2)
+	require.Equal(t, 5, pm.Requests(), "one request made the two messages")
+	require.Len(t, pm.Messages(), 5)
 }
 
 // TestPostmarkAndMailjetSearchTheSMTPRelay: messages the SMTP sink accepted

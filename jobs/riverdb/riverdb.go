@@ -30,7 +30,9 @@ const ResumeQueueKind = "onceplan_resume_queue"
 // QueueState is one River queue as Onceplan shows it.
 type QueueState struct {
 	Paused bool
-	// PausedUntil is when the scheduled resume will run, when there is one.
+	// PausedUntil is when the pause ends, when a resume is to come: the
+	// latest of the queue's resume jobs still to run (an earlier one
+	// leaves the queue paused for the later).
 	PausedUntil time.Time
 	// Jobs by state: waiting to run, scheduled for later, running, and
 	// waiting to be retried.
@@ -49,9 +51,9 @@ func QueueStates(ctx context.Context, db DB) (map[string]QueueState, error) {
 	out := map[string]QueueState{}
 	rows, err := db.Query(ctx, `
 		SELECT q.name, q.paused_at IS NOT NULL,
-		       (SELECT min(j.scheduled_at) FROM river_job j
+		       (SELECT max(coalesce((j.args ->> 'until')::timestamptz, j.scheduled_at)) FROM river_job j
 		        WHERE j.kind = $1 AND j.args ->> 'queue' = q.name
-		          AND j.state IN ('scheduled', 'available', 'retryable'))
+		          AND j.state IN ('scheduled', 'available', 'retryable', 'running'))
 		FROM river_queue q`, ResumeQueueKind)
 	if err != nil {
 		return nil, err
