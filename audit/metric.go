@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -62,6 +63,11 @@ type Metric struct {
 	Pending  int `json:"pending"`
 	Unknown  int `json:"unknown"`
 	Failed   int `json:"failed"`
+	// Rejected: of the failed targets, those the provider refused for
+	// good (a definitive rejection, nothing retries it): the only failures
+	// the audit holds with. The others ran out of retries, are to be sent
+	// again, or failed before Onceplan recorded whether a failure is final.
+	Rejected int `json:"rejected"`
 	Stranded int `json:"stranded"`
 	Revoked  int `json:"revoked"`
 	// Suppressed: targets not sent because their address was suppressed
@@ -93,13 +99,36 @@ type Metric struct {
 	// and were approved by the quorum (Integrity says what was found).
 	PlanIntact bool      `json:"plan_intact"`
 	Integrity  Integrity `json:"integrity"`
-	// Holds: the plan is intact and missing, in doubt and duplicates are
-	// all 0 (and so are unconfirmed and unrecorded, when evidence was
-	// gathered).
+	// Ungated counts the targets whose fate a row decided that the gate
+	// would have refused (an attempt while the campaign did not run the
+	// plan or while the address was suppressed; a suppressed outcome citing
+	// an entry that was not the target's or not in force), written before
+	// PostgreSQL enforced the gate (docs/ARCHITECTURE.md, "The gate").
+	Ungated int `json:"ungated"`
+	// Holds: the plan is intact; missing, in doubt, duplicates and ungated
+	// are all 0 (and so are unconfirmed and unrecorded, when evidence was
+	// gathered); and every failed target was rejected for good.
 	Holds bool `json:"holds"`
 	// Reasons says, one sentence each, why it does not hold and what to
-	// do; empty when it holds.
+	// do, and names every failed target's reason (grouped); empty when it
+	// holds with no target failed.
 	Reasons []string `json:"reasons"`
+
+	// Failures are the failed targets grouped by whether the failure is
+	// final and by reason, most first (at most 20 groups); UngatedRows the
+	// rows Ungated counts. Reasons names both.
+	Failures    []FailureGroup `json:"failures"`
+	UngatedRows []Ungated      `json:"ungated_rows"`
+}
+
+// FailureGroup is failed targets with one finality (a ledger.Failure, ""
+// for a failure recorded before finality was) and one reason, with the
+// first three of their addresses.
+type FailureGroup struct {
+	Failure string   `json:"failure"`
+	Reason  string   `json:"reason"`
+	Count   int      `json:"count"`
+	Sample  []string `json:"sample"`
 }
 
 // finish derives InDoubt, PlanIntact, Holds and the reasons from the counts.
@@ -107,10 +136,18 @@ func (m *Metric) finish() {
 	if m.Evidence == nil {
 		m.Evidence = []string{}
 	}
+	if m.Failures == nil {
+		m.Failures = []FailureGroup{}
+	}
+	if m.UngatedRows == nil {
+		m.UngatedRows = []Ungated{}
+	}
 	m.InDoubt = m.Pending + m.Unknown
 	m.Outside = min(m.Outside, m.Missing)
 	m.PlanIntact = m.Integrity.Intact()
-	m.Holds = m.PlanIntact && m.Missing == 0 && m.InDoubt == 0 && m.Duplicates == 0 && m.Unconfirmed == 0 && m.Unrecorded == 0
+	m.Ungated = distinctOrdinals(m.UngatedRows)
+	m.Holds = m.PlanIntact && m.Missing == 0 && m.InDoubt == 0 && m.Duplicates == 0 && m.Unconfirmed == 0 && m.Unrecorded == 0 &&
+		m.Failed == m.Rejected && m.Ungated == 0
 	m.Reasons = m.Explain()
 }
 
@@ -145,10 +182,52 @@ func (m Metric) Explain() []string {
 			out = append(out, plural(c.n, c.one, c.many)+c.what)
 		}
 	}
+	out = append(out, ungatedReasons(m.UngatedRows)...)
+	out = append(out, failureReasons(m.Failures)...)
 	if out == nil {
 		out = []string{}
 	}
 	return out
+}
+
+// failureReasons says, one sentence per group, why the failed targets
+// failed and whether that is final: a definitive rejection is the plan's
+// outcome for the target (the audit holds with it, and says so); any other
+// failure is a target not sent, which does not hold.
+func failureReasons(groups []FailureGroup) []string {
+	var out []string
+	for _, g := range groups {
+		named := strings.Join(g.Sample, ", ")
+		if g.Count > len(g.Sample) {
+			named += fmt.Sprintf(" and %d more", g.Count-len(g.Sample))
+		}
+		var one, many string
+		switch ledger.Failure(g.Failure) {
+		case ledger.FailureRejected:
+			one = "target was refused by the provider for good (a definitive rejection: the audit holds with it)"
+			many = "targets were refused by the provider for good (a definitive rejection: the audit holds with them)"
+		case ledger.FailureExhausted:
+			one = "target failed after its retries ran out (resume to try once more)"
+			many = "targets failed after their retries ran out (resume to try once more)"
+		case ledger.FailureRetry, ledger.FailureQuota:
+			one = "target failed and is to be sent again, not sent yet (resume a paused or completed campaign)"
+			many = "targets failed and are to be sent again, not sent yet (resume a paused or completed campaign)"
+		default:
+			one = "target failed before Onceplan recorded whether a failure is final (check the reason; resume to send it again unless the provider refused it for good)"
+			many = "targets failed before Onceplan recorded whether a failure is final (check the reason; resume to send again those the provider did not refuse for good)"
+		}
+		out = append(out, fmt.Sprintf("%s: %q (%s).", plural(g.Count, one, many), g.Reason, named))
+	}
+	return out
+}
+
+// distinctOrdinals counts the targets rows name.
+func distinctOrdinals(rows []Ungated) int {
+	seen := map[int]bool{}
+	for _, u := range rows {
+		seen[u.Ordinal] = true
+	}
+	return len(seen)
 }
 
 func plural(n int, one, many string) string {
@@ -170,7 +249,8 @@ func (m Metric) Headline() string {
 			n    int
 			what string
 		}{
-			{m.Missing, "missing"}, {m.InDoubt, "in doubt"}, {m.Duplicates, "duplicated"},
+			{m.Missing, "missing"}, {m.InDoubt, "in doubt"}, {m.Failed - m.Rejected, "failed, not for good"},
+			{m.Ungated, "decided by a row the gate refuses"}, {m.Duplicates, "duplicated"},
 			{m.Unconfirmed, "done without evidence"}, {m.Unrecorded, "delivered but not done in the ledger"},
 		} {
 			if c.n > 0 {
@@ -200,8 +280,17 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 		var listID int64
 		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID}).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
-			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Revoked, &m.Suppressed); err != nil {
+			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Revoked, &m.Suppressed); err != nil {
 			return err
+		}
+		if m.Failed > 0 {
+			rows, err := tx.Query(ctx, failedSQL, pgx.NamedArgs{"plan": planID})
+			if err != nil {
+				return err
+			}
+			if m.Failures, err = pgx.CollectRows(rows, pgx.RowToStructByPos[FailureGroup]); err != nil {
+				return err
+			}
 		}
 		raw = m.Approved - m.ExactlyOnce - m.Pending - m.Unknown - m.Stranded - m.Failed - m.Revoked - m.Suppressed
 		if raw <= 0 {
@@ -213,7 +302,11 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 		m.Integrity, err = readIntegrity(ctx, tx, planID)
 		return err
 	}
-	err := inSnapshot(ctx, db, count, check)
+	gate := func(tx pgx.Tx) (err error) {
+		m.UngatedRows, err = readUngated(ctx, tx, planID)
+		return err
+	}
+	err := inSnapshot(ctx, db, count, check, gate)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("%w: there is no plan %d", ErrNotFound, planID)
 	}

@@ -83,13 +83,21 @@ func TestMetricEveryState(t *testing.T) {
 		// The frozen rows, read again, are the approved ones.
 		PlanIntact: true,
 		Integrity:  audit.Integrity{Rows: 14, PlanHash: p.Hash, ApprovedHash: p.Hash, Approvals: 1, RequiredApprovals: 1},
+		// Neither failure is final: each target is to be sent again.
+		Failures: []audit.FailureGroup{
+			{Failure: "retry", Reason: "audittest: failed", Count: 1, Sample: []string{"person5@example.com"}},
+			{Failure: "retry", Reason: "audittest: unknown", Count: 1, Sample: []string{"person12@example.com"}},
+		},
+		UngatedRows: []audit.Ungated{},
 		Reasons: []string{
 			"2 targets have no effect of their own at their current epoch: not started yet (a running campaign starts them; resume a paused or completed one).",
 			"1 target is unknown (the call may or may not have landed): check the provider, then resolve each as delivered or not delivered.",
 			"2 targets are pending: a call is in flight, or its worker died and recovery settles it after the owner timeout.",
+			`1 target failed and is to be sent again, not sent yet (resume a paused or completed campaign): "audittest: failed" (person5@example.com).`,
+			`1 target failed and is to be sent again, not sent yet (resume a paused or completed campaign): "audittest: unknown" (person12@example.com).`,
 		},
 	}, m)
-	require.Equal(t, "5/14 exactly once; does not hold: 2 missing, 3 in doubt", m.Headline())
+	require.Equal(t, "5/14 exactly once; does not hold: 2 missing, 3 in doubt, 2 failed, not for good", m.Headline())
 
 	byCampaign, err := audit.ForCampaign(b.ctx, b.f.Pool, c.ID)
 	require.NoError(t, err)
@@ -107,15 +115,40 @@ func TestMetricHolds(t *testing.T) {
 	require.False(t, m.Holds, "a target never started is missing")
 	require.Equal(t, 1, m.Missing)
 
-	// A definite failure is visible but breaks nothing: nobody got two,
-	// nobody is forgotten silently (DESIGN §7).
-	b.f.Attempt(c.Targets[2], ledger.StateFailed)
+	// A definitive rejection is the plan's outcome for its target: named,
+	// but it breaks nothing (nobody got two, nobody is forgotten silently).
+	b.f.Reject(c.Targets[2], "550 5.1.1 no such user")
 	m, err = audit.ForCampaign(b.ctx, b.f.Pool, c.ID)
 	require.NoError(t, err)
 	require.True(t, m.Holds)
 	require.Equal(t, 2, m.ExactlyOnce)
-	require.Equal(t, 1, m.Failed)
+	require.Equal(t, []int{1, 1}, []int{m.Failed, m.Rejected})
 	require.Equal(t, "2/3 exactly once; holds", m.Headline())
+	require.Equal(t, []string{`1 target was refused by the provider for good (a definitive rejection: the audit holds with it): "550 5.1.1 no such user" (person3@example.com).`},
+		m.Reasons)
+}
+
+// TestMetricAFailureThatIsNotFinalDoesNotHold: a target that failed
+// temporarily is not sent: whether its retries ran out or it is still to
+// be sent, the audit does not hold and says which, with the reason.
+func TestMetricAFailureThatIsNotFinalDoesNotHold(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.f.Campaign("temporary", audittest.Addresses(2))
+	b.f.Attempt(c.Targets[0], ledger.StateDone)
+	e := b.f.Claim(c.Targets[1])
+	_, err := b.f.Ledger.RecordResponse(b.ctx, e.ID, ledger.ResponseSend, []byte("HTTP/1.1 503"))
+	require.NoError(t, err)
+	_, err = b.f.Ledger.Settle(b.ctx, ledger.SettleParams{EffectID: e.ID, State: ledger.StateFailed,
+		Reason: "Postmark answered HTTP 503 (no retries left after 8 attempts)", Failure: ledger.FailureExhausted})
+	require.NoError(t, err)
+	m, err := audit.ForCampaign(b.ctx, b.f.Pool, c.ID)
+	require.NoError(t, err)
+	require.False(t, m.Holds)
+	require.Equal(t, []int{1, 0}, []int{m.Failed, m.Rejected})
+	require.Equal(t, "1/2 exactly once; does not hold: 1 failed, not for good", m.Headline())
+	require.Equal(t, []string{`1 target failed after its retries ran out (resume to try once more): "Postmark answered HTTP 503 (no retries left after 8 attempts)" (person2@example.com).`},
+		m.Reasons)
 }
 
 // Keys do not depend on the text: a target done under version 1 is done

@@ -48,7 +48,30 @@ import "github.com/onceplan/onceplan/ledger"
 // (the ledger's unique index), so those are counted as they come. A failed
 // or revoked attempt decides its target only when no newer attempt exists,
 // checked only for those rows, by the (key, epoch, id) index.
-var metricSQL = `
+var metricSQL = planAttempts + `,
+counted AS (
+  SELECT
+    count(*) FILTER (WHERE a.state = 'done')     AS done,
+    count(*) FILTER (WHERE a.state = 'pending')  AS pending,
+    count(*) FILTER (WHERE a.state = 'unknown')  AS unknown,
+    count(*) FILTER (WHERE a.state = 'stranded') AS stranded,
+    count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS failed,
+    count(*) FILTER (WHERE a.state = 'failed' AND a.failure = 'rejected' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS rejected,
+    count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS revoked
+  FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
+  WHERE a.epoch = coalesce(bu.epoch, 0)
+)
+SELECT p.campaign_id, p.version, p.target_count, p.list_id,
+       c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.revoked,
+       (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
+          SELECT 1 FROM effect e WHERE e.key = s.key AND e.state IN ` + ledger.BlockingStates + `
+            AND e.epoch = ` + ledger.CurrentEpochOf("s.key") + `)) AS suppressed
+FROM p CROSS JOIN counted c`
+
+// planAttempts is the WITH list metricSQL and failedSQL share: the plan
+// (p), its keys' current epochs (bumped), the attempts that count for its
+// targets (attempt) and the targets the claim found suppressed (sup).
+var planAttempts = `
 WITH p AS MATERIALIZED (SELECT id, campaign_id, version, list_id, target_count FROM plan WHERE id = @plan),
 bumped AS (
   SELECT t.ordinal, max(b.epoch) AS epoch
@@ -56,11 +79,11 @@ bumped AS (
   GROUP BY t.ordinal
 ),
 attempt AS (
-  SELECT e.ordinal, e.id, e.epoch, e.state
+  SELECT e.ordinal, e.id, e.epoch, e.state, e.failure, e.reason
   FROM effect e
   WHERE e.plan_id = ANY (ARRAY(SELECT o.id FROM plan o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
   UNION ALL
-  SELECT ot.ordinal, oe.id, oe.epoch, oe.state
+  SELECT ot.ordinal, oe.id, oe.epoch, oe.state, oe.failure, oe.reason
   FROM plan o
   JOIN effect oe ON oe.plan_id = o.id
   JOIN target ot ON ot.list_id = (SELECT list_id FROM p) AND ot.key = oe.key
@@ -75,24 +98,23 @@ sup AS MATERIALIZED (
   JOIN plan o ON o.id = ts.plan_id
   JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = ts.key
   WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
-),
-counted AS (
-  SELECT
-    count(*) FILTER (WHERE a.state = 'done')     AS done,
-    count(*) FILTER (WHERE a.state = 'pending')  AS pending,
-    count(*) FILTER (WHERE a.state = 'unknown')  AS unknown,
-    count(*) FILTER (WHERE a.state = 'stranded') AS stranded,
-    count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS failed,
-    count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS revoked
-  FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
-  WHERE a.epoch = coalesce(bu.epoch, 0)
-)
-SELECT p.campaign_id, p.version, p.target_count, p.list_id,
-       c.done, c.pending, c.unknown, c.stranded, c.failed, c.revoked,
-       (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
-          SELECT 1 FROM effect e WHERE e.key = s.key AND e.state IN ` + ledger.BlockingStates + `
-            AND e.epoch = ` + ledger.CurrentEpochOf("s.key") + `)) AS suppressed
-FROM p CROSS JOIN counted c`
+)`
+
+// failedSQL groups the plan's failed targets (as metricSQL counts them) by
+// whether the failure is final and its reason, with a few of their
+// addresses: what the audit names in its reasons. It runs only when some
+// target failed.
+var failedSQL = planAttempts + `
+SELECT coalesce(a.failure, ''), coalesce(a.reason, ''), count(*)::int,
+       (array_agg(t.target ORDER BY a.ordinal))[1:3]
+FROM attempt a
+LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
+JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.ordinal = a.ordinal
+WHERE a.epoch = coalesce(bu.epoch, 0) AND a.state = 'failed'
+  AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)
+GROUP BY 1, 2
+ORDER BY 3 DESC, 2
+LIMIT 20`
 
 // newerAttempt finds an attempt at the same key and epoch as attempt a,
 // started after it.

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/audit"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
@@ -68,6 +69,22 @@ func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
 	var probed int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(DISTINCT effect_id) FROM effect_response WHERE kind = 'probe'`).Scan(&probed))
 	require.Equal(t, 2, probed, "the two attempts in doubt were settled by the probe")
+
+	// Recovered or not, each target keeps Postmark's message id as its
+	// receipt: what a bounce or an export naming that id is tied to.
+	messageIDs := map[string]string{}
+	for _, m := range pm.Messages() {
+		messageIDs[m.Metadata[provider.PostmarkMetadataKey]] = m.MessageID
+	}
+	rows, err := w.pool.Query(w.ctx, `SELECT key, epoch, coalesce(receipt, '') FROM effect WHERE state = 'done'`)
+	require.NoError(t, err)
+	var key, receipt string
+	var epoch int
+	_, err = pgx.ForEachRow(rows, []any{&key, &epoch, &receipt}, func() error {
+		require.Equal(t, messageIDs[provider.EffectID(key, epoch)], receipt, "the receipt of %s", key)
+		return nil
+	})
+	require.NoError(t, err)
 }
 
 // TestPostmarkRecoveryNamesADuplicate: Postmark accepted the first send
@@ -360,4 +377,47 @@ func (w *world) anotherWorker(t *testing.T, cfg jobs.Config, providers ...string
 		defer cancel()
 		require.NoError(t, r.Stop(ctx))
 	})
+}
+
+// TestRecoveryRequeuesATargetWhoseRangeJobIsLive: a recipient lost to a
+// race between recovery and a live job. The first send of a job of two
+// targets is answered 503 before Postmark took it (unknown), and the job
+// goes on to the second, whose call Postmark holds. Meanwhile maintenance
+// probes the first, finds nothing after the settle window, and frees its
+// key — while the job that carries it is live. The target is requeued
+// all the same (that job has passed it by), and ends sent once, counted
+// at the stand-in; the audit holds.
+func TestRecoveryRequeuesATargetWhoseRangeJobIsLive(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	pm.FailNext(1, http.StatusServiceUnavailable, nil, `{"ErrorCode":0,"Message":"unavailable"}`)
+	release := pm.HoldNext(1)
+	t.Cleanup(release)
+	w := newWorld(t, jobs.Config{WorkersPerQueue: 1}, "pm="+sink.WithOption(pm.URL(), "settle=100ms"))
+	id := w.running(t, "pm", 8)
+	n, most := w.effectJobs(t)
+	require.Equal(t, []int{4, 2}, []int{n, most}, "jobs of two targets")
+	w.start(t)
+
+	first := w.target(t, id, 1)
+	await.Until(t, time.Minute, "the first target requeued while its range job holds the second's call", func() bool {
+		var requeued, rangeLive bool
+		require.NoError(t, w.pool.QueryRow(w.ctx, `
+			SELECT EXISTS (SELECT 1 FROM river_job WHERE kind = 'onceplan_effect' AND (args ->> 'ordinal')::int = 1 AND args ->> 'count' IS NULL),
+			       EXISTS (SELECT 1 FROM river_job WHERE kind = 'onceplan_effect' AND (args ->> 'ordinal')::int <= 2
+			               AND (args ->> 'count')::int >= 1 AND state = 'running')`).Scan(&requeued, &rangeLive))
+		return requeued && rangeLive
+	})
+	var failure string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT failure FROM effect WHERE key = $1 AND state = 'failed'`, first.key).Scan(&failure))
+	require.Equal(t, "retry", failure, "freed by recovery, to be sent again")
+	release()
+
+	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	require.Equal(t, 1, pm.CountByRecipient()[first.address], "the first target, at the stand-in")
+	requireOncePerTarget(t, w, id, 8, pm.Effects(), pm.CountByRecipient())
+	m, err := audit.ForCampaign(w.ctx, w.pool, id)
+	require.NoError(t, err)
+	require.True(t, m.Holds, "%s: %v", m.Headline(), m.Reasons)
 }

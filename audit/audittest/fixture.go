@@ -204,8 +204,23 @@ func (f *Fixture) Settle(e ledger.Effect, state ledger.State) ledger.Effect {
 	return out
 }
 
+// Reject claims the target and settles the attempt failed for good, as a
+// provider's definitive rejection does, with reason.
+func (f *Fixture) Reject(t Target, reason string) ledger.Effect {
+	f.t.Helper()
+	e := f.Claim(t)
+	if _, err := f.Ledger.RecordResponse(f.ctx, e.ID, ledger.ResponseSend, []byte(reason)); err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := f.Ledger.Settle(f.ctx, ledger.SettleParams{EffectID: e.ID, State: ledger.StateFailed, Reason: reason, Failure: ledger.FailureRejected})
+	if err != nil {
+		f.t.Fatalf("audittest: rejecting %s: %v", t.Address, err)
+	}
+	return out
+}
+
 // Attempt claims the target and settles the attempt as state (pending:
-// left as claimed).
+// left as claimed; failed: a temporary failure, to be sent again).
 func (f *Fixture) Attempt(t Target, state ledger.State) ledger.Effect {
 	f.t.Helper()
 	e := f.Claim(t)

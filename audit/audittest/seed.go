@@ -165,6 +165,9 @@ func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
 	return s, nil
 }
 
+// seededRejection is the reason of the seeded definitive rejections.
+const seededRejection = "550 5.1.1 no such user (seeded)"
+
 // seedChunk is how many targets seedLedger writes the ledger of at once.
 const seedChunk = 10_000
 
@@ -232,8 +235,10 @@ func seedLedger(ctx context.Context, tx pgx.Tx, store *ledger.Store, planID, lis
 		func(i int) bool { return i%1000 != 2 && i%1000 != 3 },
 		func(i int, id int64) (ledger.SettleParams, bool) {
 			switch {
-			case i%100 == 1 || i%1000 == 5:
-				return ledger.SettleParams{EffectID: id, State: ledger.StateFailed, Reason: "seeded"}, true
+			case i%100 == 1:
+				return ledger.SettleParams{EffectID: id, State: ledger.StateFailed, Reason: "seeded", Failure: ledger.FailureRetry}, true
+			case i%1000 == 5:
+				return ledger.SettleParams{EffectID: id, State: ledger.StateFailed, Reason: seededRejection, Failure: ledger.FailureRejected}, true
 			case i%1000 == 2:
 				return ledger.SettleParams{EffectID: id, State: ledger.StateUnknown, Reason: "seeded"}, true
 			case i%1000 == 3:
@@ -267,7 +272,9 @@ func seedLedger(ctx context.Context, tx pgx.Tx, store *ledger.Store, planID, lis
 
 // want is the metric Seed's ledger gives, counted the slow way in Go.
 func want(s Seeded, n int) audit.Metric {
-	m := audit.Metric{CampaignID: s.CampaignID, PlanID: s.PlanID, PlanVersion: 1, Approved: n, Evidence: []string{}}
+	m := audit.Metric{CampaignID: s.CampaignID, PlanID: s.PlanID, PlanVersion: 1, Approved: n, Evidence: []string{},
+		Failures: []audit.FailureGroup{}, UngatedRows: []audit.Ungated{}}
+	rejected := audit.FailureGroup{Failure: string(ledger.FailureRejected), Reason: seededRejection}
 	for i := 1; i <= n; i++ {
 		switch {
 		case i%100 == 1:
@@ -280,6 +287,10 @@ func want(s Seeded, n int) audit.Metric {
 			m.Stranded++
 		case i%1000 == 5:
 			m.Failed++
+			m.Rejected++
+			if len(rejected.Sample) < 3 {
+				rejected.Sample = append(rejected.Sample, fmt.Sprintf("person%d@example.com", i))
+			}
 		case i%1000 == 6:
 			m.Revoked++
 		case i%1000 == 7:
@@ -287,6 +298,9 @@ func want(s Seeded, n int) audit.Metric {
 		default:
 			m.ExactlyOnce++
 		}
+	}
+	if rejected.Count = m.Rejected; rejected.Count > 0 {
+		m.Failures = append(m.Failures, rejected)
 	}
 	m.InDoubt = m.Pending + m.Unknown
 	// An intact plan: every row as approved, approved by one approver.

@@ -161,6 +161,17 @@ func (c *Cluster) ensureRoles(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "GRANT CONNECT ON DATABASE "+db+" TO "+app); err != nil {
 			return err
 		}
+		// Nor in the cluster's other databases, which every role may
+		// enter and make temporary tables in by default: the roles have
+		// no business there (the superuser keeps its way in).
+		for _, other := range []string{"postgres", "template1"} {
+			if other == c.database {
+				continue
+			}
+			if _, err := tx.Exec(ctx, "REVOKE CONNECT, TEMPORARY ON DATABASE "+pgx.Identifier{other}.Sanitize()+" FROM PUBLIC"); err != nil {
+				return err
+			}
+		}
 		rows, err := tx.Query(ctx, handOverSQL, c.roles.Owner)
 		if err != nil {
 			return err

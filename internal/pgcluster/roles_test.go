@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"errors"
+	"net/url"
 	"path/filepath"
 	"testing"
 
@@ -80,6 +81,17 @@ func TestRolesHandOver(t *testing.T) {
 		var pgErr *pgconn.PgError
 		require.Truef(t, errors.As(err, &pgErr), "%s: %v", sql, err)
 		require.Equalf(t, "42501", pgErr.Code, "%s: %s", sql, pgErr.Message)
+	}
+	// Nor may it enter the cluster's other databases (by default every
+	// role may, and make temporary tables there).
+	for _, other := range []string{"postgres", "template1"} {
+		u, err := url.Parse(c.AppURL(""))
+		require.NoError(t, err)
+		u.Path = "/" + other
+		_, err = pgx.Connect(t.Context(), u.String())
+		var pgErr *pgconn.PgError
+		require.Truef(t, errors.As(err, &pgErr), "connecting to %s: %v", other, err)
+		require.Equalf(t, "42501", pgErr.Code, "connecting to %s: %s", other, pgErr.Message)
 	}
 	require.NoError(t, c.Close(t.Context()))
 

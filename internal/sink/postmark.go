@@ -83,6 +83,9 @@ type Postmark struct {
 	after     afterApply
 	searchErr int
 	twice     int
+	// holdN accepted sends wait for hold to close before they answer.
+	holdN int
+	hold  chan struct{}
 }
 
 // NewPostmark starts a Postmark sink.
@@ -226,6 +229,17 @@ func (p *Postmark) AcceptTwice(n int) {
 	p.twice = n
 }
 
+// HoldNext makes the next n accepted sends wait, before answering, until
+// release is called (or the client goes away): a call in flight for as
+// long as a test needs it to be, not for a guessed time.
+func (p *Postmark) HoldNext(n int) (release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := make(chan struct{})
+	p.holdN, p.hold = n, ch
+	return sync.OnceFunc(func() { close(ch) })
+}
+
 // FailSearches answers the next n searches 500.
 func (p *Postmark) FailSearches(n int) {
 	p.mu.Lock()
@@ -318,8 +332,19 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 		p.msgs = append(p.msgs, dup)
 	}
 	then := p.after.next()
+	var hold chan struct{}
+	if p.holdN > 0 {
+		p.holdN--
+		hold = p.hold
+	}
 	p.mu.Unlock()
 
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}
 	switch {
 	case then.failStatus != 0:
 		writeJSON(rw, then.failStatus, postmarkError{ErrorCode: 0, Message: "the sink accepted the message and then failed"})
