@@ -59,10 +59,10 @@ type Metric struct {
 	// started, or bumped and not yet started again).
 	Missing int `json:"missing"`
 	// InDoubt is Pending + Unknown: the call may or may not have landed.
-	InDoubt  int `json:"in_doubt"`
-	Pending  int `json:"pending"`
-	Unknown  int `json:"unknown"`
-	Failed   int `json:"failed"`
+	InDoubt int `json:"in_doubt"`
+	Pending int `json:"pending"`
+	Unknown int `json:"unknown"`
+	Failed  int `json:"failed"`
 	// Rejected: of the failed targets, those the provider refused for
 	// good (a definitive rejection, nothing retries it): the only failures
 	// the audit holds with. The others ran out of retries, are to be sent
