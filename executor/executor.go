@@ -992,8 +992,13 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 // not suppressed. When it is closed for good, why says what closed it.
 func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (res Result, open bool, why string, err error) {
 	res, open, err = e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
-	if err != nil || !open {
-		return res, open, "the campaign's state changed (" + res.Outcome + ")", err
+	if err != nil {
+		return res, false, "", err
+	}
+	// A completed campaign has nothing left to start, but its attempts in
+	// doubt are still its own to settle.
+	if !open && res.Outcome != "campaign "+string(plan.StateCompleted) {
+		return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
 	}
 	var held *int64
 	if err := e.cfg.Pool.QueryRow(ctx, `SELECT `+suppression.ActiveIDSQL(plan.TargetAddressSQL("$1::bigint", "$2::int")),

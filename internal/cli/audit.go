@@ -258,10 +258,11 @@ func printAudit(w io.Writer, out auditOutput) error {
 		{"suppressed", m.Suppressed, "not sent: the address was suppressed before its turn"},
 		{"missing", m.Missing, missingNote(m)},
 		{"in doubt", m.InDoubt, fmt.Sprintf("%d pending, %d unknown", m.Pending, m.Unknown)},
-		{"failed", m.Failed, ""},
+		{"failed", m.Failed, failedNote(m)},
 		{"stranded", m.Stranded, ""},
 		{"revoked", m.Revoked, ""},
 		{"duplicates", m.Duplicates, ""},
+		{"ungated", m.Ungated, ungatedNote(m)},
 	}
 	if len(m.Evidence) > 0 {
 		rows = append(rows,
@@ -369,4 +370,20 @@ func printFindings(w io.Writer, title string, l audit.FindingList) {
 	if shown := min(len(l.Items), auditListMax); l.Count > shown {
 		fmt.Fprintf(w, "  … and %d more (--json lists up to %d)\n", l.Count-shown, audit.DefaultListMax)
 	}
+}
+
+// failedNote says how many failed targets the provider refused for good.
+func failedNote(m audit.Metric) string {
+	if m.Failed == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d refused for good, %d not sent for another reason", m.Rejected, m.Failed-m.Rejected)
+}
+
+// ungatedNote says what ungated counts, when it counts any.
+func ungatedNote(m audit.Metric) string {
+	if m.Ungated == 0 {
+		return ""
+	}
+	return "decided by rows written before PostgreSQL refused them"
 }
