@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // toolSQL is a plain-SQL session as the application role, in one
@@ -67,12 +68,9 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	s := toolSQL{t: t, app: pgtest.NewPool(t, urls.App)}
 	ctx := t.Context()
 
-	// A key and its identity, as ledger writes them.
+	// A key and its identity, as toolcall writes them.
 	identity := func(event, tool string) (string, string) {
-		in := ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}}
-		canonical, err := ledger.CanonicalJSON(in)
-		require.NoError(t, err)
-		key, err := ledger.NewKey(in)
+		key, canonical, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 		require.NoError(t, err)
 		return string(key), string(canonical)
 	}

@@ -136,10 +136,17 @@ var ErrLease = fmt.Errorf("%w: not the current lease", ledger.ErrConflict)
 // validated is a begin's checked input.
 type validated struct {
 	key      ledger.Key
-	identity string // canonical JSON
+	identity string // canonical JSON, with "space":"single" (KeyOf)
 	in       ledger.KeyInput
 	args     []byte
 	lease    time.Duration
+	// legacyKey is the key a call of this identity got before single
+	// effects had a key space of their own (migration 0026): the v1 key
+	// of the canonical JSON without the space member. legacy: the call
+	// was begun then, and keeps that key.
+	legacyKey      ledger.Key
+	legacyIdentity string
+	legacy         bool
 }
 
 // keyFields are the fields a key input's error may name, as the API's
@@ -165,8 +172,10 @@ func (p BeginParams) validate() (validated, error) {
 	if err := json.Unmarshal(canonical, &in); err != nil {
 		return validated{}, err
 	}
-	// in is already normalised (it is the canonical JSON decoded).
-	key := ledger.KeyOfNormalized(in)
+	identity, err := singleIdentity(canonical)
+	if err != nil {
+		return validated{}, err
+	}
 	args := bytes.TrimSpace(p.Args)
 	switch {
 	case len(args) == 0:
@@ -185,7 +194,26 @@ func (p BeginParams) validate() (validated, error) {
 	if _, err := ParseRecovery(string(p.Recovery)); err != nil {
 		return validated{}, err
 	}
-	return validated{key: key, identity: string(canonical), in: in, args: args, lease: lease}, nil
+	return validated{key: keyOfIdentity(identity), identity: string(identity), in: in, args: args, lease: lease,
+		legacyKey: keyOfIdentity(canonical), legacyIdentity: string(canonical)}, nil
+}
+
+// keyInUse switches v to the key its call was begun under before single
+// effects had a key space of their own, when an intent is recorded under
+// that key and none under the new one: a runtime retrying such a call
+// across the upgrade finds it, and never performs it a second time. No
+// intent is ever written under a legacy key again (migration 0026), so
+// the answer cannot change between two begins.
+func (s *Service) keyInUse(ctx context.Context, v validated) (validated, error) {
+	var current, legacy bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tool_call WHERE key = $1), EXISTS (SELECT 1 FROM tool_call WHERE key = $2)`,
+		string(v.key), string(v.legacyKey)).Scan(&current, &legacy); err != nil {
+		return v, err
+	}
+	if legacy && !current {
+		v.key, v.identity, v.legacy = v.legacyKey, v.legacyIdentity, true
+	}
+	return v, nil
 }
 
 // leaseOrDefault is a begin's or heartbeat's lease: d, or DefaultLease
@@ -237,6 +265,9 @@ func (s *Service) Begin(ctx context.Context, a approval.Actor, p BeginParams) (B
 	}
 	v, err := p.validate()
 	if err != nil {
+		return BeginResult{}, err
+	}
+	if v, err = s.keyInUse(ctx, v); err != nil {
 		return BeginResult{}, err
 	}
 	pol, registered, err := s.policyFor(ctx, a, v, p)
@@ -317,10 +348,14 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol 
 func (s *Service) claim(ctx context.Context, a approval.Actor, v validated, digest string) (BeginResult, bool, error) {
 	var won bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by)
-			VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (key) DO NOTHING`,
-			string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String()); err != nil {
-			return err
+		// A legacy call's intent is there already, and PostgreSQL refuses
+		// an identity without the space member (migration 0026).
+		if !v.legacy {
+			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (key) DO NOTHING`,
+				string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String()); err != nil {
+				return err
+			}
 		}
 		var stored string
 		if err := tx.QueryRow(ctx, `SELECT args_digest FROM tool_call WHERE key = $1`, string(v.key)).Scan(&stored); err != nil {
@@ -388,12 +423,16 @@ func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lea
 }
 
 // refusal translates PostgreSQL's refusal of what was not registered or
-// approved (OP007) into a conflict, and the ledger's SQLSTATEs as the
-// ledger does.
+// approved (OP007) into a conflict, of a campaign target's key (OP008:
+// a call begun before single effects had keys of their own) into a
+// forbidden action, and the ledger's SQLSTATEs as the ledger does.
 func refusal(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "OP007" || pgErr.Code == "OP006") {
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "OP007" || pgErr.Code == "OP006"):
 		return fmt.Errorf("%w: %s", ledger.ErrConflict, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == "OP008":
+		return fmt.Errorf("%w: %s", approval.ErrForbidden, pgErr.Message)
 	}
 	return err
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/toolclient"
 )
 
@@ -333,7 +334,7 @@ func (w *toolWorld) api(method, path, token string, body any) (int, map[string]a
 }
 
 func toolKey(tool, event string) ledger.Key {
-	k, err := ledger.NewKey(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
+	k, _, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
 	if err != nil {
 		panic(err)
 	}
