@@ -76,6 +76,9 @@ END
 $$;
 
 DROP FUNCTION tool_key_of_a_plan(text);
+DROP TRIGGER tool_policy_insert_lock ON tool_policy;
+DROP FUNCTION tool_policy_insert_lock();
+DROP FUNCTION tool_policy_lock_class();
 DROP TABLE tool_call_legacy_key;
 DROP FUNCTION tool_call_legacy_key_closed();
 ALTER TABLE tool_call DROP CONSTRAINT tool_call_single_space;

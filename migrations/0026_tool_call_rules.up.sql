@@ -16,8 +16,33 @@
 -- start or take over an attempt on a key a frozen plan's target has, and
 -- no plan is frozen with a target whose key one of them holds.
 --
+-- The policy an attempt is recorded under is the one in force when it
+-- commits, never an old snapshot's. Every registration of a tool (the
+-- owner's, and a first use) takes an exclusive lock on the tool's name;
+-- an attempt takes it shared and only then reads the policy, at READ
+-- COMMITTED (each statement of the trigger sees what committed before
+-- it). A transaction at REPEATABLE READ or SERIALIZABLE would read the
+-- policy from its snapshot, which may predate a registration that
+-- requires approval, so it may not record an attempt at all; the server
+-- runs every session at READ COMMITTED.
+--
 -- SQLSTATEs: OP007 not what was registered or approved, OP008 a campaign
 -- target's key held outside its plan.
+
+-- The advisory lock class of a tool's registrations: (this, hashtext(tool)).
+-- Two tools whose names hash alike only wait for each other.
+CREATE FUNCTION tool_policy_lock_class() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1953460076 $$; -- 'tool'
+
+CREATE FUNCTION tool_policy_insert_lock() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(tool_policy_lock_class(), hashtext(NEW.tool));
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER tool_policy_insert_lock BEFORE INSERT ON tool_policy
+    FOR EACH ROW EXECUTE FUNCTION tool_policy_insert_lock();
 
 -- Whether a single effect's identity (its canonical JSON) is in the single
 -- effects' key space. A text that is not JSON fails the cast (22P02).
@@ -79,7 +104,8 @@ CREATE TRIGGER plan_no_legacy_tool_key BEFORE INSERT ON plan
     FOR EACH ROW EXECUTE FUNCTION plan_no_legacy_tool_key();
 
 -- Migration 0021's tool_attempt_insert, whole, and: no attempt on a
--- campaign target's key.
+-- campaign target's key; the policy read at READ COMMITTED after the lock
+-- registrations take.
 CREATE OR REPLACE FUNCTION tool_attempt_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -96,8 +122,15 @@ BEGIN
         RAISE EXCEPTION 'tool attempt refused: key % is a campaign target''s key (the call was begun before single effects had keys of their own): a single effect never holds it again', NEW.key
             USING ERRCODE = 'OP008';
     END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'tool attempt refused: this transaction is %, whose snapshot may predate the tool''s policy in force; attempts are recorded at READ COMMITTED', current_setting('transaction_isolation')
+            USING ERRCODE = 'OP007';
+    END IF;
     SELECT tool, args_digest INTO c FROM tool_call WHERE key = NEW.key;
-    -- The policy in force, whatever the statement said.
+    -- The policy in force when this commits, whatever the statement said:
+    -- no registration of the tool commits before this transaction ends,
+    -- and the read after the lock sees every one that committed before.
+    PERFORM pg_advisory_xact_lock_shared(tool_policy_lock_class(), hashtext(c.tool));
     NEW.policy_id := tool_policy_current(c.tool);
     IF NEW.policy_id IS NULL THEN
         RAISE EXCEPTION 'tool attempt refused: tool % is not registered', c.tool USING ERRCODE = 'OP007';
