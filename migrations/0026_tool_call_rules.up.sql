@@ -26,6 +26,14 @@
 -- requires approval, so it may not record an attempt at all; the server
 -- runs every session at READ COMMITTED.
 --
+-- A lease only runs forward. Its holder's heartbeat extends it (never
+-- shortens it, never revives one that ended: that attempt is in doubt);
+-- it ends by time; a takeover gives a new lease from now. Without this the
+-- application role could move a live lease into the past and take the
+-- call over while its holder still performed it: two performers of one
+-- key. Every lease runs at most an hour from when it is given (the
+-- longest lease a begin or heartbeat gives).
+--
 -- SQLSTATEs: OP007 not what was registered or approved, OP008 a campaign
 -- target's key held outside its plan.
 
@@ -105,7 +113,7 @@ CREATE TRIGGER plan_no_legacy_tool_key BEFORE INSERT ON plan
 
 -- Migration 0021's tool_attempt_insert, whole, and: no attempt on a
 -- campaign target's key; the policy read at READ COMMITTED after the lock
--- registrations take.
+-- registrations take; a lease from now, for at most an hour.
 CREATE OR REPLACE FUNCTION tool_attempt_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -121,6 +129,10 @@ BEGIN
     IF tool_key_of_a_plan(NEW.key) THEN
         RAISE EXCEPTION 'tool attempt refused: key % is a campaign target''s key (the call was begun before single effects had keys of their own): a single effect never holds it again', NEW.key
             USING ERRCODE = 'OP008';
+    END IF;
+    IF NOT (NEW.lease_until > now() AND NEW.lease_until <= now() + interval '1 hour') THEN
+        RAISE EXCEPTION 'tool attempt refused: its lease must end after now and at most an hour from now, not at %', NEW.lease_until
+            USING ERRCODE = 'OP007';
     END IF;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'tool attempt refused: this transaction is %, whose snapshot may predate the tool''s policy in force; attempts are recorded at READ COMMITTED', current_setting('transaction_isolation')
@@ -156,7 +168,7 @@ END
 $$;
 
 -- Migration 0021's tool_attempt_update, whole, and: no takeover on a
--- campaign target's key.
+-- campaign target's key; a lease only runs forward.
 CREATE OR REPLACE FUNCTION tool_attempt_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -187,9 +199,30 @@ BEGIN
             RAISE EXCEPTION 'tool attempt %: key % is a campaign target''s key (the call was begun before single effects had keys of their own): nobody takes it over', OLD.effect_id, OLD.key
                 USING ERRCODE = 'OP008';
         END IF;
-    ELSIF NEW.takeovers <> OLD.takeovers THEN
-        RAISE EXCEPTION 'tool attempt %: takeovers count only with a new lease', OLD.effect_id
-            USING ERRCODE = 'OP003';
+        IF NOT (NEW.lease_until > now() AND NEW.lease_until <= now() + interval '1 hour') THEN
+            RAISE EXCEPTION 'tool attempt %: a takeover''s lease must end after now and at most an hour from now, not at %', OLD.effect_id, NEW.lease_until
+                USING ERRCODE = 'OP007';
+        END IF;
+    ELSE
+        IF NEW.takeovers <> OLD.takeovers THEN
+            RAISE EXCEPTION 'tool attempt %: takeovers count only with a new lease', OLD.effect_id
+                USING ERRCODE = 'OP003';
+        END IF;
+        -- The holder's heartbeat: forward only, while the lease runs.
+        IF NEW.lease_until IS DISTINCT FROM OLD.lease_until THEN
+            IF OLD.lease_until < now() THEN
+                RAISE EXCEPTION 'tool attempt %: its lease ended at %, so the call is in doubt: no heartbeat revives it', OLD.effect_id, OLD.lease_until
+                    USING ERRCODE = 'OP007';
+            END IF;
+            IF NEW.lease_until < OLD.lease_until THEN
+                RAISE EXCEPTION 'tool attempt %: a lease is only ever extended, not moved back from % to %', OLD.effect_id, OLD.lease_until, NEW.lease_until
+                    USING ERRCODE = 'OP007';
+            END IF;
+            IF NEW.lease_until > now() + interval '1 hour' THEN
+                RAISE EXCEPTION 'tool attempt %: a heartbeat extends a lease to at most an hour from now, not to %', OLD.effect_id, NEW.lease_until
+                    USING ERRCODE = 'OP007';
+            END IF;
+        END IF;
     END IF;
     RETURN NEW;
 END

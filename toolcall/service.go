@@ -491,12 +491,15 @@ func (p SettleParams) validate() error {
 
 // attemptRow is an attempt locked for a change.
 type attemptRow struct {
-	effectID  int64
-	state     ledger.State
-	takeovers int
-	policy    Policy
-	tool      string
-	event     string
+	effectID   int64
+	state      ledger.State
+	takeovers  int
+	policy     Policy
+	tool       string
+	event      string
+	leaseUntil time.Time
+	// leaseEnded: the lease ended (by the database's clock).
+	leaseEnded bool
 }
 
 // lockAttempt locks the attempt of key whose lease is lease.
@@ -505,10 +508,10 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 	var state string
 	var policyID int64
 	err := tx.QueryRow(ctx, `
-		SELECT a.effect_id, e.state, a.takeovers, a.policy_id, c.tool, c.event
+		SELECT a.effect_id, e.state, a.takeovers, a.policy_id, c.tool, c.event, a.lease_until, a.lease_until < now()
 		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
 		WHERE a.key = $1 AND a.lease_id::text = $2 FOR UPDATE OF a`, string(key), strings.TrimSpace(lease)).
-		Scan(&r.effectID, &state, &r.takeovers, &policyID, &r.tool, &r.event)
+		Scan(&r.effectID, &state, &r.takeovers, &policyID, &r.tool, &r.event, &r.leaseUntil, &r.leaseEnded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: lease %s is not the current lease of key %s: it was never given, or it ended and another caller took the call over to perform it again with the same key; do not settle — begin again to learn the outcome",
 			ErrLease, lease, key)
@@ -602,7 +605,9 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 }
 
 // Heartbeat extends the lease of a call still in hand, to lease from now
-// (0: DefaultLease).
+// (0: DefaultLease); a lease already longer keeps its end (a lease only
+// runs forward: migration 0026). A lease that ended is not revived: the
+// call is in doubt, and its recovery decides.
 func (s *Service) Heartbeat(ctx context.Context, a approval.Actor, key ledger.Key, lease string, d time.Duration) (Status, error) {
 	if err := approval.Authorize(a, approval.ActionPerform); err != nil {
 		return Status{}, err
@@ -619,10 +624,14 @@ func (s *Service) Heartbeat(ctx context.Context, a approval.Actor, key ledger.Ke
 		if err != nil {
 			return err
 		}
-		if r.state != ledger.StatePending {
+		switch {
+		case r.state != ledger.StatePending:
 			return fmt.Errorf("%w: the attempt for key %s is %s: there is no call in hand to extend (do not perform it; read its status)", ledger.ErrConflict, key, r.state)
+		case r.leaseEnded:
+			return fmt.Errorf("%w: the lease of key %s ended at %s: the call is in doubt and no heartbeat revives it (do not start or continue it; begin again to learn its outcome)",
+				ledger.ErrConflict, key, r.leaseUntil.UTC().Format(time.RFC3339Nano))
 		}
-		_, err = tx.Exec(ctx, `UPDATE tool_attempt SET lease_until = now() + make_interval(secs => $2) WHERE effect_id = $1`, r.effectID, d.Seconds())
+		_, err = tx.Exec(ctx, `UPDATE tool_attempt SET lease_until = greatest(lease_until, now() + make_interval(secs => $2)) WHERE effect_id = $1`, r.effectID, d.Seconds())
 		return refusal(err)
 	})
 	if err != nil {

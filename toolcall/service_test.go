@@ -195,3 +195,27 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 	}
 	require.Equal(t, []string{"begin:pending", "recover:unknown", "settle:unknown", "resolve:done"}, actions)
 }
+
+// TestHeartbeatOnlyExtends: a heartbeat asking for less than the lease
+// has left keeps its end, and one after the lease ended is refused: the
+// call is in doubt, and its recovery decides (a lease only runs forward).
+func TestHeartbeatOnlyExtends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.begin(t, "crm.none", "run-1", `{}`, time.Minute)
+	st, err := b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, first.Status.LeaseID, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, first.Status.LeaseUntil, st.LeaseUntil, "a shorter heartbeat does not shorten the lease")
+
+	short := b.begin(t, "crm.none", "run-2", `{}`, time.Second)
+	await.Until(t, 10*time.Second, "the short lease to end", func() bool {
+		st, err := b.svc.Get(b.ctx, short.Status.Key)
+		return err == nil && st.LeaseExpired
+	})
+	_, err = b.svc.Heartbeat(b.ctx, b.agent, short.Status.Key, short.Status.LeaseID, time.Minute)
+	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.Contains(t, err.Error(), "no heartbeat revives it")
+	st, err = b.svc.Get(b.ctx, short.Status.Key)
+	require.NoError(t, err)
+	require.True(t, st.LeaseExpired, "still ended")
+}
