@@ -525,10 +525,14 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 }
 
 // Settle records the caller's raw answer and its outcome, in one
-// transaction, the raw answer first (DESIGN §4). A settle repeated after
-// it committed (a retry after a lost answer) changes nothing and answers
-// the same. An attempt already recovered keeps its recovery's outcome;
-// the raw answer is recorded beside it for the person who resolves it.
+// transaction, the raw answer first (docs/ARCHITECTURE.md, "Single agent
+// effects"). A settle repeated after it committed (a retry after a lost
+// answer) changes nothing and answers the same. An attempt whose lease
+// ended and which recovery made unknown stays unknown, for a person; the
+// caller's answer is recorded beside it as their evidence. Any other
+// settle of an attempt already settled is refused (409) and changes
+// nothing: the raw answer a replay returns is the one of the settle that
+// settled the attempt.
 func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) (Status, error) {
 	if err := approval.Authorize(a, approval.ActionPerform); err != nil {
 		return Status{}, err
@@ -536,7 +540,6 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 	if err := p.validate(); err != nil {
 		return Status{}, err
 	}
-	var conflict error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := lockAttempt(ctx, tx, p.Key, p.Lease)
 		if err != nil {
@@ -582,24 +585,25 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 			r.state == ledger.StateUnknown && p.Outcome == Unknown:
 			// A repeat of a settle that committed: the same answer.
 			return nil
-		default:
-			if p.Raw != nil {
-				if _, err := store.RecordResponse(ctx, r.effectID, kind, p.Raw); err != nil {
-					return err
-				}
+		case r.state == ledger.StateUnknown:
+			// Recovery made it unknown after the lease ended: a person
+			// resolves it, and this answer is their evidence.
+			if _, err := store.RecordResponse(ctx, r.effectID, kind, p.Raw); err != nil {
+				return err
 			}
-			conflict = fmt.Errorf("%w: the attempt for key %s is already %s (recovery settled it); your answer is recorded beside it for the person who looks at it",
-				ledger.ErrConflict, p.Key, r.state)
 			ev.State = r.state
 			ev.Detail["late"] = true
+		default:
+			// Settled already, otherwise: the transaction rolls back, so
+			// the raw answer of the settle that settled it stays the one
+			// a replay returns.
+			return fmt.Errorf("%w: the attempt for key %s is already %s, settled before this answer came; nothing was recorded — begin again to read the outcome",
+				ledger.ErrConflict, p.Key, r.state)
 		}
 		return recordEvent(ctx, tx, ev)
 	})
 	if err != nil {
 		return Status{}, err
-	}
-	if conflict != nil {
-		return Status{}, conflict
 	}
 	return getStatus(ctx, s.pool, p.Key, "")
 }

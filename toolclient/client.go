@@ -260,6 +260,12 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	}
 	// The settle's answer, with what the begin said of this attempt.
 	settled.Takeover, settled.Lease = eff.Takeover, eff.Lease
+	if settled.State == "unknown" && outcome != "unknown" {
+		// The lease ended before the settle and recovery left the call
+		// for a person, who has this answer beside it.
+		return Result{Effect: settled, Receipt: receipt, Raw: raw}, errors.Join(bodyErr,
+			fmt.Errorf("%w: the lease ended before the settle, so the call stays unknown until a person resolves it (the answer is recorded for them): %s", ErrInDoubt, settled.Next))
+	}
 	return Result{Effect: settled, Receipt: receipt, Raw: raw}, bodyErr
 }
 

@@ -255,3 +255,42 @@ func TestEffectApprovalOfExactArgs(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, pay(9999).status, "bound to the approved args for good")
 	require.Equal(t, 1, attempts(key))
 }
+
+// TestEffectRefusedSettleChangesNothing: a call settled done with raw A,
+// then settled failed with raw B and unknown with raw C by the same
+// lease: both are refused (409) with nothing recorded, and every replay
+// returns raw A, the answer of the settle that settled it.
+func TestEffectRefusedSettleChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	r := s.begin("agent", "run-3/step-1", "crm.set_status", "customer-5", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusCreated, r.status, r.raw)
+	key := r.body["key"].(string)
+	require.Equal(t, http.StatusOK, s.settle("agent", r, "done", "crm-op-1", "raw A").status)
+
+	var effectID int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT id FROM effect WHERE key = $1`, key).Scan(&effectID))
+	recorded := func() string {
+		var out string
+		require.NoError(t, s.pool.QueryRow(t.Context(), `
+			SELECT (SELECT string_agg(kind || ':' || convert_from(body, 'UTF8'), ',' ORDER BY id) FROM effect_response WHERE effect_id = $1)
+			    || ' | ' || (SELECT string_agg(action || ':' || coalesce(state::text, ''), ',' ORDER BY id) FROM tool_call_event WHERE key = $2)
+			    || ' | ' || (SELECT state || ':' || coalesce(receipt, '') FROM effect WHERE id = $1)`, effectID, key).Scan(&out))
+		return out
+	}
+	before := recorded()
+	for _, late := range []struct{ outcome, raw string }{{"failed", "raw B"}, {"unknown", "raw C"}} {
+		got := s.settle("agent", r, late.outcome, "", late.raw)
+		require.Equal(t, http.StatusConflict, got.status, got.raw)
+		require.Equal(t, "conflict", got.errCode())
+		require.Contains(t, got.errMessage(), "already done")
+		require.Equal(t, before, recorded(), "a refused settle changes nothing")
+	}
+
+	replay := s.begin("agent", "run-3/step-1", "crm.set_status", "customer-5", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusOK, replay.status, replay.raw)
+	require.Equal(t, "raw A", replay.body["raw"], "the replay is the answer of the settle that settled it")
+	require.Equal(t, "crm-op-1", replay.body["receipt"])
+	got := s.do("viewer", http.MethodGet, "/effects/"+key, "", "")
+	require.Equal(t, "raw A", got.body["raw"])
+}
