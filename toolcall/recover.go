@@ -71,8 +71,20 @@ func (d doubt) inDoubt() bool {
 	return d.state == ledger.StateUnknown || (d.state == ledger.StatePending && d.expired)
 }
 
-// readDoubt reads (and, in a transaction, locks) attempt id.
-func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error) {
+// lockDoubt locks attempt id and then reads it. The read is a statement
+// of its own, after the lock: at READ COMMITTED it sees every change
+// committed while the lock was awaited — a settle or a recovery changes
+// the effect, not the locked row, so a read in the locking statement
+// would show the effect as it was before the wait.
+func lockDoubt(ctx context.Context, tx pgx.Tx, id int64) (doubt, error) {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM tool_attempt WHERE effect_id = $1 FOR UPDATE`, id); err != nil {
+		return doubt{}, err
+	}
+	return readDoubt(ctx, tx, id)
+}
+
+// readDoubt reads attempt id.
+func readDoubt(ctx context.Context, db DB, id int64) (doubt, error) {
 	var d doubt
 	var state string
 	var policyID int64
@@ -80,7 +92,7 @@ func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error)
 		SELECT a.key, c.tool, c.event, e.state, a.lease_id::text, a.lease_until, a.lease_until < now(), a.policy_id, a.holder,
 		       a.lease_until + p.settle_window <= now()
 		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key JOIN tool_policy p ON p.id = a.policy_id
-		WHERE a.effect_id = $1`+lock, id).
+		WHERE a.effect_id = $1`, id).
 		Scan(&d.key, &d.tool, &d.event, &state, &d.leaseID, &d.leaseUntil, &d.expired, &policyID, &d.holder, &d.windowOver)
 	if err != nil {
 		return d, err
@@ -103,7 +115,7 @@ func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error)
 // Every change is made with the attempt locked and re-checked, so a
 // settle, heartbeat or takeover that came first wins.
 func (s *Service) recoverAttempt(ctx context.Context, id int64) (bool, error) {
-	d, err := readDoubt(ctx, s.pool, id, "")
+	d, err := readDoubt(ctx, s.pool, id)
 	if err != nil {
 		return false, err
 	}
@@ -185,7 +197,7 @@ func (s *Service) probe(ctx context.Context, id int64, d doubt) (bool, error) {
 func (s *Service) lockedRecovery(ctx context.Context, id int64, before doubt, decide func(tx pgx.Tx, now doubt) (ledger.State, string, error)) (bool, error) {
 	changed := false
 	err := pgx.BeginFunc(context.WithoutCancel(ctx), s.pool, func(tx pgx.Tx) error {
-		now, err := readDoubt(ctx, tx, id, " FOR UPDATE OF a")
+		now, err := lockDoubt(ctx, tx, id)
 		if err != nil {
 			return err
 		}

@@ -109,6 +109,9 @@ type BeginResult struct {
 	// Registered: this begin was the tool's first use and registered it
 	// (no recovery, no approval).
 	Registered bool
+	// Busy (with InDoubt): the key's state kept changing under this
+	// begin; Status is where it stands now: ask again shortly.
+	Busy bool
 }
 
 // ArgsMismatchError is a begin whose key is bound to other args (422).
@@ -270,7 +273,7 @@ func (s *Service) Begin(ctx context.Context, a approval.Actor, p BeginParams) (B
 	if v, err = s.keyInUse(ctx, v); err != nil {
 		return BeginResult{}, err
 	}
-	pol, registered, err := s.policyFor(ctx, a, v, p)
+	_, registered, err := s.policyFor(ctx, a, v, p)
 	if err != nil {
 		return BeginResult{}, err
 	}
@@ -278,25 +281,51 @@ func (s *Service) Begin(ctx context.Context, a approval.Actor, p BeginParams) (B
 	if err := s.pool.QueryRow(ctx, `SELECT tool_args_digest($1::jsonb)`, string(v.args)).Scan(&digest); err != nil {
 		return BeginResult{}, err
 	}
-	// Each round either answers or changes the key's state (a recovery, a
-	// race lost to a settle); a few rounds always suffice.
+	// Each round either answers or finds that the key's state changed
+	// under it (a recovery, a settle, another begin) and reads it again; a
+	// few rounds always suffice. A change under a round's write is refused
+	// by PostgreSQL, and is a reason for another round, never the answer:
+	// a begin answers with the call's status (docs/ARCHITECTURE.md,
+	// "Single agent effects").
 	for range 5 {
-		res, again, err := s.begin(ctx, a, v, pol, digest)
-		if err != nil || !again {
+		res, again, err := s.begin(ctx, a, v, digest)
+		switch {
+		case err != nil && changedUnder(err):
+			s.logger.Info("a tool call's state changed under its begin; reading it again", "key", string(v.key), "err", err)
+		case err != nil || !again:
 			res.Registered = registered
 			return res, err
 		}
 	}
-	return BeginResult{}, fmt.Errorf("%w: key %s keeps changing under the begin; try again", ledger.ErrConflict, v.key)
+	st, err := s.statusOrNew(ctx, v, digest)
+	if err != nil {
+		return BeginResult{}, err
+	}
+	return BeginResult{Outcome: InDoubt, Status: st, Busy: true, Registered: registered}, nil
+}
+
+// changedUnder reports whether err is PostgreSQL's refusal of a write
+// whose premise another transaction changed meanwhile: a conflict, or an
+// outcome or transition that is no longer there to make.
+func changedUnder(err error) bool {
+	return errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrIllegalTransition) || errors.Is(err, ledger.ErrWriteOnce)
+}
+
+// statusOrNew is the status of v's key, or the status of a key nothing
+// holds yet (under the tool's policy in force).
+func (s *Service) statusOrNew(ctx context.Context, v validated, digest string) (Status, error) {
+	st, err := getStatus(ctx, s.pool, v.key, digest)
+	if !errors.Is(err, ErrNotFound) {
+		return st, err
+	}
+	pol, err := CurrentPolicy(ctx, s.pool, v.in.Tool)
+	return Status{Key: v.key, Policy: pol}, err
 }
 
 // begin is one round of Begin; again asks for another round.
-func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol Policy, digest string) (BeginResult, bool, error) {
-	st, err := getStatus(ctx, s.pool, v.key, digest)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		st = Status{Key: v.key, Policy: pol}
-	case err != nil:
+func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, digest string) (BeginResult, bool, error) {
+	st, err := s.statusOrNew(ctx, v, digest)
+	if err != nil {
 		return BeginResult{}, false, err
 	}
 	if st.Bound && st.ArgsDigest != digest {
@@ -323,10 +352,15 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol 
 		if changed {
 			return BeginResult{}, true, nil
 		}
-		return BeginResult{Outcome: InDoubt, Status: st}, false, nil
+		// Unchanged by this recovery; someone else's change is read anew.
+		now, err := s.statusOrNew(ctx, v, digest)
+		if err != nil || now.State != st.State || now.EffectID != st.EffectID {
+			return BeginResult{}, err == nil, err
+		}
+		return BeginResult{Outcome: InDoubt, Status: now}, false, nil
 	}
 	// The key is free: never tried, or its attempt failed or was revoked.
-	pol = st.Policy
+	pol := st.Policy
 	if pol.ApprovalRequired {
 		switch st.State {
 		case StateRejected:
@@ -397,7 +431,7 @@ func (s *Service) claim(ctx context.Context, a approval.Actor, v validated, dige
 func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lease time.Duration) (BeginResult, bool, error) {
 	var took bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := readDoubt(ctx, tx, st.EffectID, " FOR UPDATE OF a")
+		d, err := lockDoubt(ctx, tx, st.EffectID)
 		if err != nil {
 			return err
 		}
@@ -507,11 +541,16 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 	var r attemptRow
 	var state string
 	var policyID int64
-	err := tx.QueryRow(ctx, `
-		SELECT a.effect_id, e.state, a.takeovers, a.policy_id, c.tool, c.event, a.lease_until, a.lease_until < now()
-		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
-		WHERE a.key = $1 AND a.lease_id::text = $2 FOR UPDATE OF a`, string(key), strings.TrimSpace(lease)).
-		Scan(&r.effectID, &state, &r.takeovers, &policyID, &r.tool, &r.event, &r.leaseUntil, &r.leaseEnded)
+	// The lock, then the read in a statement of its own (see lockDoubt).
+	err := tx.QueryRow(ctx, `SELECT effect_id FROM tool_attempt WHERE key = $1 AND lease_id::text = $2 FOR UPDATE`,
+		string(key), strings.TrimSpace(lease)).Scan(&r.effectID)
+	if err == nil {
+		err = tx.QueryRow(ctx, `
+			SELECT e.state, a.takeovers, a.policy_id, c.tool, c.event, a.lease_until, a.lease_until < now()
+			FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
+			WHERE a.effect_id = $1`, r.effectID).
+			Scan(&state, &r.takeovers, &policyID, &r.tool, &r.event, &r.leaseUntil, &r.leaseEnded)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: lease %s is not the current lease of key %s: it was never given, or it ended and another caller took the call over to perform it again with the same key; do not settle — begin again to learn the outcome",
 			ErrLease, lease, key)

@@ -202,6 +202,10 @@ func (a *API) beginEffect(c echo.Context, actor approval.Actor) error {
 			v.Next = "the previous attempt's lease ended in doubt and the tool deduplicates by key: perform it again with the same key (the outside system applies it once), then settle it with lease"
 		}
 	case toolcall.InDoubt:
+		if res.Busy {
+			v.Next = "the call's state kept changing under this begin (recovery or another caller acting on it): do not call; begin again shortly to read where it stands"
+			v.RetryAfter = max(v.RetryAfter, 1)
+		}
 		v.Error = &httperr.Problem{Code: "in_doubt", Message: "do not perform the call: " + v.Next}
 	}
 	if v.RetryAfter > 0 && res.Outcome != toolcall.Perform {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
@@ -293,4 +294,74 @@ func TestEffectRefusedSettleChangesNothing(t *testing.T) {
 	require.Equal(t, "crm-op-1", replay.body["receipt"])
 	got := s.do("viewer", http.MethodGet, "/effects/"+key, "", "")
 	require.Equal(t, "raw A", got.body["raw"])
+}
+
+// TestEffectBeginRacingRecovery: a begin that finds the call in doubt
+// while recovery (or the holder's settle) changes it between the begin's
+// read and its write. The test holds the attempt's lock, makes the change
+// the other side makes, lets the begin reach the lock, and commits: the
+// begin answers the call's status as it is now — never a bare conflict.
+func TestEffectBeginRacingRecovery(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := t.Context()
+	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "crm.dedupe", Recovery: toolcall.RecoveryDedupe, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+
+	// race begins tool's call with a one-second lease, waits for the lease
+	// to end, then holds the attempt's lock while change runs in the same
+	// transaction, and answers the begin made meanwhile.
+	race := func(tool, event string, change func(tx pgx.Tx, key string)) reply {
+		first := s.begin("agent", event, tool, "acct-1", map[string]any{"v": 1}, map[string]any{"lease_seconds": 1})
+		require.Equal(t, http.StatusCreated, first.status, first.raw)
+		key := first.body["key"].(string)
+		await.Until(t, 10*time.Second, "the lease to end by the database's clock", func() bool {
+			var ended bool
+			return s.pool.QueryRow(ctx, `SELECT lease_until < now() FROM tool_attempt WHERE key = $1`, key).Scan(&ended) == nil && ended
+		})
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		var pid int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		_, err = tx.Exec(ctx, `SELECT 1 FROM tool_attempt WHERE key = $1 FOR UPDATE`, key)
+		require.NoError(t, err)
+		change(tx, key)
+		answer := make(chan reply, 1)
+		go func() { answer <- s.begin("agent", event, tool, "acct-1", map[string]any{"v": 1}) }()
+		await.Until(t, 10*time.Second, "the begin to reach the attempt's lock", func() bool {
+			var waiting bool
+			return s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting) == nil && waiting
+		})
+		require.NoError(t, tx.Commit(ctx))
+		return await.Recv(t, answer, 10*time.Second, "the begin's answer")
+	}
+	effectOf := func(tx pgx.Tx, key string) int64 {
+		var id int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM effect WHERE key = $1`, key).Scan(&id))
+		return id
+	}
+
+	// No recovery: the server's recovery makes it unknown meanwhile.
+	r := race("crm.none", "run-1", func(tx pgx.Tx, key string) {
+		_, err := ledger.NewStore(tx).Settle(ctx, ledger.SettleParams{EffectID: effectOf(tx, key), State: ledger.StateUnknown, Reason: "recovery: the lease ended"})
+		require.NoError(t, err)
+	})
+	require.Equal(t, http.StatusConflict, r.status, r.raw)
+	require.Equal(t, "unknown", r.body["state"], r.raw)
+	require.Equal(t, "in_doubt", r.errCode(), r.raw)
+	require.Contains(t, r.body["next"], "a person resolves it")
+
+	// Dedupe: the holder's settle lands meanwhile; the begin replays it.
+	r = race("crm.dedupe", "run-2", func(tx pgx.Tx, key string) {
+		store := ledger.NewStore(tx)
+		id := effectOf(tx, key)
+		_, err := store.RecordResponse(ctx, id, ledger.ResponseSend, []byte(`{"id":"op-2"}`))
+		require.NoError(t, err)
+		_, err = store.Settle(ctx, ledger.SettleParams{EffectID: id, State: ledger.StateDone, Receipt: "op-2"})
+		require.NoError(t, err)
+	})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, "done", r.body["state"])
+	require.Equal(t, `{"id":"op-2"}`, r.body["raw"])
 }
