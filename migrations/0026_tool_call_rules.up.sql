@@ -34,8 +34,40 @@
 -- key. Every lease runs at most an hour from when it is given (the
 -- longest lease a begin or heartbeat gives).
 --
+-- How long an outside system keeps what recovery relies on. A tool's
+-- policy may say how long its outside system honours a key as an
+-- idempotency key (dedupe_window: Stripe's and Resend's 24 hours) and
+-- how long its probe can still be asked about an effect
+-- (probe_retention), each from the first call with the key; NULL: for
+-- ever. Past the dedupe window a takeover's second call could be a second
+-- effect, so PostgreSQL refuses a takeover whose lease would end past it
+-- (less a margin, as campaign providers keep: a tenth of the window, at
+-- most a minute); recovery then leaves the call unknown for a person,
+-- as it does past a probe's retention (package toolcall).
+--
 -- SQLSTATEs: OP007 not what was registered or approved, OP008 a campaign
 -- target's key held outside its plan.
+
+ALTER TABLE tool_policy
+    ADD COLUMN dedupe_window interval CHECK (dedupe_window > '0'),
+    ADD COLUMN probe_retention interval CHECK (probe_retention > '0'),
+    ADD CONSTRAINT tool_policy_dedupe_window CHECK (dedupe_window IS NULL OR recovery = 'dedupe'),
+    ADD CONSTRAINT tool_policy_probe_retention CHECK (probe_retention IS NULL OR recovery = 'probe');
+
+-- Whether a window of length w (NULL: for ever), counted from since, is
+-- closed at moment: the last margin of it (a tenth, at most a minute)
+-- counts as closed, as provider.Capabilities' windows do.
+CREATE FUNCTION tool_window_closed(w interval, since timestamptz, moment timestamptz) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT w IS NOT NULL AND moment >= since + w - least(interval '1 minute', w / 10)
+$$;
+
+-- When the outside system may first have seen the key of attempt
+-- attempt_id: the first attempt at its key's epoch.
+CREATE FUNCTION tool_first_call_at(attempt_id bigint) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT min(f.created_at) FROM effect e JOIN effect f ON f.key = e.key AND f.epoch = e.epoch WHERE e.id = attempt_id
+$$;
 
 -- The advisory lock class of a tool's registrations: (this, hashtext(tool)).
 -- Two tools whose names hash alike only wait for each other.
@@ -168,12 +200,14 @@ END
 $$;
 
 -- Migration 0021's tool_attempt_update, whole, and: no takeover on a
--- campaign target's key; a lease only runs forward.
+-- campaign target's key, nor past the tool's dedupe window; a lease only
+-- runs forward.
 CREATE OR REPLACE FUNCTION tool_attempt_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     st effect_state;
-    recovery text;
+    pol record;
+    first_call timestamptz;
 BEGIN
     IF NEW.effect_id <> OLD.effect_id OR NEW.key <> OLD.key OR NEW.policy_id <> OLD.policy_id
        OR NEW.approval_id IS DISTINCT FROM OLD.approval_id OR NEW.created_at <> OLD.created_at THEN
@@ -186,8 +220,8 @@ BEGIN
             USING ERRCODE = 'OP007';
     END IF;
     IF NEW.lease_id <> OLD.lease_id OR NEW.holder <> OLD.holder THEN
-        SELECT p.recovery INTO recovery FROM tool_policy p WHERE p.id = OLD.policy_id;
-        IF recovery <> 'dedupe' OR NOT (st = 'unknown' OR OLD.lease_until < now()) THEN
+        SELECT p.recovery, p.dedupe_window INTO pol FROM tool_policy p WHERE p.id = OLD.policy_id;
+        IF pol.recovery <> 'dedupe' OR NOT (st = 'unknown' OR OLD.lease_until < now()) THEN
             RAISE EXCEPTION 'tool attempt %: its lease passes to another performer only when the tool deduplicates by key and the attempt is in doubt (lease expired or unknown)', OLD.effect_id
                 USING ERRCODE = 'OP007';
         END IF;
@@ -201,6 +235,11 @@ BEGIN
         END IF;
         IF NOT (NEW.lease_until > now() AND NEW.lease_until <= now() + interval '1 hour') THEN
             RAISE EXCEPTION 'tool attempt %: a takeover''s lease must end after now and at most an hour from now, not at %', OLD.effect_id, NEW.lease_until
+                USING ERRCODE = 'OP007';
+        END IF;
+        first_call := tool_first_call_at(OLD.effect_id);
+        IF tool_window_closed(pol.dedupe_window, first_call, NEW.lease_until) THEN
+            RAISE EXCEPTION 'tool attempt %: the tool''s outside system honours a key for % from the first call (at %), and this takeover''s lease would end past that: calling again could be a second effect', OLD.effect_id, pol.dedupe_window, first_call
                 USING ERRCODE = 'OP007';
         END IF;
     ELSE

@@ -340,12 +340,14 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, dige
 		if !st.LeaseExpired && st.State == State(ledger.StatePending) {
 			return BeginResult{Outcome: InDoubt, Status: st}, false, nil
 		}
-		if st.Policy.Recovery == RecoveryDedupe {
+		if st.Policy.Recovery == RecoveryDedupe && st.Policy.CanTakeOver(st.FirstCallAt, st.Now, v.lease) {
 			return s.takeover(ctx, a, st, v.lease)
 		}
 		// Recover now rather than at the next maintenance round: the
-		// caller waits for the answer.
-		changed, err := s.recoverAttempt(ctx, st.EffectID)
+		// caller waits for the answer. A dedupe call whose outside
+		// system's window would close before this caller's lease ends is
+		// left to a person.
+		changed, err := s.recoverAttempt(ctx, st.EffectID, v.lease)
 		if err != nil {
 			return BeginResult{}, false, err
 		}
@@ -356,6 +358,9 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, dige
 		now, err := s.statusOrNew(ctx, v, digest)
 		if err != nil || now.State != st.State || now.EffectID != st.EffectID {
 			return BeginResult{}, err == nil, err
+		}
+		if now.State == State(ledger.StateUnknown) || (now.State == State(ledger.StatePending) && now.LeaseExpired) {
+			now.Closed = now.Policy.Closed(now.FirstCallAt, now.Now, v.lease)
 		}
 		return BeginResult{Outcome: InDoubt, Status: now}, false, nil
 	}
@@ -435,8 +440,8 @@ func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lea
 		if err != nil {
 			return err
 		}
-		if !d.inDoubt() {
-			return nil
+		if !d.inDoubt() || d.closed(lease) != "" {
+			return nil // settled meanwhile, or past the window: read again
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = $2,
 			lease_until = now() + make_interval(secs => $3), takeovers = takeovers + 1 WHERE effect_id = $1`,

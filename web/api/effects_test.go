@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/api"
@@ -364,4 +365,80 @@ func TestEffectBeginRacingRecovery(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, "done", r.body["state"])
 	require.Equal(t, `{"id":"op-2"}`, r.body["raw"])
+}
+
+// TestEffectPastTheWindowIsUnknown: a dedupe tool whose outside system
+// honours a key for 2 s, and a probe tool whose outside system keeps its
+// records for 1 s, each performed at the outside system by an agent that
+// then died. Past the window the next begin does not take the call over
+// (the outside system forgot the key: a second effect) nor believe a
+// probe's "not found": the call is unknown, for a person, with a reason
+// naming the window, and the outside system counts exactly one effect.
+func TestEffectPastTheWindowIsUnknown(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := t.Context()
+	dedupe := sink.NewWebhook(sink.WebhookOpts{Dedupe: true, Forget: 2 * time.Second})
+	t.Cleanup(dedupe.Close)
+	plain := sink.NewWebhook(sink.WebhookOpts{Forget: time.Second})
+	t.Cleanup(plain.Close)
+	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "pay.dedupe", Recovery: toolcall.RecoveryDedupe,
+		DedupeWindow: 2 * time.Second, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+	_, err = toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "mail.probe", Recovery: toolcall.RecoveryProbe,
+		ProbeURL: plain.ProbeURL() + "/{key}", ProbeRetention: time.Second, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+
+	// perform is the agent's call to the outside system, with the key as
+	// its idempotency key.
+	perform := func(outside *sink.Webhook, key string) {
+		req, err := http.NewRequest(http.MethodPost, outside.URL(), strings.NewReader(`{"target":"acct-1"}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	for _, tc := range []struct {
+		tool    string
+		outside *sink.Webhook
+		field   string
+		seconds float64
+		window  string
+	}{
+		{"pay.dedupe", dedupe, "dedupe_window_seconds", 2, "honours a key for 2s"},
+		{"mail.probe", plain, "probe_retention_seconds", 1, "keeps its records for 1s"},
+	} {
+		first := s.begin("agent", "run-1", tc.tool, "acct-1", map[string]any{"cents": 500}, map[string]any{"lease_seconds": 1})
+		require.Equal(t, http.StatusCreated, first.status, first.raw)
+		require.EqualValues(t, tc.seconds, first.body[tc.field], "the policy's window is in the effect's status")
+		key := first.body["key"].(string)
+		perform(tc.outside, key)
+		// The agent dies here, without a settle. Its lease ends, and the
+		// outside system forgets the key.
+		await.Until(t, 20*time.Second, tc.tool+": the lease to end and the outside system to forget the key", func() bool {
+			var ended bool
+			if s.pool.QueryRow(ctx, `SELECT lease_until < now() FROM tool_attempt WHERE key = $1`, key).Scan(&ended) != nil || !ended {
+				return false
+			}
+			res, err := http.Get(tc.outside.ProbeURL() + "/" + key)
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusNotFound
+		})
+
+		again := s.begin("agent", "run-1", tc.tool, "acct-1", map[string]any{"cents": 500}, map[string]any{"lease_seconds": 1})
+		if again.status == http.StatusCreated {
+			perform(tc.outside, key) // what a runtime told to perform does
+		}
+		require.Equal(t, 1, tc.outside.CountByEffectID()[key], "%s: one effect at the outside system", tc.tool)
+		require.Equal(t, http.StatusConflict, again.status, again.raw)
+		require.Equal(t, "unknown", again.body["state"], again.raw)
+		require.Contains(t, again.body["reason"], tc.window)
+		require.Contains(t, again.body["next"], "a person resolves it")
+		require.Contains(t, again.body["next"], tc.window)
+	}
 }
