@@ -28,6 +28,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -386,24 +387,53 @@ func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
 	return eff, err
 }
 
+// maxRateLimited bounds how many times call waits out a 429 before it
+// returns it.
+const maxRateLimited = 5
+
 // call performs one request and decodes an answer with one of the ok
-// statuses into out; any other is an *Error.
+// statuses into out; any other is an *Error. A 429 (the token's rate
+// limit) is answered before the request is carried out, so it is sent
+// again after the Retry-After the server asks for, a few times.
 func (c *Client) call(ctx context.Context, method, path string, in, out any, ok ...int) (int, error) {
-	var body io.Reader
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			return 0, err
 		}
-		body = bytes.NewReader(b)
+		payload = b
+	}
+	for try := 1; ; try++ {
+		status, wait, err := c.once(ctx, method, path, payload, in != nil, out, ok...)
+		var apiErr *Error
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || try == maxRateLimited {
+			return status, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return status, err
+		case <-t.C:
+		}
+	}
+}
+
+// once performs one request; on a 429, wait is how long the server asks
+// the client to wait (its Retry-After, else a second).
+func (c *Client) once(ctx context.Context, method, path string, payload []byte, hasBody bool, out any, ok ...int) (int, time.Duration, error) {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Server+"/api/v1"+path, body)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	client := c.HTTP
@@ -412,20 +442,24 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ok 
 	}
 	res, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
 	if err != nil {
-		return res.StatusCode, err
+		return res.StatusCode, 0, err
 	}
 	for _, s := range ok {
 		if res.StatusCode == s {
 			if err := json.Unmarshal(raw, out); err != nil {
-				return res.StatusCode, fmt.Errorf("onceplan answered HTTP %d with a body that is not its JSON: %w", res.StatusCode, err)
+				return res.StatusCode, 0, fmt.Errorf("onceplan answered HTTP %d with a body that is not its JSON: %w", res.StatusCode, err)
 			}
-			return res.StatusCode, nil
+			return res.StatusCode, 0, nil
 		}
+	}
+	wait := time.Second
+	if secs, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && secs > 0 && secs <= 60 {
+		wait = time.Duration(secs) * time.Second
 	}
 	var e struct {
 		Error            Error  `json:"error"`
@@ -435,5 +469,5 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ok 
 		e.Error = Error{Code: "http", Message: strings.TrimSpace(string(raw))}
 	}
 	e.Error.Status, e.Error.StoredArgsDigest = res.StatusCode, e.StoredArgsDigest
-	return res.StatusCode, &e.Error
+	return res.StatusCode, wait, &e.Error
 }
