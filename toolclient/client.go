@@ -99,26 +99,30 @@ func seconds(lease time.Duration) int { return int(max(lease, time.Second) / tim
 
 // Effect is the server's answer about a call (the API's SingleEffect).
 type Effect struct {
-	Key              string     `json:"key"`
-	Epoch            int        `json:"epoch"`
-	State            string     `json:"state"`
-	Tool             string     `json:"tool"`
-	Event            string     `json:"event"`
-	Target           Target     `json:"target"`
-	ArgsDigest       string     `json:"args_digest"`
-	Recovery         string     `json:"recovery"`
-	ApprovalRequired bool       `json:"approval_required"`
-	Attempt          int        `json:"attempt"`
-	Lease            string     `json:"lease"`
-	LeaseUntil       *time.Time `json:"lease_until"`
-	Takeover         bool       `json:"takeover"`
-	Receipt          string     `json:"receipt"`
-	Raw              *string    `json:"raw"`
-	Reason           string     `json:"reason"`
-	ApprovalURL      string     `json:"approval_url"`
-	URL              string     `json:"url"`
-	Next             string     `json:"next"`
-	RetryAfter       int        `json:"retry_after"`
+	Key        string `json:"key"`
+	Epoch      int    `json:"epoch"`
+	State      string `json:"state"`
+	Tool       string `json:"tool"`
+	Event      string `json:"event"`
+	Target     Target `json:"target"`
+	ArgsDigest string `json:"args_digest"`
+	Recovery   string `json:"recovery"`
+	// How long the tool's outside system honours a key, and can be asked
+	// about a call, from the first call (0: for ever).
+	DedupeWindowSeconds   int        `json:"dedupe_window_seconds"`
+	ProbeRetentionSeconds int        `json:"probe_retention_seconds"`
+	ApprovalRequired      bool       `json:"approval_required"`
+	Attempt               int        `json:"attempt"`
+	Lease                 string     `json:"lease"`
+	LeaseUntil            *time.Time `json:"lease_until"`
+	Takeover              bool       `json:"takeover"`
+	Receipt               string     `json:"receipt"`
+	Raw                   *string    `json:"raw"`
+	Reason                string     `json:"reason"`
+	ApprovalURL           string     `json:"approval_url"`
+	URL                   string     `json:"url"`
+	Next                  string     `json:"next"`
+	RetryAfter            int        `json:"retry_after"`
 }
 
 // Error is an error answer of the API.
