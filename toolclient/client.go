@@ -207,8 +207,7 @@ type Body func(ctx context.Context, key string) (raw []byte, receipt string, err
 // a body that ran is returned after its outcome is settled.
 func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	lease := in.lease()
-	sent := time.Now()
-	eff, status, err := c.Begin(ctx, in)
+	eff, status, sent, err := c.begin(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}
@@ -290,7 +289,11 @@ func (c *Client) heartbeat(ctx context.Context, eff Effect, lease time.Duration,
 			return
 		case <-t.C:
 			sent := time.Now()
-			_, err := c.Heartbeat(ctx, eff.Key, eff.Lease, lease)
+			// Never waiting (out a 429) past the local deadline: then the
+			// body must stop.
+			hctx, cancel := context.WithDeadline(ctx, deadline)
+			_, err := c.Heartbeat(hctx, eff.Key, eff.Lease, lease)
+			cancel()
 			var apiErr *Error
 			switch {
 			case err == nil:
@@ -324,6 +327,14 @@ func (c *Client) settleRetrying(ctx context.Context, eff Effect, outcome, receip
 // approval, 409 in doubt. A 422 (args mismatch) is a *NotPerformedError;
 // other failures an *Error.
 func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
+	eff, status, _, err := c.begin(ctx, in)
+	return eff, status, err
+}
+
+// begin is Begin, and when the answered request was sent: the lease runs
+// from the server's commit, later, so a deadline counted from then is
+// never past the server's.
+func (c *Client) begin(ctx context.Context, in Intent) (Effect, int, time.Time, error) {
 	args := in.Args
 	if args == nil {
 		args = json.RawMessage(`{}`)
@@ -340,12 +351,12 @@ func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
 		body["recovery"] = in.Recovery
 	}
 	var eff Effect
-	status, err := c.call(ctx, http.MethodPost, "/effects", body, &eff, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusConflict)
+	status, sent, err := c.callSent(ctx, http.MethodPost, "/effects", body, &eff, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusConflict)
 	var apiErr *Error
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnprocessableEntity {
-		return Effect{}, status, &NotPerformedError{Kind: ErrArgsMismatch, API: apiErr}
+		return Effect{}, status, sent, &NotPerformedError{Kind: ErrArgsMismatch, API: apiErr}
 	}
-	return eff, status, err
+	return eff, status, sent, err
 }
 
 // SettleParams is a settle's body.
@@ -400,25 +411,32 @@ const maxRateLimited = 5
 // limit) is answered before the request is carried out, so it is sent
 // again after the Retry-After the server asks for, a few times.
 func (c *Client) call(ctx context.Context, method, path string, in, out any, ok ...int) (int, error) {
+	status, _, err := c.callSent(ctx, method, path, in, out, ok...)
+	return status, err
+}
+
+// callSent is call, and when the request it answers with was sent.
+func (c *Client) callSent(ctx context.Context, method, path string, in, out any, ok ...int) (int, time.Time, error) {
 	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
 		payload = b
 	}
 	for try := 1; ; try++ {
+		sent := time.Now()
 		status, wait, err := c.once(ctx, method, path, payload, in != nil, out, ok...)
 		var apiErr *Error
 		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || try == maxRateLimited {
-			return status, err
+			return status, sent, err
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return status, err
+			return status, sent, err
 		case <-t.C:
 		}
 	}
