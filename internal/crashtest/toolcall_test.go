@@ -319,8 +319,20 @@ func (w *toolWorld) page(path string) (string, error) {
 	return string(b), err
 }
 
-// api calls the JSON API with token.
+// api calls the JSON API with token. The agents share their token, so a
+// request over its rate (429, answered before anything is done) is sent
+// again after the Retry-After second, as toolclient does.
 func (w *toolWorld) api(method, path, token string, body any) (int, map[string]any, error) {
+	for try := 1; ; try++ {
+		status, out, err := w.apiOnce(method, path, token, body)
+		if status != http.StatusTooManyRequests || try == 10 {
+			return status, out, err
+		}
+		time.Sleep(time.Second) // the server's Retry-After
+	}
+}
+
+func (w *toolWorld) apiOnce(method, path, token string, body any) (int, map[string]any, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
