@@ -3,15 +3,19 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/toolcall"
 )
 
 // toolSQL is a plain-SQL session as the application role, in one
@@ -67,12 +71,9 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	s := toolSQL{t: t, app: pgtest.NewPool(t, urls.App)}
 	ctx := t.Context()
 
-	// A key and its identity, as ledger writes them.
+	// A key and its identity, as toolcall writes them.
 	identity := func(event, tool string) (string, string) {
-		in := ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}}
-		canonical, err := ledger.CanonicalJSON(in)
-		require.NoError(t, err)
-		key, err := ledger.NewKey(in)
+		key, canonical, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 		require.NoError(t, err)
 		return string(key), string(canonical)
 	}
@@ -145,16 +146,22 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	// deduplicates and the attempt is in doubt: never for crm.set (no
 	// recovery), and never while the lease runs.
 	takeover := func(k string) string {
-		return `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = 'agent:mallory', takeovers = takeovers + 1 WHERE key = ` + q(k)
+		return `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = 'agent:mallory', lease_until = now() + interval '1 minute',
+			takeovers = takeovers + 1 WHERE key = ` + q(k)
 	}
 	s.refused("OP007", takeover(key))
-	s.refused("OP007", `UPDATE tool_attempt SET lease_until = now() - interval '1 second' WHERE key = `+q(key), takeover(key))
+	// A lease is never moved back (TestHostileLeaseMovedBackwards).
+	s.refused("OP007", `UPDATE tool_attempt SET lease_until = now() - interval '1 second' WHERE key = `+q(key))
 	dkey, did := identity("run-1", "dedupe.set")
 	s.ok(`INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (`+q(dkey)+`, `+q(did)+`, 'dedupe.set', 'run-1', '{}', 'a')`,
-		claim(dkey), attempt(dkey))
+		claim(dkey), strings.Replace(attempt(dkey), "interval '1 minute'", "interval '300 milliseconds'", 1))
 	s.refused("OP007", takeover(dkey))
 	s.refused("OP007", `UPDATE tool_attempt SET lease_id = gen_random_uuid() WHERE key = `+q(dkey)) // a lease without counting it
-	s.ok(`UPDATE tool_attempt SET lease_until = now() - interval '1 second' WHERE key = `+q(dkey), takeover(dkey))
+	await.Until(t, 10*time.Second, "the dedupe attempt's lease to end by the database's clock", func() bool {
+		var ended bool
+		return s.app.QueryRow(ctx, `SELECT lease_until < now() FROM tool_attempt WHERE key = $1`, dkey).Scan(&ended) == nil && ended
+	})
+	s.ok(takeover(dkey))
 	// Once settled, the lease is over.
 	s.ok(`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect WHERE key = `+q(key),
 		`UPDATE effect SET state = 'done', receipt = 'r1' WHERE key = `+q(key))

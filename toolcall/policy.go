@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/provider"
 )
 
 // Recovery is what a tool declares about how an attempt whose lease ended
@@ -65,7 +66,16 @@ type Policy struct {
 	ProbeURL string
 	// SettleWindow: a probe's "not found" is believed only this long
 	// after the attempt's lease ended.
-	SettleWindow     time.Duration
+	SettleWindow time.Duration
+	// DedupeWindow (RecoveryDedupe) is how long the outside system
+	// honours a key as an idempotency key, from the first call with it
+	// (Stripe's and Resend's 24 hours); 0: for ever. ProbeRetention
+	// (RecoveryProbe) is how long the probe can still be asked about an
+	// effect, from the first call; 0: for ever. Past either, recovery
+	// leaves a call in doubt to a person: a call again could be a second
+	// effect, and a "not found" proves nothing.
+	DedupeWindow     time.Duration
+	ProbeRetention   time.Duration
 	ApprovalRequired bool
 	// FirstUse: registered by the tool's first call, with no recovery and
 	// no approval, not by an admin.
@@ -81,10 +91,20 @@ func (p Policy) Summary() string {
 	switch p.Recovery {
 	case RecoveryDedupe:
 		b.WriteString("recovery: dedupe by key")
+		if p.DedupeWindow > 0 {
+			b.WriteString(" (window " + p.DedupeWindow.String() + ")")
+		}
 	case RecoveryProbe:
 		b.WriteString("recovery: probe " + p.ProbeURL)
+		var notes []string
 		if p.SettleWindow > 0 {
-			b.WriteString(" (settle window " + p.SettleWindow.String() + ")")
+			notes = append(notes, "settle window "+p.SettleWindow.String())
+		}
+		if p.ProbeRetention > 0 {
+			notes = append(notes, "retention "+p.ProbeRetention.String())
+		}
+		if len(notes) > 0 {
+			b.WriteString(" (" + strings.Join(notes, ", ") + ")")
 		}
 	default:
 		b.WriteString("no recovery")
@@ -100,6 +120,42 @@ func (p Policy) Summary() string {
 	return b.String()
 }
 
+// capabilities are the policy's recovery as a campaign provider's, whose
+// windows' rule (provider.Capabilities.CanResend, CanProbe) single
+// effects share.
+func (p Policy) capabilities() provider.Capabilities {
+	return provider.Capabilities{Dedupe: p.Recovery == RecoveryDedupe, Probe: p.Recovery == RecoveryProbe,
+		DedupeWindow: p.DedupeWindow, ProbeRetention: p.ProbeRetention}
+}
+
+// CanTakeOver reports whether a call first made at first may be taken
+// over at now with lease: the tool deduplicates, and its outside system
+// still honours the key when the new lease ends.
+func (p Policy) CanTakeOver(first, now time.Time, lease time.Duration) bool {
+	return p.capabilities().CanResend(first, now.Add(lease))
+}
+
+// CanProbe reports whether the probe of a call first made at first may
+// still be asked at now: past the retention a "not found" proves nothing.
+func (p Policy) CanProbe(first, now time.Time) bool {
+	return p.capabilities().CanProbe(first, now)
+}
+
+// Closed says, in a sentence for the person who resolves it, why the
+// recovery of a call first made at first cannot act at now (with a
+// takeover's lease, for dedupe), or "" when it can.
+func (p Policy) Closed(first, now time.Time, lease time.Duration) string {
+	switch {
+	case p.Recovery == RecoveryDedupe && !p.CanTakeOver(first, now, lease):
+		return fmt.Sprintf("tool %s's outside system honours a key for %s from the first call (at %s), which has passed, so calling again could be a second effect",
+			p.Tool, p.DedupeWindow, first.UTC().Format(time.RFC3339))
+	case p.Recovery == RecoveryProbe && !p.CanProbe(first, now):
+		return fmt.Sprintf("tool %s's outside system keeps its records for %s from the first call (at %s), which has passed, so its probe's \"not found\" proves nothing",
+			p.Tool, p.ProbeRetention, first.UTC().Format(time.RFC3339))
+	}
+	return ""
+}
+
 // ProbeURLFor is the probe's URL for key.
 func (p Policy) ProbeURLFor(key ledger.Key) string {
 	return strings.ReplaceAll(p.ProbeURL, KeyPlaceholder, url.PathEscape(string(key)))
@@ -111,6 +167,8 @@ type RegisterParams struct {
 	Recovery         Recovery
 	ProbeURL         string
 	SettleWindow     time.Duration
+	DedupeWindow     time.Duration
+	ProbeRetention   time.Duration
 	ApprovalRequired bool
 	Description      string
 	RegisteredBy     string
@@ -149,6 +207,14 @@ func (p RegisterParams) Validate() error {
 		return &plan.FieldError{Field: "settle_window", Reason: "applies only with recovery probe"}
 	case p.SettleWindow < 0 || p.SettleWindow > MaxSettleWindow:
 		return &plan.FieldError{Field: "settle_window", Reason: fmt.Sprintf("must be between 0 and %s", MaxSettleWindow)}
+	case p.Recovery != RecoveryDedupe && p.DedupeWindow != 0:
+		return &plan.FieldError{Field: "dedupe_window", Reason: "applies only with recovery dedupe"}
+	case p.DedupeWindow < 0 || (p.DedupeWindow > 0 && p.DedupeWindow < time.Second):
+		return &plan.FieldError{Field: "dedupe_window", Reason: "must be at least 1s (leave it out when the outside system honours a key for ever)"}
+	case p.Recovery != RecoveryProbe && p.ProbeRetention != 0:
+		return &plan.FieldError{Field: "probe_retention", Reason: "applies only with recovery probe"}
+	case p.ProbeRetention < 0 || (p.ProbeRetention > 0 && p.ProbeRetention < time.Second):
+		return &plan.FieldError{Field: "probe_retention", Reason: "must be at least 1s (leave it out when the probe can be asked for ever)"}
 	case utf8.RuneCountInString(p.Description) > MaxDescriptionLength:
 		return &plan.FieldError{Field: "description", Reason: fmt.Sprintf("is longer than %d characters", MaxDescriptionLength)}
 	case strings.TrimSpace(p.RegisteredBy) == "":
@@ -192,10 +258,11 @@ func Register(ctx context.Context, db DB, p RegisterParams) (Policy, error) {
 		probe = &p.ProbeURL
 	}
 	pol, err := scanPolicy(db.QueryRow(ctx, `
-		INSERT INTO tool_policy (tool, recovery, probe_url, settle_window, approval_required, first_use, description, registered_by)
-		VALUES ($1, $2, $3, make_interval(secs => $4), $5, false, $6, $7)
+		INSERT INTO tool_policy (tool, recovery, probe_url, settle_window, dedupe_window, probe_retention, approval_required, first_use, description, registered_by)
+		VALUES ($1, $2, $3, make_interval(secs => $4), make_interval(secs => nullif($5, 0)), make_interval(secs => nullif($6, 0)), $7, false, $8, $9)
 		RETURNING `+policyCols,
-		p.Tool, string(p.Recovery), probe, p.SettleWindow.Seconds(), p.ApprovalRequired, strings.TrimSpace(p.Description), p.RegisteredBy))
+		p.Tool, string(p.Recovery), probe, p.SettleWindow.Seconds(), p.DedupeWindow.Seconds(), p.ProbeRetention.Seconds(),
+		p.ApprovalRequired, strings.TrimSpace(p.Description), p.RegisteredBy))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
 		return Policy{}, fmt.Errorf("%w: %s", ErrNotOwner, pgErr.Message)
@@ -204,17 +271,21 @@ func Register(ctx context.Context, db DB, p RegisterParams) (Policy, error) {
 }
 
 const policyCols = `id, tool, recovery, coalesce(probe_url, ''), extract(epoch FROM settle_window)::float8,
+	coalesce(extract(epoch FROM dedupe_window), 0)::float8, coalesce(extract(epoch FROM probe_retention), 0)::float8,
 	approval_required, first_use, description, registered_by, created_at`
 
 func scanPolicy(row pgx.Row) (Policy, error) {
 	var p Policy
 	var rec string
-	var secs float64
-	err := row.Scan(&p.ID, &p.Tool, &rec, &p.ProbeURL, &secs, &p.ApprovalRequired, &p.FirstUse, &p.Description, &p.RegisteredBy, &p.CreatedAt)
+	var settle, dedupe, retention float64
+	err := row.Scan(&p.ID, &p.Tool, &rec, &p.ProbeURL, &settle, &dedupe, &retention, &p.ApprovalRequired, &p.FirstUse, &p.Description, &p.RegisteredBy, &p.CreatedAt)
 	p.Recovery = Recovery(rec)
-	p.SettleWindow = time.Duration(secs * float64(time.Second))
+	p.SettleWindow = seconds(settle)
+	p.DedupeWindow, p.ProbeRetention = seconds(dedupe), seconds(retention)
 	return p, err
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // CurrentPolicySQL is the SQL expression for the id of the policy in
 // force for the tool the SQL expression tool names: the latest row an

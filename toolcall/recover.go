@@ -14,10 +14,14 @@ import (
 
 // recoverable is the SQL condition that the attempt a (tool_attempt) of
 // effect e, under policy p, is for recovery to act on now: a pending
-// attempt whose lease ended (unless its tool deduplicates: then the next
-// begin performs it again), or an unknown one its probe can settle.
-const recoverable = `((e.state = 'pending' AND a.lease_until < now() AND p.recovery <> 'dedupe')
-	OR (e.state = 'unknown' AND p.recovery = 'probe'))`
+// attempt whose lease ended (unless its tool deduplicates and a takeover
+// of the shortest lease, $2 seconds, still fits the outside system's
+// window: then the next begin performs it again), or an unknown one its
+// probe can settle, within the probe's retention. Migration 0026's
+// tool_window_closed is Policy.CanTakeOver's and CanProbe's rule.
+const recoverable = `((e.state = 'pending' AND a.lease_until < now()
+		AND (p.recovery <> 'dedupe' OR tool_window_closed(p.dedupe_window, tool_first_call_at(e.id), now() + make_interval(secs => $2))))
+	OR (e.state = 'unknown' AND p.recovery = 'probe' AND NOT tool_window_closed(p.probe_retention, tool_first_call_at(e.id), now())))`
 
 // RecoverDue recovers up to limit attempts in doubt (see recoverable),
 // oldest first, and returns how many changed state. Maintenance calls it
@@ -29,7 +33,7 @@ func (s *Service) RecoverDue(ctx context.Context, limit int) (int, error) {
 		JOIN tool_attempt a ON a.effect_id = e.id
 		JOIN tool_policy p ON p.id = a.policy_id
 		WHERE e.state IN ('pending', 'unknown') AND e.plan_id IS NULL AND `+recoverable+`
-		ORDER BY e.updated_at LIMIT $1`, limit)
+		ORDER BY e.updated_at LIMIT $1`, limit, MinLease.Seconds())
 	if err != nil {
 		return 0, err
 	}
@@ -40,7 +44,7 @@ func (s *Service) RecoverDue(ctx context.Context, limit int) (int, error) {
 	var errs []error
 	n := 0
 	for _, id := range ids {
-		changed, err := s.recoverAttempt(ctx, id)
+		changed, err := s.recoverAttempt(ctx, id, MinLease)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("recovering tool attempt %d: %w", id, err))
 		} else if changed {
@@ -63,6 +67,23 @@ type doubt struct {
 	holder     string
 	// windowOver: the policy's settle window after the lease has passed.
 	windowOver bool
+	// firstCall is when the outside system may first have seen the key
+	// (tool_first_call_at); now the database's clock at the read.
+	firstCall time.Time
+	now       time.Time
+}
+
+// closed is why recovery cannot act on the attempt now (a takeover with
+// lease past the dedupe window, a probe past its retention), or "".
+func (d doubt) closed(lease time.Duration) string {
+	return d.policy.Closed(d.firstCall, d.now, lease)
+}
+
+// leftToAPerson is the reason an attempt in doubt whose recovery cannot
+// act is unknown: why, and that a person resolves it.
+func (d doubt) leftToAPerson(why string) string {
+	return fmt.Sprintf("the lease of %s ended at %s without a settle, and %s — a person resolves it",
+		d.holder, d.leaseUntil.UTC().Format(time.RFC3339), why)
 }
 
 // inDoubt reports whether the attempt is in doubt now: unknown, or
@@ -71,17 +92,29 @@ func (d doubt) inDoubt() bool {
 	return d.state == ledger.StateUnknown || (d.state == ledger.StatePending && d.expired)
 }
 
-// readDoubt reads (and, in a transaction, locks) attempt id.
-func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error) {
+// lockDoubt locks attempt id and then reads it. The read is a statement
+// of its own, after the lock: at READ COMMITTED it sees every change
+// committed while the lock was awaited — a settle or a recovery changes
+// the effect, not the locked row, so a read in the locking statement
+// would show the effect as it was before the wait.
+func lockDoubt(ctx context.Context, tx pgx.Tx, id int64) (doubt, error) {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM tool_attempt WHERE effect_id = $1 FOR UPDATE`, id); err != nil {
+		return doubt{}, err
+	}
+	return readDoubt(ctx, tx, id)
+}
+
+// readDoubt reads attempt id.
+func readDoubt(ctx context.Context, db DB, id int64) (doubt, error) {
 	var d doubt
 	var state string
 	var policyID int64
 	err := db.QueryRow(ctx, `
 		SELECT a.key, c.tool, c.event, e.state, a.lease_id::text, a.lease_until, a.lease_until < now(), a.policy_id, a.holder,
-		       a.lease_until + p.settle_window <= now()
+		       a.lease_until + p.settle_window <= now(), tool_first_call_at(a.effect_id), now()
 		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key JOIN tool_policy p ON p.id = a.policy_id
-		WHERE a.effect_id = $1`+lock, id).
-		Scan(&d.key, &d.tool, &d.event, &state, &d.leaseID, &d.leaseUntil, &d.expired, &policyID, &d.holder, &d.windowOver)
+		WHERE a.effect_id = $1`, id).
+		Scan(&d.key, &d.tool, &d.event, &state, &d.leaseID, &d.leaseUntil, &d.expired, &policyID, &d.holder, &d.windowOver, &d.firstCall, &d.now)
 	if err != nil {
 		return d, err
 	}
@@ -97,18 +130,38 @@ func readDoubt(ctx context.Context, db DB, id int64, lock string) (doubt, error)
 //   - probe: the probe is asked (its answer recorded before it is read);
 //     found → done (an unknown one: resolved delivered); not found once
 //     the settle window after the lease has passed → failed (resolved not
-//     delivered), which frees the key; inside the window → nothing yet;
-//   - dedupe: nothing here; the next begin performs it again.
+//     delivered), which frees the key; inside the window → nothing yet.
+//     Past the outside system's retention it is not asked ("not found"
+//     would prove nothing): a pending attempt becomes unknown, for a
+//     person;
+//   - dedupe: nothing here while a takeover with lease still fits the
+//     outside system's window (the next begin performs it again); past
+//     it, a pending attempt becomes unknown, for a person (calling again
+//     could be a second effect).
 //
 // Every change is made with the attempt locked and re-checked, so a
 // settle, heartbeat or takeover that came first wins.
-func (s *Service) recoverAttempt(ctx context.Context, id int64) (bool, error) {
-	d, err := readDoubt(ctx, s.pool, id, "")
+func (s *Service) recoverAttempt(ctx context.Context, id int64, lease time.Duration) (bool, error) {
+	d, err := readDoubt(ctx, s.pool, id)
 	if err != nil {
 		return false, err
 	}
 	if !d.inDoubt() {
 		return false, nil
+	}
+	if d.closed(lease) != "" {
+		if d.state != ledger.StatePending {
+			return false, nil // unknown: a person resolves it
+		}
+		return s.lockedRecovery(ctx, id, d, func(tx pgx.Tx, now doubt) (ledger.State, string, error) {
+			why := now.closed(lease)
+			if now.state != ledger.StatePending || !now.expired || why == "" {
+				return "", "", nil
+			}
+			reason := now.leftToAPerson(why)
+			_, err := ledger.NewStore(tx).Settle(ctx, ledger.SettleParams{EffectID: id, State: ledger.StateUnknown, Reason: reason})
+			return ledger.StateUnknown, reason, err
+		})
 	}
 	switch d.policy.Recovery {
 	case RecoveryNone:
@@ -119,8 +172,7 @@ func (s *Service) recoverAttempt(ctx context.Context, id int64) (bool, error) {
 			if now.state != ledger.StatePending || !now.expired {
 				return "", "", nil
 			}
-			reason := fmt.Sprintf("the lease of %s ended at %s without a settle, and tool %s can neither deduplicate nor be asked: the call may or may not have happened — a person resolves it",
-				now.holder, now.leaseUntil.UTC().Format(time.RFC3339), now.tool)
+			reason := now.leftToAPerson(fmt.Sprintf("tool %s can neither deduplicate nor be asked: the call may or may not have happened", now.tool))
 			_, err := ledger.NewStore(tx).Settle(ctx, ledger.SettleParams{EffectID: id, State: ledger.StateUnknown, Reason: reason})
 			return ledger.StateUnknown, reason, err
 		})
@@ -152,6 +204,10 @@ func (s *Service) probe(ctx context.Context, id int64, d doubt) (bool, error) {
 		switch {
 		case perr != nil:
 			s.logger.Warn("probing a tool call in doubt", "key", string(d.key), "tool", d.tool, "err", perr)
+			return "", "", nil
+		case !pr.Found && now.closed(0) != "":
+			// The retention ended while the probe was asked: its "not
+			// found" proves nothing; the next round leaves it to a person.
 			return "", "", nil
 		case pr.Found:
 			receipt := pr.Receipt
@@ -185,7 +241,7 @@ func (s *Service) probe(ctx context.Context, id int64, d doubt) (bool, error) {
 func (s *Service) lockedRecovery(ctx context.Context, id int64, before doubt, decide func(tx pgx.Tx, now doubt) (ledger.State, string, error)) (bool, error) {
 	changed := false
 	err := pgx.BeginFunc(context.WithoutCancel(ctx), s.pool, func(tx pgx.Tx) error {
-		now, err := readDoubt(ctx, tx, id, " FOR UPDATE OF a")
+		now, err := lockDoubt(ctx, tx, id)
 		if err != nil {
 			return err
 		}

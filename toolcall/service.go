@@ -109,6 +109,9 @@ type BeginResult struct {
 	// Registered: this begin was the tool's first use and registered it
 	// (no recovery, no approval).
 	Registered bool
+	// Busy (with InDoubt): the key's state kept changing under this
+	// begin; Status is where it stands now: ask again shortly.
+	Busy bool
 }
 
 // ArgsMismatchError is a begin whose key is bound to other args (422).
@@ -136,10 +139,17 @@ var ErrLease = fmt.Errorf("%w: not the current lease", ledger.ErrConflict)
 // validated is a begin's checked input.
 type validated struct {
 	key      ledger.Key
-	identity string // canonical JSON
+	identity string // canonical JSON, with "space":"single" (KeyOf)
 	in       ledger.KeyInput
 	args     []byte
 	lease    time.Duration
+	// legacyKey is the key a call of this identity got before single
+	// effects had a key space of their own (migration 0026): the v1 key
+	// of the canonical JSON without the space member. legacy: the call
+	// was begun then, and keeps that key.
+	legacyKey      ledger.Key
+	legacyIdentity string
+	legacy         bool
 }
 
 // keyFields are the fields a key input's error may name, as the API's
@@ -165,8 +175,10 @@ func (p BeginParams) validate() (validated, error) {
 	if err := json.Unmarshal(canonical, &in); err != nil {
 		return validated{}, err
 	}
-	// in is already normalised (it is the canonical JSON decoded).
-	key := ledger.KeyOfNormalized(in)
+	identity, err := singleIdentity(canonical)
+	if err != nil {
+		return validated{}, err
+	}
 	args := bytes.TrimSpace(p.Args)
 	switch {
 	case len(args) == 0:
@@ -185,7 +197,26 @@ func (p BeginParams) validate() (validated, error) {
 	if _, err := ParseRecovery(string(p.Recovery)); err != nil {
 		return validated{}, err
 	}
-	return validated{key: key, identity: string(canonical), in: in, args: args, lease: lease}, nil
+	return validated{key: keyOfIdentity(identity), identity: string(identity), in: in, args: args, lease: lease,
+		legacyKey: keyOfIdentity(canonical), legacyIdentity: string(canonical)}, nil
+}
+
+// keyInUse switches v to the key its call was begun under before single
+// effects had a key space of their own, when an intent is recorded under
+// that key and none under the new one: a runtime retrying such a call
+// across the upgrade finds it, and never performs it a second time. No
+// intent is ever written under a legacy key again (migration 0026), so
+// the answer cannot change between two begins.
+func (s *Service) keyInUse(ctx context.Context, v validated) (validated, error) {
+	var current, legacy bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tool_call WHERE key = $1), EXISTS (SELECT 1 FROM tool_call WHERE key = $2)`,
+		string(v.key), string(v.legacyKey)).Scan(&current, &legacy); err != nil {
+		return v, err
+	}
+	if legacy && !current {
+		v.key, v.identity, v.legacy = v.legacyKey, v.legacyIdentity, true
+	}
+	return v, nil
 }
 
 // leaseOrDefault is a begin's or heartbeat's lease: d, or DefaultLease
@@ -239,7 +270,10 @@ func (s *Service) Begin(ctx context.Context, a approval.Actor, p BeginParams) (B
 	if err != nil {
 		return BeginResult{}, err
 	}
-	pol, registered, err := s.policyFor(ctx, a, v, p)
+	if v, err = s.keyInUse(ctx, v); err != nil {
+		return BeginResult{}, err
+	}
+	_, registered, err := s.policyFor(ctx, a, v, p)
 	if err != nil {
 		return BeginResult{}, err
 	}
@@ -247,25 +281,51 @@ func (s *Service) Begin(ctx context.Context, a approval.Actor, p BeginParams) (B
 	if err := s.pool.QueryRow(ctx, `SELECT tool_args_digest($1::jsonb)`, string(v.args)).Scan(&digest); err != nil {
 		return BeginResult{}, err
 	}
-	// Each round either answers or changes the key's state (a recovery, a
-	// race lost to a settle); a few rounds always suffice.
+	// Each round either answers or finds that the key's state changed
+	// under it (a recovery, a settle, another begin) and reads it again; a
+	// few rounds always suffice. A change under a round's write is refused
+	// by PostgreSQL, and is a reason for another round, never the answer:
+	// a begin answers with the call's status (docs/ARCHITECTURE.md,
+	// "Single agent effects").
 	for range 5 {
-		res, again, err := s.begin(ctx, a, v, pol, digest)
-		if err != nil || !again {
+		res, again, err := s.begin(ctx, a, v, digest)
+		switch {
+		case err != nil && changedUnder(err):
+			s.logger.Info("a tool call's state changed under its begin; reading it again", "key", string(v.key), "err", err)
+		case err != nil || !again:
 			res.Registered = registered
 			return res, err
 		}
 	}
-	return BeginResult{}, fmt.Errorf("%w: key %s keeps changing under the begin; try again", ledger.ErrConflict, v.key)
+	st, err := s.statusOrNew(ctx, v, digest)
+	if err != nil {
+		return BeginResult{}, err
+	}
+	return BeginResult{Outcome: InDoubt, Status: st, Busy: true, Registered: registered}, nil
+}
+
+// changedUnder reports whether err is PostgreSQL's refusal of a write
+// whose premise another transaction changed meanwhile: a conflict, or an
+// outcome or transition that is no longer there to make.
+func changedUnder(err error) bool {
+	return errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrIllegalTransition) || errors.Is(err, ledger.ErrWriteOnce)
+}
+
+// statusOrNew is the status of v's key, or the status of a key nothing
+// holds yet (under the tool's policy in force).
+func (s *Service) statusOrNew(ctx context.Context, v validated, digest string) (Status, error) {
+	st, err := getStatus(ctx, s.pool, v.key, digest)
+	if !errors.Is(err, ErrNotFound) {
+		return st, err
+	}
+	pol, err := CurrentPolicy(ctx, s.pool, v.in.Tool)
+	return Status{Key: v.key, Policy: pol}, err
 }
 
 // begin is one round of Begin; again asks for another round.
-func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol Policy, digest string) (BeginResult, bool, error) {
-	st, err := getStatus(ctx, s.pool, v.key, digest)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		st = Status{Key: v.key, Policy: pol}
-	case err != nil:
+func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, digest string) (BeginResult, bool, error) {
+	st, err := s.statusOrNew(ctx, v, digest)
+	if err != nil {
 		return BeginResult{}, false, err
 	}
 	if st.Bound && st.ArgsDigest != digest {
@@ -280,22 +340,32 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol 
 		if !st.LeaseExpired && st.State == State(ledger.StatePending) {
 			return BeginResult{Outcome: InDoubt, Status: st}, false, nil
 		}
-		if st.Policy.Recovery == RecoveryDedupe {
+		if st.Policy.Recovery == RecoveryDedupe && st.Policy.CanTakeOver(st.FirstCallAt, st.Now, v.lease) {
 			return s.takeover(ctx, a, st, v.lease)
 		}
 		// Recover now rather than at the next maintenance round: the
-		// caller waits for the answer.
-		changed, err := s.recoverAttempt(ctx, st.EffectID)
+		// caller waits for the answer. A dedupe call whose outside
+		// system's window would close before this caller's lease ends is
+		// left to a person.
+		changed, err := s.recoverAttempt(ctx, st.EffectID, v.lease)
 		if err != nil {
 			return BeginResult{}, false, err
 		}
 		if changed {
 			return BeginResult{}, true, nil
 		}
-		return BeginResult{Outcome: InDoubt, Status: st}, false, nil
+		// Unchanged by this recovery; someone else's change is read anew.
+		now, err := s.statusOrNew(ctx, v, digest)
+		if err != nil || now.State != st.State || now.EffectID != st.EffectID {
+			return BeginResult{}, err == nil, err
+		}
+		if now.State == State(ledger.StateUnknown) || (now.State == State(ledger.StatePending) && now.LeaseExpired) {
+			now.Closed = now.Policy.Closed(now.FirstCallAt, now.Now, v.lease)
+		}
+		return BeginResult{Outcome: InDoubt, Status: now}, false, nil
 	}
 	// The key is free: never tried, or its attempt failed or was revoked.
-	pol = st.Policy
+	pol := st.Policy
 	if pol.ApprovalRequired {
 		switch st.State {
 		case StateRejected:
@@ -317,10 +387,14 @@ func (s *Service) begin(ctx context.Context, a approval.Actor, v validated, pol 
 func (s *Service) claim(ctx context.Context, a approval.Actor, v validated, digest string) (BeginResult, bool, error) {
 	var won bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by)
-			VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (key) DO NOTHING`,
-			string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String()); err != nil {
-			return err
+		// A legacy call's intent is there already, and PostgreSQL refuses
+		// an identity without the space member (migration 0026).
+		if !v.legacy {
+			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (key) DO NOTHING`,
+				string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String()); err != nil {
+				return err
+			}
 		}
 		var stored string
 		if err := tx.QueryRow(ctx, `SELECT args_digest FROM tool_call WHERE key = $1`, string(v.key)).Scan(&stored); err != nil {
@@ -362,12 +436,12 @@ func (s *Service) claim(ctx context.Context, a approval.Actor, v validated, dige
 func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lease time.Duration) (BeginResult, bool, error) {
 	var took bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		d, err := readDoubt(ctx, tx, st.EffectID, " FOR UPDATE OF a")
+		d, err := lockDoubt(ctx, tx, st.EffectID)
 		if err != nil {
 			return err
 		}
-		if !d.inDoubt() {
-			return nil
+		if !d.inDoubt() || d.closed(lease) != "" {
+			return nil // settled meanwhile, or past the window: read again
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = $2,
 			lease_until = now() + make_interval(secs => $3), takeovers = takeovers + 1 WHERE effect_id = $1`,
@@ -388,12 +462,16 @@ func (s *Service) takeover(ctx context.Context, a approval.Actor, st Status, lea
 }
 
 // refusal translates PostgreSQL's refusal of what was not registered or
-// approved (OP007) into a conflict, and the ledger's SQLSTATEs as the
-// ledger does.
+// approved (OP007) into a conflict, of a campaign target's key (OP008:
+// a call begun before single effects had keys of their own) into a
+// forbidden action, and the ledger's SQLSTATEs as the ledger does.
 func refusal(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "OP007" || pgErr.Code == "OP006") {
+	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "OP007" || pgErr.Code == "OP006"):
 		return fmt.Errorf("%w: %s", ledger.ErrConflict, pgErr.Message)
+	case errors.As(err, &pgErr) && pgErr.Code == "OP008":
+		return fmt.Errorf("%w: %s", approval.ErrForbidden, pgErr.Message)
 	}
 	return err
 }
@@ -452,12 +530,15 @@ func (p SettleParams) validate() error {
 
 // attemptRow is an attempt locked for a change.
 type attemptRow struct {
-	effectID  int64
-	state     ledger.State
-	takeovers int
-	policy    Policy
-	tool      string
-	event     string
+	effectID   int64
+	state      ledger.State
+	takeovers  int
+	policy     Policy
+	tool       string
+	event      string
+	leaseUntil time.Time
+	// leaseEnded: the lease ended (by the database's clock).
+	leaseEnded bool
 }
 
 // lockAttempt locks the attempt of key whose lease is lease.
@@ -465,11 +546,16 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 	var r attemptRow
 	var state string
 	var policyID int64
-	err := tx.QueryRow(ctx, `
-		SELECT a.effect_id, e.state, a.takeovers, a.policy_id, c.tool, c.event
-		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
-		WHERE a.key = $1 AND a.lease_id::text = $2 FOR UPDATE OF a`, string(key), strings.TrimSpace(lease)).
-		Scan(&r.effectID, &state, &r.takeovers, &policyID, &r.tool, &r.event)
+	// The lock, then the read in a statement of its own (see lockDoubt).
+	err := tx.QueryRow(ctx, `SELECT effect_id FROM tool_attempt WHERE key = $1 AND lease_id::text = $2 FOR UPDATE`,
+		string(key), strings.TrimSpace(lease)).Scan(&r.effectID)
+	if err == nil {
+		err = tx.QueryRow(ctx, `
+			SELECT e.state, a.takeovers, a.policy_id, c.tool, c.event, a.lease_until, a.lease_until < now()
+			FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
+			WHERE a.effect_id = $1`, r.effectID).
+			Scan(&state, &r.takeovers, &policyID, &r.tool, &r.event, &r.leaseUntil, &r.leaseEnded)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("%w: lease %s is not the current lease of key %s: it was never given, or it ended and another caller took the call over to perform it again with the same key; do not settle — begin again to learn the outcome",
 			ErrLease, lease, key)
@@ -483,10 +569,14 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 }
 
 // Settle records the caller's raw answer and its outcome, in one
-// transaction, the raw answer first (DESIGN §4). A settle repeated after
-// it committed (a retry after a lost answer) changes nothing and answers
-// the same. An attempt already recovered keeps its recovery's outcome;
-// the raw answer is recorded beside it for the person who resolves it.
+// transaction, the raw answer first (docs/ARCHITECTURE.md, "Single agent
+// effects"). A settle repeated after it committed (a retry after a lost
+// answer) changes nothing and answers the same. An attempt whose lease
+// ended and which recovery made unknown stays unknown, for a person; the
+// caller's answer is recorded beside it as their evidence. Any other
+// settle of an attempt already settled is refused (409) and changes
+// nothing: the raw answer a replay returns is the one of the settle that
+// settled the attempt.
 func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) (Status, error) {
 	if err := approval.Authorize(a, approval.ActionPerform); err != nil {
 		return Status{}, err
@@ -494,7 +584,6 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 	if err := p.validate(); err != nil {
 		return Status{}, err
 	}
-	var conflict error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := lockAttempt(ctx, tx, p.Key, p.Lease)
 		if err != nil {
@@ -540,30 +629,33 @@ func (s *Service) Settle(ctx context.Context, a approval.Actor, p SettleParams) 
 			r.state == ledger.StateUnknown && p.Outcome == Unknown:
 			// A repeat of a settle that committed: the same answer.
 			return nil
-		default:
-			if p.Raw != nil {
-				if _, err := store.RecordResponse(ctx, r.effectID, kind, p.Raw); err != nil {
-					return err
-				}
+		case r.state == ledger.StateUnknown:
+			// Recovery made it unknown after the lease ended: a person
+			// resolves it, and this answer is their evidence.
+			if _, err := store.RecordResponse(ctx, r.effectID, kind, p.Raw); err != nil {
+				return err
 			}
-			conflict = fmt.Errorf("%w: the attempt for key %s is already %s (recovery settled it); your answer is recorded beside it for the person who looks at it",
-				ledger.ErrConflict, p.Key, r.state)
 			ev.State = r.state
 			ev.Detail["late"] = true
+		default:
+			// Settled already, otherwise: the transaction rolls back, so
+			// the raw answer of the settle that settled it stays the one
+			// a replay returns.
+			return fmt.Errorf("%w: the attempt for key %s is already %s, settled before this answer came; nothing was recorded — begin again to read the outcome",
+				ledger.ErrConflict, p.Key, r.state)
 		}
 		return recordEvent(ctx, tx, ev)
 	})
 	if err != nil {
 		return Status{}, err
 	}
-	if conflict != nil {
-		return Status{}, conflict
-	}
 	return getStatus(ctx, s.pool, p.Key, "")
 }
 
 // Heartbeat extends the lease of a call still in hand, to lease from now
-// (0: DefaultLease).
+// (0: DefaultLease); a lease already longer keeps its end (a lease only
+// runs forward: migration 0026). A lease that ended is not revived: the
+// call is in doubt, and its recovery decides.
 func (s *Service) Heartbeat(ctx context.Context, a approval.Actor, key ledger.Key, lease string, d time.Duration) (Status, error) {
 	if err := approval.Authorize(a, approval.ActionPerform); err != nil {
 		return Status{}, err
@@ -580,10 +672,14 @@ func (s *Service) Heartbeat(ctx context.Context, a approval.Actor, key ledger.Ke
 		if err != nil {
 			return err
 		}
-		if r.state != ledger.StatePending {
+		switch {
+		case r.state != ledger.StatePending:
 			return fmt.Errorf("%w: the attempt for key %s is %s: there is no call in hand to extend (do not perform it; read its status)", ledger.ErrConflict, key, r.state)
+		case r.leaseEnded:
+			return fmt.Errorf("%w: the lease of key %s ended at %s: the call is in doubt and no heartbeat revives it (do not start or continue it; begin again to learn its outcome)",
+				ledger.ErrConflict, key, r.leaseUntil.UTC().Format(time.RFC3339Nano))
 		}
-		_, err = tx.Exec(ctx, `UPDATE tool_attempt SET lease_until = now() + make_interval(secs => $2) WHERE effect_id = $1`, r.effectID, d.Seconds())
+		_, err = tx.Exec(ctx, `UPDATE tool_attempt SET lease_until = greatest(lease_until, now() + make_interval(secs => $2)) WHERE effect_id = $1`, r.effectID, d.Seconds())
 		return refusal(err)
 	})
 	if err != nil {

@@ -3,6 +3,9 @@ package toolcall_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,7 +159,8 @@ func TestSettledUnknownByDedupeIsPerformedAgain(t *testing.T) {
 
 // TestLateSettleOfAnUnknown: a tool without recovery whose lease ended is
 // unknown; the agent's late answer does not settle it (only a person
-// does), but is recorded beside it for that person.
+// does), but is recorded beside it for that person, and answered with
+// the state it is in.
 func TestLateSettleOfAnUnknown(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -172,10 +176,7 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)
 	require.Contains(t, st.Reason, "a person resolves it")
 
-	_, err = b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: first.Status.LeaseID, Outcome: toolcall.Done, Receipt: "r", Raw: []byte("it worked")})
-	require.ErrorIs(t, err, ledger.ErrConflict)
-	require.Contains(t, err.Error(), "your answer is recorded beside it")
-	st, err = b.svc.Get(b.ctx, first.Status.Key)
+	st, err = b.svc.Settle(b.ctx, b.agent, toolcall.SettleParams{Key: first.Status.Key, Lease: first.Status.LeaseID, Outcome: toolcall.Done, Receipt: "r", Raw: []byte("it worked")})
 	require.NoError(t, err)
 	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)
 	require.Equal(t, "it worked", string(st.Raw))
@@ -194,4 +195,77 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 		actions = append(actions, fmt.Sprintf("%s:%s", e.Action, e.State))
 	}
 	require.Equal(t, []string{"begin:pending", "recover:unknown", "settle:unknown", "resolve:done"}, actions)
+}
+
+// TestHeartbeatOnlyExtends: a heartbeat asking for less than the lease
+// has left keeps its end, and one after the lease ended is refused: the
+// call is in doubt, and its recovery decides (a lease only runs forward).
+func TestHeartbeatOnlyExtends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.begin(t, "crm.none", "run-1", `{}`, time.Minute)
+	st, err := b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, first.Status.LeaseID, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, first.Status.LeaseUntil, st.LeaseUntil, "a shorter heartbeat does not shorten the lease")
+
+	short := b.begin(t, "crm.none", "run-2", `{}`, time.Second)
+	await.Until(t, 10*time.Second, "the short lease to end", func() bool {
+		st, err := b.svc.Get(b.ctx, short.Status.Key)
+		return err == nil && st.LeaseExpired
+	})
+	_, err = b.svc.Heartbeat(b.ctx, b.agent, short.Status.Key, short.Status.LeaseID, time.Minute)
+	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.Contains(t, err.Error(), "no heartbeat revives it")
+	st, err = b.svc.Get(b.ctx, short.Status.Key)
+	require.NoError(t, err)
+	require.True(t, st.LeaseExpired, "still ended")
+}
+
+// TestRecoverDuePastTheWindow: maintenance's recovery of a dedupe call
+// whose outside system's window for the key has closed, and of a probe
+// call past its outside system's retention, leaves each unknown for a
+// person with a reason naming the window: never a takeover, never a
+// probe's "not found" believed (the probe is not even asked).
+func TestRecoverDuePastTheWindow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var probes atomic.Int32
+	probe := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		probes.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(probe.Close)
+	_, err := toolcall.Register(b.ctx, b.owner, toolcall.RegisterParams{Tool: "pay.dedupe", Recovery: toolcall.RecoveryDedupe,
+		DedupeWindow: 2 * time.Second, RegisteredBy: "admin"})
+	require.NoError(t, err)
+	_, err = toolcall.Register(b.ctx, b.owner, toolcall.RegisterParams{Tool: "mail.probe", Recovery: toolcall.RecoveryProbe,
+		ProbeURL: probe.URL + "/{key}", ProbeRetention: time.Second, RegisteredBy: "admin"})
+	require.NoError(t, err)
+
+	for _, tc := range []struct{ tool, reason string }{
+		{"pay.dedupe", "honours a key for 2s from the first call"},
+		{"mail.probe", "keeps its records for 1s from the first call"},
+	} {
+		first := b.begin(t, tc.tool, "run-1", `{}`, time.Second)
+		require.Equal(t, toolcall.Perform, first.Outcome)
+		await.Until(t, 20*time.Second, tc.tool+": maintenance's recovery to act on the ended lease", func() bool {
+			_, err := b.svc.RecoverDue(b.ctx, 10)
+			require.NoError(t, err)
+			st, err := b.svc.Get(b.ctx, first.Status.Key)
+			require.NoError(t, err)
+			return st.State != toolcall.State(ledger.StatePending)
+		})
+		st, err := b.svc.Get(b.ctx, first.Status.Key)
+		require.NoError(t, err)
+		require.Equal(t, toolcall.State(ledger.StateUnknown), st.State, tc.tool)
+		require.Contains(t, st.Reason, tc.reason)
+		require.Contains(t, st.Reason, "a person resolves it")
+		require.Zero(t, st.Takeovers)
+		n, err := b.svc.RecoverDue(b.ctx, 10)
+		require.NoError(t, err)
+		require.Zero(t, n, "%s: nothing more for recovery to do", tc.tool)
+		again := b.begin(t, tc.tool, "run-1", `{}`, time.Second)
+		require.Equal(t, toolcall.InDoubt, again.Outcome, tc.tool)
+	}
+	require.Zero(t, probes.Load(), "past its retention the probe is not asked")
 }

@@ -76,6 +76,16 @@ type Status struct {
 	ApprovedBy string
 	// RejectReason is the person's reason (StateRejected).
 	RejectReason string
+
+	// FirstCallAt is when the outside system may first have seen the key:
+	// the first attempt at the key's current epoch (zero before any). Now
+	// is the database's clock when the status was read.
+	FirstCallAt time.Time
+	Now         time.Time
+	// Closed, for a call in doubt, says why its recovery cannot act: the
+	// outside system's dedupe window or probe retention has passed, so a
+	// person resolves it ("" otherwise).
+	Closed string
 }
 
 // InDoubt reports whether the effect may or may not have happened and
@@ -104,7 +114,8 @@ SELECT c.identity, c.args, c.args_digest, cur.epoch,
        x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
        coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
-       r.body, coalesce(r.kind, '')` + latestAttemptFrom + `
+       r.body, coalesce(r.kind, ''),
+       (SELECT min(f.created_at) FROM effect f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
 LEFT JOIN tool_approval ap ON ap.request_id = a.approval_id
 LEFT JOIN app_user u ON u.id = ap.decided_by
 LEFT JOIN LATERAL (SELECT body, kind FROM effect_response WHERE effect_id = x.id ORDER BY id DESC LIMIT 1) r ON true
@@ -149,10 +160,12 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 		policyID   int64
 		raw        []byte
 		rawKind    string
+		firstCall  *time.Time
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
 		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
-		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind)
+		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind,
+		&firstCall, &st.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return requestStatus(ctx, db, key, digest)
@@ -167,6 +180,9 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	if leaseUntil != nil {
 		st.LeaseUntil = *leaseUntil
 	}
+	if firstCall != nil {
+		st.FirstCallAt = *firstCall
+	}
 	if err := st.setIdentity(canonical); err != nil {
 		return Status{}, err
 	}
@@ -177,6 +193,9 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	}
 	if err != nil {
 		return Status{}, err
+	}
+	if st.State == State(ledger.StateUnknown) || (st.State == State(ledger.StatePending) && st.LeaseExpired) {
+		st.Closed = st.Policy.Closed(st.FirstCallAt, st.Now, MinLease)
 	}
 	if st.State == StateNew && st.Policy.ApprovalRequired {
 		// Bound by an earlier attempt that failed or was revoked: a new

@@ -28,6 +28,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -98,26 +99,30 @@ func seconds(lease time.Duration) int { return int(max(lease, time.Second) / tim
 
 // Effect is the server's answer about a call (the API's SingleEffect).
 type Effect struct {
-	Key              string     `json:"key"`
-	Epoch            int        `json:"epoch"`
-	State            string     `json:"state"`
-	Tool             string     `json:"tool"`
-	Event            string     `json:"event"`
-	Target           Target     `json:"target"`
-	ArgsDigest       string     `json:"args_digest"`
-	Recovery         string     `json:"recovery"`
-	ApprovalRequired bool       `json:"approval_required"`
-	Attempt          int        `json:"attempt"`
-	Lease            string     `json:"lease"`
-	LeaseUntil       *time.Time `json:"lease_until"`
-	Takeover         bool       `json:"takeover"`
-	Receipt          string     `json:"receipt"`
-	Raw              *string    `json:"raw"`
-	Reason           string     `json:"reason"`
-	ApprovalURL      string     `json:"approval_url"`
-	URL              string     `json:"url"`
-	Next             string     `json:"next"`
-	RetryAfter       int        `json:"retry_after"`
+	Key        string `json:"key"`
+	Epoch      int    `json:"epoch"`
+	State      string `json:"state"`
+	Tool       string `json:"tool"`
+	Event      string `json:"event"`
+	Target     Target `json:"target"`
+	ArgsDigest string `json:"args_digest"`
+	Recovery   string `json:"recovery"`
+	// How long the tool's outside system honours a key, and can be asked
+	// about a call, from the first call (0: for ever).
+	DedupeWindowSeconds   int        `json:"dedupe_window_seconds"`
+	ProbeRetentionSeconds int        `json:"probe_retention_seconds"`
+	ApprovalRequired      bool       `json:"approval_required"`
+	Attempt               int        `json:"attempt"`
+	Lease                 string     `json:"lease"`
+	LeaseUntil            *time.Time `json:"lease_until"`
+	Takeover              bool       `json:"takeover"`
+	Receipt               string     `json:"receipt"`
+	Raw                   *string    `json:"raw"`
+	Reason                string     `json:"reason"`
+	ApprovalURL           string     `json:"approval_url"`
+	URL                   string     `json:"url"`
+	Next                  string     `json:"next"`
+	RetryAfter            int        `json:"retry_after"`
 }
 
 // Error is an error answer of the API.
@@ -202,8 +207,7 @@ type Body func(ctx context.Context, key string) (raw []byte, receipt string, err
 // a body that ran is returned after its outcome is settled.
 func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	lease := in.lease()
-	sent := time.Now()
-	eff, status, err := c.Begin(ctx, in)
+	eff, status, sent, err := c.begin(ctx, in)
 	if err != nil {
 		return Result{}, err
 	}
@@ -260,6 +264,12 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	}
 	// The settle's answer, with what the begin said of this attempt.
 	settled.Takeover, settled.Lease = eff.Takeover, eff.Lease
+	if settled.State == "unknown" && outcome != "unknown" {
+		// The lease ended before the settle and recovery left the call
+		// for a person, who has this answer beside it.
+		return Result{Effect: settled, Receipt: receipt, Raw: raw}, errors.Join(bodyErr,
+			fmt.Errorf("%w: the lease ended before the settle, so the call stays unknown until a person resolves it (the answer is recorded for them): %s", ErrInDoubt, settled.Next))
+	}
 	return Result{Effect: settled, Receipt: receipt, Raw: raw}, bodyErr
 }
 
@@ -279,7 +289,11 @@ func (c *Client) heartbeat(ctx context.Context, eff Effect, lease time.Duration,
 			return
 		case <-t.C:
 			sent := time.Now()
-			_, err := c.Heartbeat(ctx, eff.Key, eff.Lease, lease)
+			// Never waiting (out a 429) past the local deadline: then the
+			// body must stop.
+			hctx, cancel := context.WithDeadline(ctx, deadline)
+			_, err := c.Heartbeat(hctx, eff.Key, eff.Lease, lease)
+			cancel()
 			var apiErr *Error
 			switch {
 			case err == nil:
@@ -313,6 +327,14 @@ func (c *Client) settleRetrying(ctx context.Context, eff Effect, outcome, receip
 // approval, 409 in doubt. A 422 (args mismatch) is a *NotPerformedError;
 // other failures an *Error.
 func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
+	eff, status, _, err := c.begin(ctx, in)
+	return eff, status, err
+}
+
+// begin is Begin, and when the answered request was sent: the lease runs
+// from the server's commit, later, so a deadline counted from then is
+// never past the server's.
+func (c *Client) begin(ctx context.Context, in Intent) (Effect, int, time.Time, error) {
 	args := in.Args
 	if args == nil {
 		args = json.RawMessage(`{}`)
@@ -329,12 +351,12 @@ func (c *Client) Begin(ctx context.Context, in Intent) (Effect, int, error) {
 		body["recovery"] = in.Recovery
 	}
 	var eff Effect
-	status, err := c.call(ctx, http.MethodPost, "/effects", body, &eff, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusConflict)
+	status, sent, err := c.callSent(ctx, http.MethodPost, "/effects", body, &eff, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusConflict)
 	var apiErr *Error
 	if errors.As(err, &apiErr) && apiErr.Status == http.StatusUnprocessableEntity {
-		return Effect{}, status, &NotPerformedError{Kind: ErrArgsMismatch, API: apiErr}
+		return Effect{}, status, sent, &NotPerformedError{Kind: ErrArgsMismatch, API: apiErr}
 	}
-	return eff, status, err
+	return eff, status, sent, err
 }
 
 // SettleParams is a settle's body.
@@ -380,24 +402,60 @@ func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
 	return eff, err
 }
 
+// maxRateLimited bounds how many times call waits out a 429 before it
+// returns it.
+const maxRateLimited = 5
+
 // call performs one request and decodes an answer with one of the ok
-// statuses into out; any other is an *Error.
+// statuses into out; any other is an *Error. A 429 (the token's rate
+// limit) is answered before the request is carried out, so it is sent
+// again after the Retry-After the server asks for, a few times.
 func (c *Client) call(ctx context.Context, method, path string, in, out any, ok ...int) (int, error) {
-	var body io.Reader
+	status, _, err := c.callSent(ctx, method, path, in, out, ok...)
+	return status, err
+}
+
+// callSent is call, and when the request it answers with was sent.
+func (c *Client) callSent(ctx context.Context, method, path string, in, out any, ok ...int) (int, time.Time, error) {
+	var payload []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, err
+			return 0, time.Time{}, err
 		}
-		body = bytes.NewReader(b)
+		payload = b
+	}
+	for try := 1; ; try++ {
+		sent := time.Now()
+		status, wait, err := c.once(ctx, method, path, payload, in != nil, out, ok...)
+		var apiErr *Error
+		if !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || try == maxRateLimited {
+			return status, sent, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return status, sent, err
+		case <-t.C:
+		}
+	}
+}
+
+// once performs one request; on a 429, wait is how long the server asks
+// the client to wait (its Retry-After, else a second).
+func (c *Client) once(ctx context.Context, method, path string, payload []byte, hasBody bool, out any, ok ...int) (int, time.Duration, error) {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.Server+"/api/v1"+path, body)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	req.Header.Set("Accept", "application/json")
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	client := c.HTTP
@@ -406,20 +464,24 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ok 
 	}
 	res, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
 	if err != nil {
-		return res.StatusCode, err
+		return res.StatusCode, 0, err
 	}
 	for _, s := range ok {
 		if res.StatusCode == s {
 			if err := json.Unmarshal(raw, out); err != nil {
-				return res.StatusCode, fmt.Errorf("onceplan answered HTTP %d with a body that is not its JSON: %w", res.StatusCode, err)
+				return res.StatusCode, 0, fmt.Errorf("onceplan answered HTTP %d with a body that is not its JSON: %w", res.StatusCode, err)
 			}
-			return res.StatusCode, nil
+			return res.StatusCode, 0, nil
 		}
+	}
+	wait := time.Second
+	if secs, err := strconv.Atoi(res.Header.Get("Retry-After")); err == nil && secs > 0 && secs <= 60 {
+		wait = time.Duration(secs) * time.Second
 	}
 	var e struct {
 		Error            Error  `json:"error"`
@@ -429,5 +491,5 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any, ok 
 		e.Error = Error{Code: "http", Message: strings.TrimSpace(string(raw))}
 	}
 	e.Error.Status, e.Error.StoredArgsDigest = res.StatusCode, e.StoredArgsDigest
-	return res.StatusCode, &e.Error
+	return res.StatusCode, wait, &e.Error
 }

@@ -27,11 +27,19 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // server is the JSON API on a test database, and an agent token's client.
 func server(t *testing.T) *toolclient.Client {
 	t.Helper()
+	return serverWith(t, api.Config{})
+}
+
+// serverWith is server with cfg's settings (Pool and Approval are the
+// test database's).
+func serverWith(t *testing.T, cfg api.Config) *toolclient.Client {
+	t.Helper()
 	pool := pgtest.AppPool(t)
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	e := echo.New()
-	api.Register(e, api.Config{Pool: pool, Approval: approval.NewService(pool, jobs.NewEnqueuer(rc))})
+	cfg.Pool, cfg.Approval = pool, approval.NewService(pool, jobs.NewEnqueuer(rc))
+	api.Register(e, cfg)
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
 	pgtest.User(t, pool, pgtest.UserOpts{Email: "ann@example.com", Roles: []string{"proposer"}})
@@ -130,4 +138,25 @@ func TestDoSettlesTheBodysVerdict(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "unknown", got.State)
 	require.Contains(t, got.Next, "a person resolves it")
+}
+
+// TestDoWaitsOutTheRateLimit: a token over its rate is answered 429
+// before anything is carried out; the client waits the Retry-After the
+// server asks for and asks again, so a burst of runtimes sharing a token
+// all get their answers.
+func TestDoWaitsOutTheRateLimit(t *testing.T) {
+	t.Parallel()
+	c := serverWith(t, api.Config{RatePerToken: 2})
+	ctx := t.Context()
+	var runs atomic.Int32
+	for i := range 8 {
+		res, err := c.Do(ctx, toolclient.Intent{Event: "burst", Tool: "crm.note", Target: toolclient.Subject("c-1"), Args: map[string]int{"n": 1}},
+			func(context.Context, string) ([]byte, string, error) {
+				runs.Add(1)
+				return []byte(`{}`), "note-1", nil
+			})
+		require.NoError(t, err, "call %d", i)
+		require.Equal(t, "done", res.Effect.State)
+	}
+	require.EqualValues(t, 1, runs.Load())
 }

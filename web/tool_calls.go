@@ -233,6 +233,8 @@ func (s *Server) handleToolCall(c echo.Context) error {
 // toolNext says, for a person, what happens to the call next.
 func toolNext(st toolcall.Status) string {
 	switch {
+	case st.State == toolcall.State(ledger.StateUnknown) && st.Closed != "":
+		return "Unknown: " + st.Closed + ". Resolve it from the outside system's evidence."
 	case st.State == toolcall.State(ledger.StateUnknown) && st.Policy.Recovery == toolcall.RecoveryProbe:
 		return "Unknown: Onceplan asks the tool's probe; you may resolve it yourself from the outside system's evidence."
 	case st.State == toolcall.State(ledger.StateUnknown) && st.Policy.Recovery == toolcall.RecoveryDedupe:

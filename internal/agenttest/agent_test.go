@@ -83,7 +83,16 @@ var servingRE = regexp.MustCompile(`"url":"(http://[^"]+)"`)
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	w := &world{dbURL: pgtest.URL(t), outbox: t.TempDir(), tokens: map[string]string{}}
+	outbox := t.TempDir()
+	w := newWorldSending(t, "maildir://"+outbox+"?rate=50/s")
+	w.outbox = outbox
+	return w
+}
+
+// newWorldSending is a world whose provider "outbox" is provider's URL.
+func newWorldSending(t *testing.T, provider string) *world {
+	t.Helper()
+	w := &world{dbURL: pgtest.URL(t), tokens: map[string]string{}}
 	for _, u := range []struct{ email, role string }{
 		{"pat@example.com", "proposer"}, {"amy@example.com", "approver"}, {"oli@example.com", "operator"},
 	} {
@@ -96,7 +105,7 @@ func newWorld(t *testing.T) *world {
 	w.tokens["agent"] = strings.TrimSpace(ok(t, "token", "create", "--database-url", w.dbURL, "--user", "owner@example.com", "--agent", "--name", "assistant"))
 
 	w.cmd = exec.Command(binary, "serve", "--database-url", w.dbURL, "--listen", "127.0.0.1:0",
-		"--provider", "outbox=maildir://"+w.outbox+"?rate=50/s", "--maintenance-interval", "300ms")
+		"--provider", "outbox="+provider, "--maintenance-interval", "300ms")
 	stderr, err := w.cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, w.cmd.Start())

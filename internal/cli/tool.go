@@ -35,6 +35,8 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 	recovery := fs.String("recovery", "none", "how an attempt whose lease ended without a settle is recovered: dedupe (the outside system applies a key once: the next begin performs it again with the same key), probe (ask --probe-url), or none (unknown, for a person)")
 	probeURL := fs.String("probe-url", "", "with --recovery probe: the URL to GET, with {key} where the call's key goes; 200 means the effect exists, 404 that it does not")
 	settle := fs.Duration("settle-window", 0, "with --recovery probe: how long after a lease ends a probe's \"not found\" is believed (then the key is free again)")
+	dedupeWindow := fs.Duration("dedupe-window", 0, "with --recovery dedupe: how long the outside system honours a key from the first call with it, e.g. 24h for Stripe or Resend (default: for ever); past it a call in doubt is left to a person, never performed again")
+	probeRetention := fs.Duration("probe-retention", 0, "with --recovery probe: how long the outside system can be asked about a call, from the first one, e.g. 720h (default: for ever); past it a call in doubt is left to a person")
 	approvalRequired := fs.Bool("approval", false, "require a person's approval of each call's exact args before it is performed")
 	description := fs.String("description", "", "what the tool does, for the people who approve and resolve its calls")
 	if err := parse(fs, env, args); err != nil {
@@ -45,6 +47,7 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 		return fmt.Errorf("tool add: --recovery %q: want dedupe, probe or none", *recovery)
 	}
 	p := toolcall.RegisterParams{Tool: *name, Recovery: rec, ProbeURL: *probeURL, SettleWindow: *settle,
+		DedupeWindow: *dedupeWindow, ProbeRetention: *probeRetention,
 		ApprovalRequired: *approvalRequired, Description: *description, RegisteredBy: cliActor()}
 	// Refuse bad input before starting or reaching a database.
 	if err := p.Validate(); err != nil {
@@ -74,7 +77,8 @@ func flagSentence(err error) string {
 	var fe *plan.FieldError
 	if errors.As(err, &fe) {
 		flag := map[string]string{"tool": "--name", "recovery": "--recovery", "probe_url": "--probe-url",
-			"settle_window": "--settle-window", "description": "--description"}[fe.Field]
+			"settle_window": "--settle-window", "dedupe_window": "--dedupe-window", "probe_retention": "--probe-retention",
+			"description": "--description"}[fe.Field]
 		if flag != "" {
 			return flag + " " + fe.Reason
 		}
@@ -88,6 +92,8 @@ type toolJSON struct {
 	Recovery         string    `json:"recovery"`
 	ProbeURL         string    `json:"probe_url,omitempty"`
 	SettleWindow     string    `json:"settle_window,omitempty"`
+	DedupeWindow     string    `json:"dedupe_window,omitempty"`
+	ProbeRetention   string    `json:"probe_retention,omitempty"`
 	ApprovalRequired bool      `json:"approval_required"`
 	FirstUse         bool      `json:"first_use"`
 	Description      string    `json:"description,omitempty"`
@@ -116,6 +122,12 @@ func runToolList(ctx context.Context, env Env, args []string) error {
 					FirstUse: p.FirstUse, Description: p.Description, RegisteredBy: p.RegisteredBy, CreatedAt: p.CreatedAt.UTC()}
 				if p.SettleWindow > 0 {
 					out[i].SettleWindow = p.SettleWindow.String()
+				}
+				if p.DedupeWindow > 0 {
+					out[i].DedupeWindow = p.DedupeWindow.String()
+				}
+				if p.ProbeRetention > 0 {
+					out[i].ProbeRetention = p.ProbeRetention.String()
 				}
 			}
 			enc := json.NewEncoder(env.Stdout)

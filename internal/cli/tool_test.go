@@ -96,3 +96,49 @@ func TestToolAddRefusesBadInputBeforeConnecting(t *testing.T) {
 		require.Equal(t, tc.msg, r.err.Error(), tc.args)
 	}
 }
+
+// TestToolAddWindows: an admin declares how long a dedupe tool's outside
+// system honours a key and how long a probe tool's keeps its records;
+// the list shows both, and a window that does not fit the recovery is
+// refused naming its flag.
+func TestToolAddWindows(t *testing.T) {
+	t.Parallel()
+	b := setupPolicy(t)
+	r := b.owner.run(t, runTool, "", "add", "--name", "stripe.charge", "--recovery", "dedupe", "--dedupe-window", "24h")
+	require.NoError(t, r.err, r.stderr)
+	require.Contains(t, r.stdout, "registered tool stripe.charge: recovery: dedupe by key (window 24h0m0s), no approval")
+	r = b.owner.run(t, runTool, "", "add", "--name", "postmark.send", "--recovery", "probe", "--probe-url", "https://pm.example/{key}",
+		"--settle-window", "2m", "--probe-retention", "720h")
+	require.NoError(t, r.err, r.stderr)
+	require.Contains(t, r.stdout, "recovery: probe https://pm.example/{key} (settle window 2m0s, retention 720h0m0s)")
+
+	r = b.app.run(t, runTool, "", "list")
+	require.NoError(t, r.err, r.stderr)
+	require.Regexp(t, `postmark\.send +probe .*\(settle window 2m0s, retention 720h0m0s\)`, r.stdout)
+	require.Regexp(t, `stripe\.charge +dedupe .*dedupe by key \(window 24h0m0s\)`, r.stdout)
+	r = b.app.run(t, runTool, "", "list", "--json")
+	require.NoError(t, r.err, r.stderr)
+	var got []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.Len(t, got, 2)
+	require.Equal(t, "720h0m0s", got[0]["probe_retention"])
+	require.Nil(t, got[0]["dedupe_window"])
+	require.Equal(t, "24h0m0s", got[1]["dedupe_window"])
+	require.Nil(t, got[1]["probe_retention"])
+
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"add", "--name", "crm.set", "--dedupe-window", "24h"}, "tool add: --dedupe-window applies only with recovery dedupe"},
+		{[]string{"add", "--name", "crm.set", "--recovery", "dedupe", "--probe-retention", "24h"}, "tool add: --probe-retention applies only with recovery probe"},
+		{[]string{"add", "--name", "crm.set", "--recovery", "dedupe", "--dedupe-window", "-1h"}, "tool add: --dedupe-window must be at least 1s (leave it out when the outside system honours a key for ever)"},
+	} {
+		r := b.owner.run(t, runTool, "", tc.args...)
+		requireOneLine(t, r.err)
+		require.Equal(t, tc.msg, r.err.Error(), tc.args)
+	}
+	policies, err := toolcall.Policies(b.app.ctx, b.owner.pool)
+	require.NoError(t, err)
+	require.Len(t, policies, 2, "a refused registration registers nothing")
+}

@@ -36,6 +36,7 @@ import (
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/toolclient"
 )
 
@@ -164,18 +165,29 @@ func newToolWorld(t *testing.T) *toolWorld {
 	w := &toolWorld{records: map[string]string{}, sinks: map[string]*sink.Webhook{}}
 	w.dedupe = sink.NewWebhook(sink.WebhookOpts{Dedupe: true, Record: filepath.Join(dir, "dedupe.jsonl")})
 	w.plain = sink.NewWebhook(sink.WebhookOpts{Record: filepath.Join(dir, "plain.jsonl")})
-	t.Cleanup(w.dedupe.Close)
-	t.Cleanup(w.plain.Close)
-	for tool, s := range map[string]*sink.Webhook{"crash.dedupe": w.dedupe, "crash.probe": w.plain, "crash.none": w.plain} {
+	// Outside systems that forget a key after a while, as Stripe and
+	// Resend do after 24 hours: a dedupe window of 2 s, a probe's
+	// retention of 1 s (shorter than the agents' lease, so no probe can
+	// be asked in time).
+	forgetful := sink.NewWebhook(sink.WebhookOpts{Dedupe: true, Forget: 2 * time.Second, Record: filepath.Join(dir, "window.jsonl")})
+	retaining := sink.NewWebhook(sink.WebhookOpts{Forget: time.Second, Record: filepath.Join(dir, "retention.jsonl")})
+	for _, s := range []*sink.Webhook{w.dedupe, w.plain, forgetful, retaining} {
+		t.Cleanup(s.Close)
+	}
+	for tool, s := range map[string]*sink.Webhook{"crash.dedupe": w.dedupe, "crash.probe": w.plain, "crash.none": w.plain,
+		"crash.dedupe-window": forgetful, "crash.probe-retention": retaining} {
 		w.sinks[tool] = s
 	}
-	w.records = map[string]string{"crash.dedupe": filepath.Join(dir, "dedupe.jsonl"), "crash.probe": filepath.Join(dir, "plain.jsonl"), "crash.none": filepath.Join(dir, "plain.jsonl")}
+	w.records = map[string]string{"crash.dedupe": filepath.Join(dir, "dedupe.jsonl"), "crash.probe": filepath.Join(dir, "plain.jsonl"), "crash.none": filepath.Join(dir, "plain.jsonl"),
+		"crash.dedupe-window": filepath.Join(dir, "window.jsonl"), "crash.probe-retention": filepath.Join(dir, "retention.jsonl")}
 
 	// An admin registers the tools, as the schema's owner.
 	for _, args := range [][]string{
 		{"--name", "crash.dedupe", "--recovery", "dedupe"},
 		{"--name", "crash.probe", "--recovery", "probe", "--probe-url", w.plain.ProbeURL() + "/{key}", "--settle-window", "1s"},
 		{"--name", "crash.none", "--recovery", "none"},
+		{"--name", "crash.dedupe-window", "--recovery", "dedupe", "--dedupe-window", "2s"},
+		{"--name", "crash.probe-retention", "--recovery", "probe", "--probe-url", retaining.ProbeURL() + "/{key}", "--settle-window", "1s", "--probe-retention", "1s"},
 	} {
 		out, err := exec.Command(binary, append([]string{"tool", "add", "--database-url", urls.Owner}, args...)...).CombinedOutput()
 		require.NoError(t, err, "%s", out)
@@ -307,8 +319,20 @@ func (w *toolWorld) page(path string) (string, error) {
 	return string(b), err
 }
 
-// api calls the JSON API with token.
+// api calls the JSON API with token. The agents share their token, so a
+// request over its rate (429, answered before anything is done) is sent
+// again after the Retry-After second, as toolclient does.
 func (w *toolWorld) api(method, path, token string, body any) (int, map[string]any, error) {
+	for try := 1; ; try++ {
+		status, out, err := w.apiOnce(method, path, token, body)
+		if status != http.StatusTooManyRequests || try == 10 {
+			return status, out, err
+		}
+		time.Sleep(time.Second) // the server's Retry-After
+	}
+}
+
+func (w *toolWorld) apiOnce(method, path, token string, body any) (int, map[string]any, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -333,7 +357,7 @@ func (w *toolWorld) api(method, path, token string, body any) (int, map[string]a
 }
 
 func toolKey(tool, event string) ledger.Key {
-	k, err := ledger.NewKey(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
+	k, _, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
 	if err != nil {
 		panic(err)
 	}
@@ -520,5 +544,90 @@ func TestToolCallUnknownResolvedByPerson(t *testing.T) {
 		n, err := w.effects("crash.none", key)
 		require.NoError(t, err)
 		require.Equal(t, tc.want, n)
+	}
+}
+
+// pastTheWindow is one measured case of a tool whose outside system
+// forgets keys: the agent killed after its outside call, restarted once
+// the outside system forgot the key. The call ends unknown, for a
+// person, with a reason naming the window — never performed again — and
+// the outside system counts exactly one effect.
+func (w *toolWorld) pastTheWindow(tool, window string, i int) error {
+	event := fmt.Sprintf("%s/%d", tool, i)
+	key := toolKey(tool, event)
+	r, err := w.runAgent(tool, event, crashAfterCall)
+	if err != nil {
+		return err
+	}
+	if !r.killed {
+		return fmt.Errorf("%s: the agent was not killed", event)
+	}
+	if n, err := w.effects(tool, key); err != nil || n != 1 {
+		return fmt.Errorf("%s: %d effects at the outside system after the kill, want 1 (%v)", event, n, err)
+	}
+	// The restart comes once the outside system has forgotten the key.
+	if !await.Poll(30*time.Second, func() bool {
+		res, err := http.Get(w.sinks[tool].ProbeURL() + "/" + string(key))
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusNotFound
+	}) {
+		return fmt.Errorf("%s: the outside system did not forget the key within 30s", event)
+	}
+	r, err = w.runAgent(tool, event, "")
+	if err != nil {
+		return err
+	}
+	if r.out["performed"] == true || r.out["refused"] != "in doubt" || r.out["state"] != "unknown" {
+		return fmt.Errorf("%s: the agent restarted past the window got %v", event, r.out)
+	}
+	if next, _ := r.out["next"].(string); !strings.Contains(next, window) || !strings.Contains(next, "a person resolves it") {
+		return fmt.Errorf("%s: the unknown says %q, want it to name the window (%s) and a person", event, next, window)
+	}
+	_, st, err := w.api(http.MethodGet, "/effects/"+string(key), w.operator, nil)
+	if err != nil {
+		return err
+	}
+	if reason, _ := st["reason"].(string); st["state"] != "unknown" || !strings.Contains(reason, window) {
+		return fmt.Errorf("%s: the ledger says %v (%q), want unknown for a reason naming the window", event, st["state"], st["reason"])
+	}
+	if n, err := w.effects(tool, key); err != nil || n != 1 {
+		return fmt.Errorf("%s: %d effects at the outside system after the restart, want exactly 1 (%v)", event, n, err)
+	}
+	return nil
+}
+
+// TestToolCallCrashPastTheWindow: a dedupe tool whose outside system
+// honours a key for 2 s (--dedupe-window 2s), and a probe tool whose
+// outside system keeps its records for 1 s (--probe-retention 1s), each
+// killed after the outside call and restarted after the window, three
+// times each: unknown for a person, exactly one effect.
+func TestToolCallCrashPastTheWindow(t *testing.T) {
+	t.Parallel()
+	w := newToolWorld(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, tc := range []struct{ tool, window string }{
+		{"crash.dedupe-window", "honours a key for 2s"},
+		{"crash.probe-retention", "keeps its records for 1s"},
+	} {
+		for i := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := w.pastTheWindow(tc.tool, tc.window, i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	await.Group(t, &wg, 5*time.Minute, "the agents restarted past the window")
+	for _, err := range errs {
+		t.Error(err)
 	}
 }

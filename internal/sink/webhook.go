@@ -26,6 +26,11 @@ type WebhookOpts struct {
 	// one JSON line (RecordedEffect), synced before the POST is answered:
 	// evidence that outlives the sink (ReadRecord).
 	Record string
+	// Forget, when set, is how long the sink remembers an effect id after
+	// it first applied it, as an outside system whose deduplication
+	// window or retention ends (Stripe's and Resend's 24 hours): past it a
+	// POST with the id is a new effect, and a probe answers 404.
+	Forget time.Duration
 }
 
 // RecordedEffect is one line of a webhook sink's Record file.
@@ -276,7 +281,7 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 		f.write(rw, "")
 		return
 	}
-	if i, seen := w.byID[id]; w.opts.Dedupe && id != "" && seen {
+	if i, seen := w.remembers(id); w.opts.Dedupe && id != "" && seen {
 		e := w.effects[i]
 		w.mu.Unlock()
 		writeJSON(rw, http.StatusOK, answer(e))
@@ -292,7 +297,7 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 		w.strandN--
 		e.Stranded = true
 	}
-	if _, seen := w.byID[id]; !seen {
+	if _, seen := w.remembers(id); !seen {
 		w.byID[id] = len(w.effects)
 	}
 	w.effects = append(w.effects, e)
@@ -316,6 +321,16 @@ func (w *Webhook) hook(rw http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// remembers is the index of the first effect of id the sink still
+// remembers (w.mu held).
+func (w *Webhook) remembers(id string) (int, bool) {
+	i, ok := w.byID[id]
+	if ok && w.opts.Forget > 0 && time.Since(w.effects[i].At) >= w.opts.Forget {
+		return 0, false
+	}
+	return i, ok
+}
+
 func answer(e WebhookEffect) map[string]string {
 	if e.Stranded {
 		return map[string]string{"status": "stranded", "reason": "the sink was told to strand this effect", "receipt": e.Receipt}
@@ -327,7 +342,7 @@ func (w *Webhook) probe(rw http.ResponseWriter, r *http.Request) {
 	w.record(r, nil)
 	id := r.PathValue("id")
 	w.mu.Lock()
-	i, ok := w.byID[id]
+	i, ok := w.remembers(id)
 	var e WebhookEffect
 	if ok {
 		e = w.effects[i]

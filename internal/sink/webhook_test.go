@@ -189,6 +189,27 @@ func TestWebhookSinkCountsExactlyUnderConcurrency(t *testing.T) {
 	require.Len(t, receipts, n)
 }
 
+// TestWebhookSinkForgets: a sink that remembers an effect id for a while
+// deduplicates and answers probes within it; past it, the probe answers
+// 404 and a repeat is a second effect.
+func TestWebhookSinkForgets(t *testing.T) {
+	t.Parallel()
+	const forget = 300 * time.Millisecond
+	b := setupWebhook(t, sink.WebhookOpts{Dedupe: true, Forget: forget})
+	first := time.Now()
+	b.post(t, "e-1", "ada@example.test")
+	b.post(t, "e-1", "ada@example.test")
+	if time.Since(first) < forget {
+		require.Equal(t, map[string]int{"e-1": 1}, b.sink.CountByEffectID(), "within the window: one effect")
+	}
+	await.Until(t, 10*time.Second, "the sink to forget e-1", func() bool {
+		return b.do(t, http.MethodGet, "/effects/e-1", "", "").status == http.StatusNotFound
+	})
+	b.post(t, "e-1", "ada@example.test")
+	require.Equal(t, map[string]int{"e-1": 2}, b.sink.CountByEffectID(), "past the window a repeat is a second effect")
+	require.Equal(t, http.StatusOK, b.do(t, http.MethodGet, "/effects/e-1", "", "").status, "the second effect is remembered anew")
+}
+
 func TestWebhookSinkProbe(t *testing.T) {
 	t.Parallel()
 	for _, opts := range []sink.WebhookOpts{{}, {Probe: true}} {

@@ -47,33 +47,36 @@ type beginRequest struct {
 // what the caller should do next, and, to the caller that may perform it
 // (201), the lease.
 type effectAnswer struct {
-	Key              string        `json:"key"`
-	Epoch            int           `json:"epoch"`
-	State            string        `json:"state"`
-	Tool             string        `json:"tool"`
-	Event            string        `json:"event"`
-	Target           ledger.Target `json:"target"`
-	AmountMinor      int64         `json:"amount_minor"`
-	Scope            string        `json:"scope"`
-	ArgsDigest       string        `json:"args_digest"`
-	Recovery         string        `json:"recovery"`
-	ApprovalRequired bool          `json:"approval_required"`
-	Attempt          int           `json:"attempt,omitempty"`
-	Lease            string        `json:"lease,omitempty"`
-	LeaseUntil       *time.Time    `json:"lease_until,omitempty"`
-	Holder           string        `json:"holder,omitempty"`
-	Takeover         bool          `json:"takeover,omitempty"`
-	Registered       bool          `json:"registered,omitempty"`
-	Receipt          string        `json:"receipt,omitempty"`
-	Raw              *string       `json:"raw,omitempty"`
-	Reason           string        `json:"reason,omitempty"`
-	Resolution       string        `json:"resolution,omitempty"`
-	ResolvedBy       string        `json:"resolved_by,omitempty"`
-	ApprovedBy       string        `json:"approved_by,omitempty"`
-	ApprovalURL      string        `json:"approval_url,omitempty"`
-	URL              string        `json:"url"`
-	Next             string        `json:"next"`
-	RetryAfter       int           `json:"retry_after,omitempty"`
+	Key         string        `json:"key"`
+	Epoch       int           `json:"epoch"`
+	State       string        `json:"state"`
+	Tool        string        `json:"tool"`
+	Event       string        `json:"event"`
+	Target      ledger.Target `json:"target"`
+	AmountMinor int64         `json:"amount_minor"`
+	Scope       string        `json:"scope"`
+	ArgsDigest  string        `json:"args_digest"`
+	Recovery    string        `json:"recovery"`
+	// The policy's windows, in seconds (absent: for ever).
+	DedupeWindowSeconds   int64      `json:"dedupe_window_seconds,omitempty"`
+	ProbeRetentionSeconds int64      `json:"probe_retention_seconds,omitempty"`
+	ApprovalRequired      bool       `json:"approval_required"`
+	Attempt               int        `json:"attempt,omitempty"`
+	Lease                 string     `json:"lease,omitempty"`
+	LeaseUntil            *time.Time `json:"lease_until,omitempty"`
+	Holder                string     `json:"holder,omitempty"`
+	Takeover              bool       `json:"takeover,omitempty"`
+	Registered            bool       `json:"registered,omitempty"`
+	Receipt               string     `json:"receipt,omitempty"`
+	Raw                   *string    `json:"raw,omitempty"`
+	Reason                string     `json:"reason,omitempty"`
+	Resolution            string     `json:"resolution,omitempty"`
+	ResolvedBy            string     `json:"resolved_by,omitempty"`
+	ApprovedBy            string     `json:"approved_by,omitempty"`
+	ApprovalURL           string     `json:"approval_url,omitempty"`
+	URL                   string     `json:"url"`
+	Next                  string     `json:"next"`
+	RetryAfter            int        `json:"retry_after,omitempty"`
 	// Error is set on 409: the answer is a refusal as well as a status.
 	Error *httperr.Problem `json:"error,omitempty"`
 }
@@ -87,6 +90,8 @@ func (a *API) toolAnswer(c echo.Context, st toolcall.Status, lease bool) effectA
 		Recovery: string(st.Policy.Recovery), ApprovalRequired: st.Policy.ApprovalRequired, Attempt: st.Attempt,
 		Holder: st.Holder, Receipt: st.Receipt, Reason: st.Reason, Resolution: st.Resolution, ResolvedBy: st.ResolvedBy,
 		ApprovedBy: st.ApprovedBy, URL: base + toolEffectPage + url.PathEscape(string(st.Key)),
+		DedupeWindowSeconds:   int64(st.Policy.DedupeWindow / time.Second),
+		ProbeRetentionSeconds: int64(st.Policy.ProbeRetention / time.Second),
 	}
 	if v.State == "" {
 		v.State = "new"
@@ -130,6 +135,9 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 	case ledger.StateStranded:
 		return "it exists at the outside system but can never complete: do not call; a person looks at it at url", 0
 	case ledger.StateUnknown:
+		if st.Closed != "" {
+			return "its outcome is unknown and " + st.Closed + ": do not call; a person resolves it at url (delivered, or not delivered, after which the next begin performs it)", 0
+		}
 		switch st.Policy.Recovery {
 		case toolcall.RecoveryProbe:
 			return "its outcome is unknown: do not call; Onceplan asks the tool's probe and settles it — begin again later to learn the outcome", 10
@@ -144,6 +152,9 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 				wait = max(1, int(time.Until(*v.LeaseUntil).Seconds())+1)
 			}
 			return "a call holding this key is in flight until lease_until: do not call; begin again after it to learn the outcome", wait
+		}
+		if st.Closed != "" {
+			return "the lease ended without a settle and " + st.Closed + ": do not call; it becomes unknown for a person to resolve at url", 1
 		}
 		switch st.Policy.Recovery {
 		case toolcall.RecoveryProbe:
@@ -202,6 +213,10 @@ func (a *API) beginEffect(c echo.Context, actor approval.Actor) error {
 			v.Next = "the previous attempt's lease ended in doubt and the tool deduplicates by key: perform it again with the same key (the outside system applies it once), then settle it with lease"
 		}
 	case toolcall.InDoubt:
+		if res.Busy {
+			v.Next = "the call's state kept changing under this begin (recovery or another caller acting on it): do not call; begin again shortly to read where it stands"
+			v.RetryAfter = max(v.RetryAfter, 1)
+		}
 		v.Error = &httperr.Problem{Code: "in_doubt", Message: "do not perform the call: " + v.Next}
 	}
 	if v.RetryAfter > 0 && res.Outcome != toolcall.Perform {

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/api"
@@ -254,4 +256,189 @@ func TestEffectApprovalOfExactArgs(t *testing.T) {
 	require.Equal(t, http.StatusOK, pay(5000).status)
 	require.Equal(t, http.StatusUnprocessableEntity, pay(9999).status, "bound to the approved args for good")
 	require.Equal(t, 1, attempts(key))
+}
+
+// TestEffectRefusedSettleChangesNothing: a call settled done with raw A,
+// then settled failed with raw B and unknown with raw C by the same
+// lease: both are refused (409) with nothing recorded, and every replay
+// returns raw A, the answer of the settle that settled it.
+func TestEffectRefusedSettleChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	r := s.begin("agent", "run-3/step-1", "crm.set_status", "customer-5", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusCreated, r.status, r.raw)
+	key := r.body["key"].(string)
+	require.Equal(t, http.StatusOK, s.settle("agent", r, "done", "crm-op-1", "raw A").status)
+
+	var effectID int64
+	require.NoError(t, s.pool.QueryRow(t.Context(), `SELECT id FROM effect WHERE key = $1`, key).Scan(&effectID))
+	recorded := func() string {
+		var out string
+		require.NoError(t, s.pool.QueryRow(t.Context(), `
+			SELECT (SELECT string_agg(kind || ':' || convert_from(body, 'UTF8'), ',' ORDER BY id) FROM effect_response WHERE effect_id = $1)
+			    || ' | ' || (SELECT string_agg(action || ':' || coalesce(state::text, ''), ',' ORDER BY id) FROM tool_call_event WHERE key = $2)
+			    || ' | ' || (SELECT state || ':' || coalesce(receipt, '') FROM effect WHERE id = $1)`, effectID, key).Scan(&out))
+		return out
+	}
+	before := recorded()
+	for _, late := range []struct{ outcome, raw string }{{"failed", "raw B"}, {"unknown", "raw C"}} {
+		got := s.settle("agent", r, late.outcome, "", late.raw)
+		require.Equal(t, http.StatusConflict, got.status, got.raw)
+		require.Equal(t, "conflict", got.errCode())
+		require.Contains(t, got.errMessage(), "already done")
+		require.Equal(t, before, recorded(), "a refused settle changes nothing")
+	}
+
+	replay := s.begin("agent", "run-3/step-1", "crm.set_status", "customer-5", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusOK, replay.status, replay.raw)
+	require.Equal(t, "raw A", replay.body["raw"], "the replay is the answer of the settle that settled it")
+	require.Equal(t, "crm-op-1", replay.body["receipt"])
+	got := s.do("viewer", http.MethodGet, "/effects/"+key, "", "")
+	require.Equal(t, "raw A", got.body["raw"])
+}
+
+// TestEffectBeginRacingRecovery: a begin that finds the call in doubt
+// while recovery (or the holder's settle) changes it between the begin's
+// read and its write. The test holds the attempt's lock, makes the change
+// the other side makes, lets the begin reach the lock, and commits: the
+// begin answers the call's status as it is now — never a bare conflict.
+func TestEffectBeginRacingRecovery(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := t.Context()
+	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "crm.dedupe", Recovery: toolcall.RecoveryDedupe, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+
+	// race begins tool's call with a one-second lease, waits for the lease
+	// to end, then holds the attempt's lock while change runs in the same
+	// transaction, and answers the begin made meanwhile.
+	race := func(tool, event string, change func(tx pgx.Tx, key string)) reply {
+		first := s.begin("agent", event, tool, "acct-1", map[string]any{"v": 1}, map[string]any{"lease_seconds": 1})
+		require.Equal(t, http.StatusCreated, first.status, first.raw)
+		key := first.body["key"].(string)
+		await.Until(t, 10*time.Second, "the lease to end by the database's clock", func() bool {
+			var ended bool
+			return s.pool.QueryRow(ctx, `SELECT lease_until < now() FROM tool_attempt WHERE key = $1`, key).Scan(&ended) == nil && ended
+		})
+		tx, err := s.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		var pid int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+		_, err = tx.Exec(ctx, `SELECT 1 FROM tool_attempt WHERE key = $1 FOR UPDATE`, key)
+		require.NoError(t, err)
+		change(tx, key)
+		answer := make(chan reply, 1)
+		go func() { answer <- s.begin("agent", event, tool, "acct-1", map[string]any{"v": 1}) }()
+		await.Until(t, 10*time.Second, "the begin to reach the attempt's lock", func() bool {
+			var waiting bool
+			return s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, pid).Scan(&waiting) == nil && waiting
+		})
+		require.NoError(t, tx.Commit(ctx))
+		return await.Recv(t, answer, 10*time.Second, "the begin's answer")
+	}
+	effectOf := func(tx pgx.Tx, key string) int64 {
+		var id int64
+		require.NoError(t, tx.QueryRow(ctx, `SELECT id FROM effect WHERE key = $1`, key).Scan(&id))
+		return id
+	}
+
+	// No recovery: the server's recovery makes it unknown meanwhile.
+	r := race("crm.none", "run-1", func(tx pgx.Tx, key string) {
+		_, err := ledger.NewStore(tx).Settle(ctx, ledger.SettleParams{EffectID: effectOf(tx, key), State: ledger.StateUnknown, Reason: "recovery: the lease ended"})
+		require.NoError(t, err)
+	})
+	require.Equal(t, http.StatusConflict, r.status, r.raw)
+	require.Equal(t, "unknown", r.body["state"], r.raw)
+	require.Equal(t, "in_doubt", r.errCode(), r.raw)
+	require.Contains(t, r.body["next"], "a person resolves it")
+
+	// Dedupe: the holder's settle lands meanwhile; the begin replays it.
+	r = race("crm.dedupe", "run-2", func(tx pgx.Tx, key string) {
+		store := ledger.NewStore(tx)
+		id := effectOf(tx, key)
+		_, err := store.RecordResponse(ctx, id, ledger.ResponseSend, []byte(`{"id":"op-2"}`))
+		require.NoError(t, err)
+		_, err = store.Settle(ctx, ledger.SettleParams{EffectID: id, State: ledger.StateDone, Receipt: "op-2"})
+		require.NoError(t, err)
+	})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, "done", r.body["state"])
+	require.Equal(t, `{"id":"op-2"}`, r.body["raw"])
+}
+
+// TestEffectPastTheWindowIsUnknown: a dedupe tool whose outside system
+// honours a key for 2 s, and a probe tool whose outside system keeps its
+// records for 1 s, each performed at the outside system by an agent that
+// then died. Past the window the next begin does not take the call over
+// (the outside system forgot the key: a second effect) nor believe a
+// probe's "not found": the call is unknown, for a person, with a reason
+// naming the window, and the outside system counts exactly one effect.
+func TestEffectPastTheWindowIsUnknown(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	ctx := t.Context()
+	dedupe := sink.NewWebhook(sink.WebhookOpts{Dedupe: true, Forget: 2 * time.Second})
+	t.Cleanup(dedupe.Close)
+	plain := sink.NewWebhook(sink.WebhookOpts{Forget: time.Second})
+	t.Cleanup(plain.Close)
+	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "pay.dedupe", Recovery: toolcall.RecoveryDedupe,
+		DedupeWindow: 2 * time.Second, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+	_, err = toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "mail.probe", Recovery: toolcall.RecoveryProbe,
+		ProbeURL: plain.ProbeURL() + "/{key}", ProbeRetention: time.Second, RegisteredBy: "admin@example.com"})
+	require.NoError(t, err)
+
+	// perform is the agent's call to the outside system, with the key as
+	// its idempotency key.
+	perform := func(outside *sink.Webhook, key string) {
+		req, err := http.NewRequest(http.MethodPost, outside.URL(), strings.NewReader(`{"target":"acct-1"}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode)
+	}
+	for _, tc := range []struct {
+		tool    string
+		outside *sink.Webhook
+		field   string
+		seconds float64
+		window  string
+	}{
+		{"pay.dedupe", dedupe, "dedupe_window_seconds", 2, "honours a key for 2s"},
+		{"mail.probe", plain, "probe_retention_seconds", 1, "keeps its records for 1s"},
+	} {
+		first := s.begin("agent", "run-1", tc.tool, "acct-1", map[string]any{"cents": 500}, map[string]any{"lease_seconds": 1})
+		require.Equal(t, http.StatusCreated, first.status, first.raw)
+		require.EqualValues(t, tc.seconds, first.body[tc.field], "the policy's window is in the effect's status")
+		key := first.body["key"].(string)
+		perform(tc.outside, key)
+		// The agent dies here, without a settle. Its lease ends, and the
+		// outside system forgets the key.
+		await.Until(t, 20*time.Second, tc.tool+": the lease to end and the outside system to forget the key", func() bool {
+			var ended bool
+			if s.pool.QueryRow(ctx, `SELECT lease_until < now() FROM tool_attempt WHERE key = $1`, key).Scan(&ended) != nil || !ended {
+				return false
+			}
+			res, err := http.Get(tc.outside.ProbeURL() + "/" + key)
+			if err != nil {
+				return false
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusNotFound
+		})
+
+		again := s.begin("agent", "run-1", tc.tool, "acct-1", map[string]any{"cents": 500}, map[string]any{"lease_seconds": 1})
+		if again.status == http.StatusCreated {
+			perform(tc.outside, key) // what a runtime told to perform does
+		}
+		require.Equal(t, 1, tc.outside.CountByEffectID()[key], "%s: one effect at the outside system", tc.tool)
+		require.Equal(t, http.StatusConflict, again.status, again.raw)
+		require.Equal(t, "unknown", again.body["state"], again.raw)
+		require.Contains(t, again.body["reason"], tc.window)
+		require.Contains(t, again.body["next"], "a person resolves it")
+		require.Contains(t, again.body["next"], tc.window)
+	}
 }
