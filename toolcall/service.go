@@ -30,6 +30,10 @@ const (
 	MaxLease     = time.Hour
 	// MaxArgsBytes bounds a call's args (migration 0021's check).
 	MaxArgsBytes = 1 << 20
+	// MaxIdentityBytes bounds each text of a call's identity (event,
+	// scope, target): they are stored beside the key and indexed, and an
+	// index entry holds at most a few kilobytes.
+	MaxIdentityBytes = 1000
 	// MaxRawBytes bounds a settle's raw answer.
 	MaxRawBytes = 4 << 20
 	// DefaultProbeTimeout bounds one probe request.
@@ -159,6 +163,13 @@ var keyFields = []string{"event", "tool", "target", "amount_minor", "scope"}
 func (p BeginParams) validate() (validated, error) {
 	if err := ValidateTool(p.Identity.Tool); err != nil {
 		return validated{}, err
+	}
+	for _, f := range []struct{ name, value string }{
+		{"event", p.Identity.Event}, {"scope", p.Identity.Scope}, {"target", p.Identity.Target.Value},
+	} {
+		if len(f.value) > MaxIdentityBytes {
+			return validated{}, &plan.FieldError{Field: f.name, Reason: fmt.Sprintf("is %d bytes; at most %d", len(f.value), MaxIdentityBytes)}
+		}
 	}
 	canonical, err := ledger.CanonicalJSON(p.Identity)
 	if err != nil {

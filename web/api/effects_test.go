@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -441,4 +442,29 @@ func TestEffectPastTheWindowIsUnknown(t *testing.T) {
 		require.Contains(t, again.body["next"], "a person resolves it")
 		require.Contains(t, again.body["next"], tc.window)
 	}
+}
+
+// TestEffectIdentityIsBounded: an event, a scope or a target value too
+// long to index (the review's 3,000-character event answered 500) is a
+// 400 naming the field, and nothing is recorded.
+func TestEffectIdentityIsBounded(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	long := strings.Repeat("x", 3000)
+	for _, tc := range []struct {
+		field string
+		body  map[string]any
+	}{
+		{"event", map[string]any{"event": long, "tool": "crm.note", "target": map[string]any{"kind": "subject", "value": "c-1"}, "args": map[string]any{}}},
+		{"scope", map[string]any{"event": "run-1", "tool": "crm.note", "scope": long, "target": map[string]any{"kind": "subject", "value": "c-1"}, "args": map[string]any{}}},
+		{"target", map[string]any{"event": "run-1", "tool": "crm.note", "target": map[string]any{"kind": "subject", "value": long}, "args": map[string]any{}}},
+	} {
+		r := s.json("agent", http.MethodPost, "/effects", tc.body)
+		require.Equal(t, http.StatusBadRequest, r.status, r.raw)
+		require.Contains(t, r.errMessage(), tc.field, r.raw)
+		require.Contains(t, r.errMessage(), "at most", r.raw)
+	}
+	var calls int
+	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM tool_call`).Scan(&calls))
+	require.Zero(t, calls)
 }
