@@ -40,7 +40,7 @@ func TestAuditNamesRowsTheGateWouldHaveRefused(t *testing.T) {
 	err = pgx.BeginFunc(b.ctx, f.Pool, func(tx pgx.Tx) error {
 		for _, sql := range []string{
 			`UPDATE onceplan_migration SET applied_at = now() + interval '1 hour' WHERE version = 24`,
-			`ALTER TABLE effect DISABLE TRIGGER effect_insert`,
+			`ALTER TABLE effect DISABLE TRIGGER effect_insert_gate`,
 			`ALTER TABLE target_suppressed DISABLE TRIGGER target_suppressed_insert`,
 		} {
 			if _, err := tx.Exec(b.ctx, sql); err != nil {
@@ -65,7 +65,7 @@ func TestAuditNamesRowsTheGateWouldHaveRefused(t *testing.T) {
 			return err
 		}
 		for _, sql := range []string{
-			`ALTER TABLE effect ENABLE TRIGGER effect_insert`,
+			`ALTER TABLE effect ENABLE TRIGGER effect_insert_gate`,
 			`ALTER TABLE target_suppressed ENABLE TRIGGER target_suppressed_insert`,
 		} {
 			if _, err := tx.Exec(b.ctx, sql); err != nil {

@@ -200,9 +200,9 @@ func TestPauseWaitsForTheClaimsInFlight(t *testing.T) {
 		_, err := w.svc.Pause(w.ctx, w.operator, id, "checking")
 		paused <- err
 	}()
-	await.Until(t, time.Minute, "the pause waiting for the claim's lock", func() bool {
+	await.Until(t, time.Minute, "the pause waiting for the claim to commit", func() bool {
 		var waiting bool
-		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting))
 		return waiting
 	})
 	require.NoError(t, tx.Commit(w.ctx))
@@ -296,7 +296,7 @@ func TestRemovalWaitsForASuppressedOutcomeInFlight(t *testing.T) {
 	}()
 	await.Until(t, time.Minute, "the removal waiting for the outcome's lock", func() bool {
 		var waiting bool
-		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`).Scan(&waiting))
 		return waiting
 	})
 	require.NoError(t, tx.Rollback(w.ctx))
@@ -338,4 +338,40 @@ func TestHostileRemovalInSomeoneElsesName(t *testing.T) {
 	add()
 	_, err = suppression.Remove(w.ctx, owner, "ann@example.com", "root@ops-host", "asked to be mailed again")
 	require.NoError(t, err)
+}
+
+// TestActiveIDSQLIsTheDatabasesRule: the claim's statement and
+// PostgreSQL's own check of an attempt state one rule, "the oldest entry
+// of the address without a removal" (suppression.ActiveIDSQL, written out
+// for the planner, and the function onceplan_suppressed): they agree for
+// an address never listed, listed, listed twice, taken off and listed
+// again.
+func TestActiveIDSQLIsTheDatabasesRule(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, jobs.Config{}, "outbox=maildir://"+t.TempDir())
+	agree := func(address string) *int64 {
+		t.Helper()
+		var fromGo, fromDB *int64
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT `+suppression.ActiveIDSQL("$1::text")+`, onceplan_suppressed($1)`, address).Scan(&fromGo, &fromDB))
+		require.Equal(t, fromDB, fromGo, "for %s", address)
+		return fromDB
+	}
+	add := func(address string) {
+		_, _, err := suppression.Add(w.ctx, w.pool, suppression.AddParams{Address: address, Reason: suppression.Manual,
+			Source: suppression.FromActor, Actor: "ops@example.com"})
+		require.NoError(t, err)
+	}
+	require.Nil(t, agree("ann@example.com"))
+	add("ann@example.com")
+	first := agree("ann@example.com")
+	require.NotNil(t, first)
+	_, err := w.pool.Exec(w.ctx, `INSERT INTO suppression (address, reason, source) VALUES ('ann@example.com', 'complaint', 'actor')`)
+	require.NoError(t, err)
+	require.Equal(t, first, agree("ann@example.com"), "the oldest entry in force")
+	_, err = suppression.Remove(w.ctx, w.pool, "ann@example.com", "admin@example.com", "asked to be mailed again")
+	require.NoError(t, err)
+	require.Nil(t, agree("ann@example.com"))
+	add("ann@example.com")
+	require.NotNil(t, agree("ann@example.com"))
+	require.Nil(t, agree("bob@example.com"))
 }

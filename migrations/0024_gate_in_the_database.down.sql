@@ -1,3 +1,5 @@
+DROP TRIGGER effect_insert_gate ON effect;
+DROP FUNCTION effect_insert_gate();
 DROP TRIGGER suppression_removal_insert ON suppression_removal;
 DROP FUNCTION onceplan_suppression_removal_insert();
 
@@ -162,7 +164,7 @@ $$;
 ALTER FUNCTION effect_update() SET enable_seqscan = off;
 
 ALTER TABLE effect DROP COLUMN failure;
+DROP FUNCTION onceplan_close_gate();
 DROP FUNCTION onceplan_require_read_committed(text);
 DROP FUNCTION onceplan_suppression_lock_key(text);
-DROP FUNCTION onceplan_gate_lock_key(bigint);
 DROP FUNCTION onceplan_suppressed(text);

@@ -10,20 +10,26 @@
 --   * an address is taken off the list (suppression_removal) by the
 --     schema's owner, or in the name of an enabled admin.
 --
--- Both checks read the latest committed rows, after a lock that every
--- change of what they read takes too, so nothing slips between the read
+-- Each check reads the latest committed rows, after a lock that every
+-- change of what it reads takes too, so nothing slips between the read
 -- and the insert:
 --
---   * a claim holds a shared advisory lock on its plan's gate until it
---     commits; a campaign leaving "running" (or its plan) takes it
---     exclusively in campaign_update, so it waits for the claims in flight,
---     and the claims after it wait for it and then see it;
+--   * an attempt is written under the ROW EXCLUSIVE lock every writer of
+--     effect holds until it commits (PostgreSQL's own, at no extra cost);
+--     a campaign leaving "running" (or its plan) takes SHARE on effect in
+--     campaign_update: it waits for the writes in flight, and the writes
+--     after it wait for its commit and then see it. A transition is a
+--     person's act or a campaign's end: rare, and over in milliseconds;
 --   * a suppressed outcome holds a shared advisory lock on its address; a
 --     removal takes it exclusively (the lock suppression.Remove already
 --     took by hand, now taken by PostgreSQL for every writer).
 --
--- An advisory lock writes nothing to the row (a row lock on the campaign
--- would: the per-claim write migration 0023 took away for the plan's row).
+-- The attempts' check runs once per statement, over the rows the
+-- statement inserted (a transition table): a claim batch of a hundred rows
+-- pays one query, not a hundred. A lock of the campaign's row per claim
+-- would write to that row (the per-claim write migration 0023 took away
+-- for the plan's row), and an advisory lock per claim cost a quarter of
+-- the executor's throughput at 100 workers (docs/BENCHMARKS.md).
 -- "The latest committed rows" holds at READ COMMITTED, where each query
 -- of a trigger takes a fresh snapshot; at REPEATABLE READ and SERIALIZABLE
 -- the snapshot is the transaction's first, which could be older than a
@@ -40,10 +46,8 @@ LANGUAGE sql STABLE AS $$
       AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)
 $$;
 
--- The advisory lock keys of a plan's gate and of an address's
--- suppression (the second is the key suppression.Remove has used).
-CREATE FUNCTION onceplan_gate_lock_key(plan_id bigint) RETURNS bigint
-LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('onceplan-plan-gate:' || plan_id, 0) $$;
+-- The advisory lock key of an address's suppression (the key
+-- suppression.Remove has used).
 CREATE FUNCTION onceplan_suppression_lock_key(addr text) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('onceplan-suppression:' || addr, 0) $$;
 
@@ -60,17 +64,12 @@ BEGIN
 END
 $$;
 
--- An attempt starts pending, without an outcome; one made for a plan
--- target names both the plan and the ordinal, has that target's key
--- (OP007), and passes the gate (OP008). The lookups are primary-key and
--- index probes on the claim's path; the function's cached plans must
--- never be sequential scans (see 0010).
+-- An attempt starts pending, without an outcome, and names both its plan
+-- and its target's ordinal or neither; the database's clock stamps it.
+-- Plain expressions only: the checks that read tables run once per
+-- statement (effect_insert_gate).
 CREATE OR REPLACE FUNCTION effect_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE
-    target record;
-    gate record;
-    held bigint;
 BEGIN
     IF NEW.state <> 'pending' THEN
         RAISE EXCEPTION 'an effect starts as pending, not %', NEW.state
@@ -86,37 +85,79 @@ BEGIN
         RAISE EXCEPTION 'an effect names both its plan and its target''s ordinal, or neither'
             USING ERRCODE = 'OP004';
     END IF;
-    IF NEW.plan_id IS NOT NULL THEN
-        -- The plan and its targets never change: read before the lock.
-        SELECT p.campaign_id, t.target AS address INTO target
-        FROM plan p JOIN target t ON t.list_id = p.list_id AND t.ordinal = NEW.ordinal
-        WHERE p.id = NEW.plan_id AND t.key = NEW.key;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'effect refused: % is not the key of target #% of plan %', NEW.key, NEW.ordinal, NEW.plan_id
-                USING ERRCODE = 'OP007';
-        END IF;
-        PERFORM onceplan_require_read_committed('an attempt at a plan''s target');
-        PERFORM pg_advisory_xact_lock_shared(onceplan_gate_lock_key(NEW.plan_id));
-        SELECT c.state, c.plan_id IS NOT DISTINCT FROM NEW.plan_id AS current INTO gate
-        FROM campaign c WHERE c.id = target.campaign_id;
-        IF gate.state <> 'running' OR NOT gate.current THEN
-            RAISE EXCEPTION 'effect refused: target #% of plan % is not sent while its campaign is % (an attempt starts only while the campaign runs that plan)',
-                NEW.ordinal, NEW.plan_id, CASE WHEN gate.current THEN gate.state::text ELSE 'running another plan' END
-                USING ERRCODE = 'OP008';
-        END IF;
-        held := onceplan_suppressed(target.address);
-        IF held IS NOT NULL THEN
-            RAISE EXCEPTION 'effect refused: target #% of plan % is %, which is on the suppression list (entry %)',
-                NEW.ordinal, NEW.plan_id, target.address, held
-                USING ERRCODE = 'OP008';
-        END IF;
-    END IF;
     NEW.created_at := now();
     NEW.updated_at := NEW.created_at;
     RETURN NEW;
 END
 $$;
-ALTER FUNCTION effect_insert() SET enable_seqscan = off;
+
+-- The attempts a statement made for plan targets: each has its target's
+-- key (OP007), its campaign runs that plan, and its address has no
+-- suppression in force (OP008), read after the statement's lock on effect
+-- (see above). The suppression test is onceplan_suppressed's, written out
+-- so that it is planned with the rest. Index probes per row; the
+-- function's cached plan must never scan a table (see 0010).
+CREATE FUNCTION effect_insert_gate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM new_attempts n WHERE n.plan_id IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    SELECT n.key, n.plan_id, n.ordinal, t.target AS address, t.key IS NULL AS wrong_key,
+           c.state, c.plan_id IS NOT DISTINCT FROM n.plan_id AS current,
+           (SELECT min(s.id + 0) FROM suppression s
+            WHERE s.address = t.target
+              AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)) AS held
+    INTO bad
+    FROM new_attempts n
+    LEFT JOIN plan p ON p.id = n.plan_id
+    LEFT JOIN target t ON t.list_id = p.list_id AND t.ordinal = n.ordinal AND t.key = n.key
+    LEFT JOIN campaign c ON c.id = p.campaign_id
+    WHERE n.plan_id IS NOT NULL
+      AND (t.key IS NULL OR c.state <> 'running' OR c.plan_id IS DISTINCT FROM n.plan_id
+           OR EXISTS (SELECT 1 FROM suppression s WHERE s.address = t.target
+                      AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)))
+    ORDER BY (t.key IS NULL) DESC
+    LIMIT 1;
+    IF FOUND AND bad.wrong_key THEN
+        RAISE EXCEPTION 'effect refused: % is not the key of target #% of plan %', bad.key, bad.ordinal, bad.plan_id
+            USING ERRCODE = 'OP007';
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM onceplan_require_read_committed('an attempt at a plan''s target');
+    END IF;
+    IF FOUND AND (bad.state <> 'running' OR NOT bad.current) THEN
+        RAISE EXCEPTION 'effect refused: target #% of plan % is not sent while its campaign is % (an attempt starts only while the campaign runs that plan)',
+            bad.ordinal, bad.plan_id, CASE WHEN bad.current THEN bad.state::text ELSE 'running another plan' END
+            USING ERRCODE = 'OP008';
+    END IF;
+    IF FOUND THEN
+        RAISE EXCEPTION 'effect refused: target #% of plan % is %, which is on the suppression list (entry %)',
+            bad.ordinal, bad.plan_id, bad.address, bad.held
+            USING ERRCODE = 'OP008';
+    END IF;
+    RETURN NULL;
+END
+$$;
+ALTER FUNCTION effect_insert_gate() SET enable_seqscan = off;
+CREATE TRIGGER effect_insert_gate AFTER INSERT ON effect
+    REFERENCING NEW TABLE AS new_attempts
+    FOR EACH STATEMENT EXECUTE FUNCTION effect_insert_gate();
+
+-- A campaign leaving "running" waits for the ledger's writes in flight
+-- and holds the next ones until it commits (SHARE on effect). The server's
+-- role may not lock effect itself (LOCK TABLE needs table-wide UPDATE), so
+-- the lock is taken with the owner's rights, by this function alone.
+CREATE FUNCTION onceplan_close_gate() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    LOCK TABLE effect IN SHARE MODE;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION onceplan_close_gate() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION onceplan_close_gate() TO onceplan_app;
 
 -- Whether a failed attempt is final, said when it fails: "rejected" (the
 -- provider refused it for good: nothing retries it), "retry" (nothing was
@@ -206,8 +247,8 @@ $$;
 ALTER FUNCTION effect_update() SET enable_seqscan = off;
 
 -- The campaign (0014's rules, unchanged), and: leaving "running", or the
--- plan it runs, waits for the claims of that plan in flight and holds new
--- ones back until it commits (the gate's exclusive lock).
+-- plan it runs, waits for the ledger's writes in flight and holds new ones
+-- back until it commits (onceplan_close_gate).
 CREATE OR REPLACE FUNCTION campaign_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -234,9 +275,8 @@ BEGIN
         RAISE EXCEPTION 'campaign %: % -> % is not a legal transition', OLD.id, OLD.state, NEW.state
             USING ERRCODE = 'OP002';
     END IF;
-    IF OLD.state = 'running' AND OLD.plan_id IS NOT NULL
-       AND (NEW.state <> 'running' OR NEW.plan_id IS DISTINCT FROM OLD.plan_id) THEN
-        PERFORM pg_advisory_xact_lock(onceplan_gate_lock_key(OLD.plan_id));
+    IF OLD.state = 'running' AND (NEW.state <> 'running' OR NEW.plan_id IS DISTINCT FROM OLD.plan_id) THEN
+        PERFORM onceplan_close_gate();
     END IF;
     IF NEW.plan_id IS DISTINCT FROM OLD.plan_id THEN
         SELECT version INTO new_version FROM plan WHERE id = NEW.plan_id;

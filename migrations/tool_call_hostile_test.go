@@ -41,6 +41,7 @@ type toolHostile struct {
 	svc      *approval.Service
 	proposer approval.Actor
 	approver approval.Actor
+	operator approval.Actor
 }
 
 func newToolHostile(t *testing.T) *toolHostile {
@@ -59,6 +60,7 @@ func newToolHostile(t *testing.T) *toolHostile {
 	}
 	h.proposer = user("pat@example.com", approval.RoleProposer)
 	h.approver = user("amy@example.com", approval.RoleApprover)
+	h.operator = user("oli@example.com", approval.RoleOperator)
 	return h
 }
 
@@ -221,6 +223,9 @@ func TestHostileToolCallOnACampaignTargetsKey(t *testing.T) {
 	}{{frozen, before}, {draft, after}} {
 		var planID int64
 		require.NoError(t, h.admin.QueryRow(h.ctx, `SELECT plan_id FROM campaign WHERE id = $1`, c.campaign).Scan(&planID))
+		// Started: an attempt at a plan's target is made only then.
+		_, err := h.svc.Start(h.ctx, h.operator, c.campaign)
+		require.NoError(t, err)
 		for i, tg := range c.targets {
 			claim, err := store.ClaimOne(h.ctx, ledger.ClaimRequest{ClaimParams: ledger.ClaimParams{Key: ledger.Key(tg.key), Owner: "worker", PlanID: planID, Ordinal: i + 1}}, ledger.Gate{})
 			require.NoError(t, err)
@@ -272,7 +277,7 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 		switch state {
 		case "failed":
 			stmts = append(stmts, `INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'no' FROM effect WHERE key = `+quote(tg.key),
-				`UPDATE effect SET state = 'failed', reason = 'refused' WHERE key = `+quote(tg.key))
+				`UPDATE effect SET state = 'failed', reason = 'refused', failure = 'retry' WHERE key = `+quote(tg.key))
 		case "done":
 			stmts = append(stmts, `INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect WHERE key = `+quote(tg.key),
 				`UPDATE effect SET state = 'done', receipt = 'agent-1' WHERE key = `+quote(tg.key))
