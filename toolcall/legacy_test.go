@@ -49,7 +49,7 @@ func TestBeginFindsCallsBegunBeforeTheKeySpace(t *testing.T) {
 				`UPDATE effect SET state = 'done', receipt = 'op-1' WHERE key = @key`)
 		case "failed":
 			stmts = append(stmts, `INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'no' FROM effect WHERE key = @key`,
-				`UPDATE effect SET state = 'failed', reason = 'refused' WHERE key = @key`)
+				`UPDATE effect SET state = 'failed', reason = 'refused', failure = 'retry' WHERE key = @key`)
 		}
 		args := pgx.NamedArgs{"key": string(oldKey(event)), "identity": string(canonical), "event": event}
 		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
