@@ -36,7 +36,7 @@ import (
 // up to three times as long).
 var estimates = map[string]string{
 	"test":        "about 10 minutes on a quiet 2-core machine, up to 30 on a busy one",
-	"test-faults": "about 5 minutes on a quiet 2-core machine, up to 15 on a busy one",
+	"test-faults": "about 2 minutes on a quiet 2-core machine, up to 5 on a busy one",
 }
 
 // event is one line of `go test -json` (cmd/test2json).
