@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/plan"
 )
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -78,7 +79,7 @@ func (d Decision) Missing() int { return max(d.Required-len(d.Approvers), 0) }
 
 // decisionEnds are the trail's actions that end a submission, in the
 // order they happen: the first of them after the latest submit decides.
-var decisionEnds = []Action{ActionFreeze, ActionReject, ActionCancel, ActionEdit, ActionImport}
+var decisionEnds = []auth.Action{auth.ActionFreeze, auth.ActionReject, auth.ActionCancel, auth.ActionEdit, auth.ActionImport}
 
 // decisionEndNames is decisionEnds as the text[] the trail's query takes.
 var decisionEndNames = func() []string {
@@ -93,7 +94,7 @@ var decisionEndNames = func() []string {
 // decision again: those that end a submission, and each approval (the
 // count of a pending decision changes). The transaction that records one
 // notifies the waiters (notifyDecision).
-var decisive = append([]Action{ActionApprove}, decisionEnds...)
+var decisive = append([]auth.Action{auth.ActionApprove}, decisionEnds...)
 
 // Decision reads campaign id's decision, in one read-only snapshot so that
 // its parts agree. plan.ErrNotFound when there is no such campaign.
@@ -134,7 +135,7 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 		FROM campaign_event e LEFT JOIN app_user u ON u.id = e.actor_id
 		WHERE e.campaign_id = $1 AND e.action = ANY ($2::text[])
 		  AND e.id > coalesce((SELECT max(id) FROM campaign_event WHERE campaign_id = $1 AND action = $3), 0)
-		ORDER BY e.id LIMIT 1`, c.ID, decisionEndNames, string(ActionSubmit)).Scan(&action, &by, &reason, &at)
+		ORDER BY e.id LIMIT 1`, c.ID, decisionEndNames, string(auth.ActionSubmit)).Scan(&action, &by, &reason, &at)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if c.State == plan.StatePendingApproval {
@@ -144,17 +145,17 @@ func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
 	case err != nil:
 		return d, err
 	}
-	switch Action(action) {
-	case ActionFreeze:
+	switch auth.Action(action) {
+	case auth.ActionFreeze:
 		// The freeze is the system's; the approval that completed the
 		// quorum is the last of them.
 		d.Decision, d.DecidedAt = DecisionApproved, at
 		if n := len(d.Approvers); n > 0 {
 			d.DecidedBy = d.Approvers[n-1]
 		}
-	case ActionReject:
+	case auth.ActionReject:
 		d.Decision, d.DecidedBy, d.DecidedAt, d.Reason = DecisionRejected, by, at, reason
-	case ActionCancel:
+	case auth.ActionCancel:
 		d.Decision, d.DecidedBy, d.DecidedAt, d.Reason = DecisionCancelled, by, at, reason
 	default: // an edit or import sent the submitted version back to draft
 		d.Changed = true
@@ -233,7 +234,7 @@ const (
 // NextStep is one thing a person must do next for a campaign to go on.
 type NextStep struct {
 	// Who holds the role that may do it; "" for StepNone.
-	Who  Role
+	Who  auth.Role
 	Kind StepKind
 	// What says it in a sentence.
 	What string
@@ -261,13 +262,13 @@ func (d Decision) WaitingFor() []NextStep {
 }
 
 func approveStep(d Decision) NextStep {
-	return NextStep{Who: RoleApprover, Kind: StepApprove, Count: d.Missing(), What: fmt.Sprintf(
+	return NextStep{Who: auth.RoleApprover, Kind: StepApprove, Count: d.Missing(), What: fmt.Sprintf(
 		"Version %d needs %s (%d of %d so far): a person with the approver role who neither proposed nor last edited it reviews and approves it on its approval page.",
 		d.Version, approvalsWord(d.Missing()), len(d.Approvers), d.Required)}
 }
 
 func reviseStep(d Decision) NextStep {
-	return NextStep{Who: RoleProposer, Kind: StepRevise, What: fmt.Sprintf(
+	return NextStep{Who: auth.RoleProposer, Kind: StepRevise, What: fmt.Sprintf(
 		"Version %d was rejected by %s: %q. The proposer changes the draft and submits it again.", d.Version, d.DecidedBy, d.Reason)}
 }
 
@@ -278,7 +279,7 @@ func submitStep(version, targets int) NextStep {
 	if targets == 0 {
 		what = fmt.Sprintf("Version %d is a draft without targets: the proposer imports its targets, then submits it for approval.", version)
 	}
-	return NextStep{Who: RoleProposer, Kind: StepSubmit, What: what}
+	return NextStep{Who: auth.RoleProposer, Kind: StepSubmit, What: what}
 }
 
 // NextSteps says what a person must do next for campaign c to go on, by
@@ -304,29 +305,29 @@ func NextSteps(c plan.Campaign, d Decision, k Counts, sv Serving, now time.Time)
 		}
 	case plan.StateApproved:
 		if c.ScheduledAt == nil {
-			steps = append(steps, NextStep{Who: RoleOperator, Kind: StepStart,
+			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepStart,
 				What: "The campaign is approved: an operator starts it (nothing is sent before)."})
 		}
 	case plan.StatePaused:
-		steps = append(steps, NextStep{Who: RoleOperator, Kind: StepResume,
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepResume,
 			What: "The campaign is paused: an operator resumes it, or cancels it."})
 	}
 	if sv.Warning != "" {
-		steps = append(steps, NextStep{Who: RoleOperator, Kind: StepRunWorker, What: sv.Warning})
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepRunWorker, What: sv.Warning})
 	}
 	if c.PlanID != 0 {
 		if k.Unknown > 0 {
-			steps = append(steps, NextStep{Who: RoleOperator, Kind: StepResolveUnknowns, Count: k.Unknown, What: targetsAre(k.Unknown, "unknown") +
+			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepResolveUnknowns, Count: k.Unknown, What: targetsAre(k.Unknown, "unknown") +
 				": the provider may or may not have acted. An operator checks the provider and resolves each as delivered or not delivered (one by one, or with the provider's evidence)."})
 		}
 		if k.Stranded > 0 {
-			steps = append(steps, NextStep{Who: RoleOperator, Kind: StepStranded, Count: k.Stranded, What: targetsAre(k.Stranded, "stranded") +
+			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepStranded, Count: k.Stranded, What: targetsAre(k.Stranded, "stranded") +
 				": the provider holds them but can never complete them. An operator checks the provider and revokes each once it is withdrawn there."})
 		}
 		// While the campaign runs, a failed target may still be retried;
 		// once it stopped, failed is failed after its retries.
 		if k.Failed > 0 && c.State != plan.StateRunning {
-			steps = append(steps, NextStep{Who: RoleOperator, Kind: StepFailed, Count: k.Failed, What: targetsAre(k.Failed, "failed") +
+			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: k.Failed, What: targetsAre(k.Failed, "failed") +
 				" after their retries (the provider refused them). An operator reads why on the run page and, once the cause is fixed, resumes the campaign to send each once more."})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/plan"
@@ -38,7 +39,7 @@ func TestDecisionFollowsTheQuorum(t *testing.T) {
 	require.True(t, d.Final(), "nothing to wait for")
 	steps := d.WaitingFor()
 	require.Len(t, steps, 1)
-	require.Equal(t, approval.RoleProposer, steps[0].Who)
+	require.Equal(t, auth.RoleProposer, steps[0].Who)
 	require.Equal(t, approval.StepSubmit, steps[0].Kind)
 
 	sub, err := b.svc.Submit(b.ctx, b.proposer, id)
@@ -49,7 +50,7 @@ func TestDecisionFollowsTheQuorum(t *testing.T) {
 	require.Equal(t, 1, d.Version)
 	require.Equal(t, sub.PlanHash, d.PlanHash)
 	require.Equal(t, 2, d.Missing())
-	require.Equal(t, []approval.NextStep{{Who: approval.RoleApprover, Kind: approval.StepApprove, Count: 2, What: d.WaitingFor()[0].What}}, d.WaitingFor())
+	require.Equal(t, []approval.NextStep{{Who: auth.RoleApprover, Kind: approval.StepApprove, Count: 2, What: d.WaitingFor()[0].What}}, d.WaitingFor())
 	require.Contains(t, d.Message(), "2 more approvals (0 of 2 so far)")
 
 	_, err = b.svc.Approve(b.ctx, b.approver, id, sub.PlanHash)
@@ -105,7 +106,7 @@ func TestDecisionRejectedWithTheReason(t *testing.T) {
 	require.Equal(t, plan.StateDraft, d.State)
 	steps := d.WaitingFor()
 	require.Len(t, steps, 1)
-	require.Equal(t, approval.RoleProposer, steps[0].Who)
+	require.Equal(t, auth.RoleProposer, steps[0].Who)
 	require.Equal(t, approval.StepRevise, steps[0].Kind)
 	require.Contains(t, steps[0].What, "the invoice numbers are last month's")
 
@@ -282,10 +283,10 @@ func TestNextSteps(t *testing.T) {
 		}
 	}
 	steps := approval.NextSteps(plan.Campaign{State: plan.StatePendingApproval}, pending, approval.Counts{}, approval.Serving{}, now)
-	require.Equal(t, approval.RoleApprover, steps[0].Who)
+	require.Equal(t, auth.RoleApprover, steps[0].Who)
 	require.Equal(t, 1, steps[0].Count, "approvals missing")
 	steps = approval.NextSteps(plan.Campaign{State: plan.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Unknown: 2}, approval.Serving{Live: 1}, now)
-	require.Equal(t, approval.RoleOperator, steps[0].Who)
+	require.Equal(t, auth.RoleOperator, steps[0].Who)
 	require.Equal(t, 2, steps[0].Count)
 	require.Contains(t, steps[0].What, "2 targets are unknown")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/onceplan/onceplan/internal/auth"
 )
 
 // DecisionWaitMax bounds how long one WaitDecision may wait: the API
@@ -29,7 +30,7 @@ const decisionRecheck = 5 * time.Second
 
 // notifyDecision tells the waiters of campaign id, at tx's commit, that
 // action changed what its Decision may say.
-func notifyDecision(ctx context.Context, tx pgx.Tx, id string, action Action) error {
+func notifyDecision(ctx context.Context, tx pgx.Tx, id string, action auth.Action) error {
 	if !slices.Contains(decisive, action) {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -54,15 +55,15 @@ func needReason(reason, what string) error {
 // with who and why, and — when the campaign is running or completed — puts
 // the target back on the queue. confirmTarget must repeat the target's
 // address, so nobody supersedes the wrong row by a slip.
-func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key, confirmTarget, reason string) (int, error) {
-	if err := Authorize(a, ActionSupersede); err != nil {
+func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID, key, confirmTarget, reason string) (int, error) {
+	if err := auth.Authorize(a, auth.ActionSupersede); err != nil {
 		return 0, err
 	}
 	if err := needReason(reason, "superseding an effect"); err != nil {
 		return 0, err
 	}
 	var epoch int
-	err := s.effectAction(ctx, a, campaignID, key, ActionSupersede, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionSupersede, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
 		var target string
 		if err := tx.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
@@ -85,7 +86,7 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 		}); err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
+		if err := s.event(ctx, tx, &a, c, auth.ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
 			return err
 		}
 		return s.requeueAfterChange(ctx, tx, &a, c, "a done target was superseded")
@@ -96,21 +97,21 @@ func (s *Service) SupersedeEffect(ctx context.Context, a Actor, campaignID, key,
 // RevokeEffect records that a done or stranded effect was withdrawn outside
 // Onceplan (a payout reversed, a post deleted). The key no longer blocks;
 // nothing is sent again unless someone supersedes it.
-func (s *Service) RevokeEffect(ctx context.Context, a Actor, campaignID, key, reason string) (ledger.Effect, error) {
-	if err := Authorize(a, ActionRevoke); err != nil {
+func (s *Service) RevokeEffect(ctx context.Context, a auth.Actor, campaignID, key, reason string) (ledger.Effect, error) {
+	if err := auth.Authorize(a, auth.ActionRevoke); err != nil {
 		return ledger.Effect{}, err
 	}
 	if err := needReason(reason, "revoking an effect"); err != nil {
 		return ledger.Effect{}, err
 	}
 	var eff ledger.Effect
-	err := s.effectAction(ctx, a, campaignID, key, ActionRevoke, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionRevoke, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
 		var err error
 		if eff, err = ledger.NewStore(tx).Revoke(ctx, ledger.RevokeParams{Key: ledger.Key(key), Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}
-		return s.event(ctx, tx, &a, c, ActionRevoke, "", reason, map[string]any{"key": key, "epoch": eff.Epoch})
+		return s.event(ctx, tx, &a, c, auth.ActionRevoke, "", reason, map[string]any{"key": key, "epoch": eff.Epoch})
 	})
 	return eff, err
 }
@@ -118,7 +119,7 @@ func (s *Service) RevokeEffect(ctx context.Context, a Actor, campaignID, key, re
 // requeueAfterChange puts a started campaign's remainder back on the queue
 // after a decision freed a key (why says which); a completed campaign
 // runs again.
-func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign, why string) error {
+func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign, why string) error {
 	switch c.State {
 	case plan.StateRunning, plan.StateCompleted:
 	default:

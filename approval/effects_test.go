@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -62,9 +63,9 @@ func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
 	jobsBefore := b.jobsFor(t, key)
 
 	_, err = b.svc.SupersedeEffect(b.ctx, b.operator, id, key, target, "customer asked again")
-	require.ErrorIs(t, err, approval.ErrForbidden, "an operator may not authorise one more effect")
+	require.ErrorIs(t, err, auth.ErrForbidden, "an operator may not authorise one more effect")
 	_, err = b.svc.SupersedeEffect(b.ctx, b.agent, id, key, target, "agent wants to resend")
-	require.ErrorIs(t, err, approval.ErrForbidden, "an agent never supersedes")
+	require.ErrorIs(t, err, auth.ErrForbidden, "an agent never supersedes")
 	_, err = b.svc.SupersedeEffect(b.ctx, b.approver, id, key, "someone-else@example.com", "customer asked again")
 	require.ErrorIs(t, err, plan.ErrInvalid)
 	require.ErrorContains(t, err, target, "the error names the address to type")
@@ -120,7 +121,7 @@ func TestRevokeFreesTheKeyWithoutResending(t *testing.T) {
 	jobs := b.jobsFor(t, keys[0])
 
 	_, err := b.svc.RevokeEffect(b.ctx, b.agent, id, keys[0], "reversed")
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	_, err = b.svc.RevokeEffect(b.ctx, b.operator, id, keys[1], "never sent")
 	require.ErrorIs(t, err, ledger.ErrNotFound, "nothing to revoke on a target without a done effect")
 	eff, err := b.svc.RevokeEffect(b.ctx, b.operator, id, keys[0], "payout reversed by the bank")
@@ -152,7 +153,7 @@ func TestIdempotentCreate(t *testing.T) {
 	require.ErrorIs(t, err, approval.ErrIdempotencyMismatch)
 
 	// Another user's key space is their own.
-	other := actor(t, b.pool, "pia@example.com", approval.RoleProposer)
+	other := actor(t, b.pool, "pia@example.com", auth.RoleProposer)
 	theirs, err := b.svc.Create(b.ctx, other, params("Dec"))
 	require.NoError(t, err)
 	require.NotEqual(t, first.Campaign.ID, theirs.Campaign.ID)

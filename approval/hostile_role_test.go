@@ -23,7 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -50,12 +51,12 @@ func setupHostile(t *testing.T) *hostile {
 		ctx:      context.Background(),
 		pool:     admin,
 		svc:      approval.NewService(app, jobs.NewEnqueuer(client)),
-		proposer: actor(t, admin, "pat@example.com", approval.RoleProposer, approval.RoleApprover),
-		approver: actor(t, admin, "amy@example.com", approval.RoleApprover),
-		second:   actor(t, admin, "abe@example.com", approval.RoleApprover),
-		operator: actor(t, admin, "oli@example.com", approval.RoleOperator),
+		proposer: actor(t, admin, "pat@example.com", auth.RoleProposer, auth.RoleApprover),
+		approver: actor(t, admin, "amy@example.com", auth.RoleApprover),
+		second:   actor(t, admin, "abe@example.com", auth.RoleApprover),
+		operator: actor(t, admin, "oli@example.com", auth.RoleOperator),
 	}
-	b.agent = actor(t, admin, "bot-owner@example.com", approval.RoleProposer)
+	b.agent = actor(t, admin, "bot-owner@example.com", auth.RoleProposer)
 	b.agent.Agent = true
 	var role string
 	require.NoError(t, app.QueryRow(b.ctx, `SELECT current_user`).Scan(&role))
@@ -71,7 +72,7 @@ func (h *hostile) approved(t *testing.T, approvals, n int) (plan.Campaign, plan.
 	sub, err := h.svc.Submit(h.ctx, h.proposer, created.Campaign.ID)
 	require.NoError(t, err)
 	var res approval.Result
-	for _, a := range []approval.Actor{h.approver, h.second}[:approvals] {
+	for _, a := range []auth.Actor{h.approver, h.second}[:approvals] {
 		res, err = h.svc.Approve(h.ctx, a, created.Campaign.ID, sub.PlanHash)
 		require.NoError(t, err)
 	}

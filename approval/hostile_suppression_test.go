@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/internal/suppression"
 )
 
 // TestHostileSuppressionHistoryIsWriteOnce: the application role may add

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -17,36 +18,36 @@ import (
 // transaction; the UI asks Allowed which buttons to show and why not. (The
 // database refuses an illegal edge too — the campaign_update trigger — as a
 // backstop, with the same edges.)
-var lifecycle = map[Action]struct {
+var lifecycle = map[auth.Action]struct {
 	from []plan.State
 	to   plan.State // "" when the action does not move the campaign by itself
 }{
-	ActionEdit:    {editableStates, plan.StateDraft},
-	ActionImport:  {editableStates, plan.StateDraft},
-	ActionSubmit:  {[]plan.State{plan.StateDraft}, plan.StatePendingApproval},
-	ActionApprove: {[]plan.State{plan.StatePendingApproval}, ""}, // the quorum's last approval freezes it: ActionFreeze
-	ActionReject:  {[]plan.State{plan.StatePendingApproval}, plan.StateDraft},
-	ActionFreeze:  {[]plan.State{plan.StatePendingApproval}, plan.StateApproved},
-	ActionStart:   {[]plan.State{plan.StateApproved}, plan.StateRunning},
-	ActionPause:   {[]plan.State{plan.StateRunning}, plan.StatePaused},
+	auth.ActionEdit:    {editableStates, plan.StateDraft},
+	auth.ActionImport:  {editableStates, plan.StateDraft},
+	auth.ActionSubmit:  {[]plan.State{plan.StateDraft}, plan.StatePendingApproval},
+	auth.ActionApprove: {[]plan.State{plan.StatePendingApproval}, ""}, // the quorum's last approval freezes it: auth.ActionFreeze
+	auth.ActionReject:  {[]plan.State{plan.StatePendingApproval}, plan.StateDraft},
+	auth.ActionFreeze:  {[]plan.State{plan.StatePendingApproval}, plan.StateApproved},
+	auth.ActionStart:   {[]plan.State{plan.StateApproved}, plan.StateRunning},
+	auth.ActionPause:   {[]plan.State{plan.StateRunning}, plan.StatePaused},
 	// Resume runs the remainder: a paused campaign runs again, a running
 	// one enqueues what has no live job, a completed one reopens when
 	// something is left to queue (Service.Resume leaves it completed
 	// otherwise).
-	ActionResume: {[]plan.State{plan.StatePaused, plan.StateRunning, plan.StateCompleted}, plan.StateRunning},
-	ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
+	auth.ActionResume: {[]plan.State{plan.StatePaused, plan.StateRunning, plan.StateCompleted}, plan.StateRunning},
+	auth.ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
 		plan.StateCancelled},
 	ActionComplete: {[]plan.State{plan.StateRunning}, plan.StateCompleted},
 	// Decisions on one target's effect, in whatever state the campaign is
 	// (a new version being drafted does not stop a person from resolving
 	// the last one's unknowns); the key must be a target of one of its
 	// plans (keyOfCampaign).
-	ActionResolve:   {allStates, ""},
-	ActionSupersede: {allStates, ""},
-	ActionRevoke:    {allStates, ""},
+	auth.ActionResolve:   {allStates, ""},
+	auth.ActionSupersede: {allStates, ""},
+	auth.ActionRevoke:    {allStates, ""},
 	// A test send renders the current version, whatever its state, until
 	// the campaign is cancelled.
-	ActionTestSend: {editableStates, ""},
+	auth.ActionTestSend: {editableStates, ""},
 }
 
 var (
@@ -56,11 +57,11 @@ var (
 )
 
 // Allowed says whether actor a may take action on campaign c now: nil, or
-// an error (ErrForbidden or ErrConflict) whose message says why not, for a
+// an error (auth.ErrForbidden or ErrConflict) whose message says why not, for a
 // person. It checks the role and the state; Service.ApproveAllowed adds
 // what an approval needs besides.
-func Allowed(a Actor, c plan.Campaign, action Action) error {
-	if err := Authorize(a, action); err != nil {
+func Allowed(a auth.Actor, c plan.Campaign, action auth.Action) error {
+	if err := auth.Authorize(a, action); err != nil {
 		return err
 	}
 	return stateAllows(c, action)
@@ -68,7 +69,7 @@ func Allowed(a Actor, c plan.Campaign, action Action) error {
 
 // stateAllows checks the lifecycle table alone (system actions, which no
 // person takes, check only this).
-func stateAllows(c plan.Campaign, action Action) error {
+func stateAllows(c plan.Campaign, action auth.Action) error {
 	e, ok := lifecycle[action]
 	if !ok {
 		return fmt.Errorf("%w: unknown action %q", ErrConflict, action)
@@ -79,12 +80,12 @@ func stateAllows(c plan.Campaign, action Action) error {
 	return nil
 }
 
-// act runs a person's action on a campaign: the role (Authorize), then,
+// act runs a person's action on a campaign: the role (auth.Authorize), then,
 // in one transaction with the campaign locked, the state (the lifecycle
 // table), then fn. Every action of the service enters here, so the rules
 // are checked the same way for the UI, the API and the command line.
-func (s *Service) act(ctx context.Context, a Actor, id string, action Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
-	if err := Authorize(a, action); err != nil {
+func (s *Service) act(ctx context.Context, a auth.Actor, id string, action auth.Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
+	if err := auth.Authorize(a, action); err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx pgx.Tx) error {
@@ -102,7 +103,7 @@ func (s *Service) act(ctx context.Context, a Actor, id string, action Action, fn
 // effectAction runs a person's decision on one effect of a campaign (act),
 // once the key is a target of one of its plans: an action on one
 // campaign's page or route can never touch another campaign's effects.
-func (s *Service) effectAction(ctx context.Context, a Actor, id, key string, action Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
+func (s *Service) effectAction(ctx context.Context, a auth.Actor, id, key string, action auth.Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
 	return s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
 		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
 			return err
@@ -113,7 +114,7 @@ func (s *Service) effectAction(ctx context.Context, a Actor, id, key string, act
 
 // shift moves the locked campaign c to action's state, when the lifecycle
 // table allows the action (the caller records the action).
-func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action Action) error {
+func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action auth.Action) error {
 	if err := stateAllows(*c, action); err != nil {
 		return err
 	}
@@ -130,7 +131,7 @@ func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action
 // table, moves c to the action's state (when it has one and c is not there
 // already) and records the action in the trail, in tx. a is nil for the
 // system.
-func (s *Service) move(ctx context.Context, tx pgx.Tx, a *Actor, c *plan.Campaign, action Action, hash, reason string, detail any) error {
+func (s *Service) move(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *plan.Campaign, action auth.Action, hash, reason string, detail any) error {
 	if err := s.shift(ctx, tx, c, action); err != nil {
 		return err
 	}
@@ -141,11 +142,11 @@ func (s *Service) move(ctx context.Context, tx pgx.Tx, a *Actor, c *plan.Campaig
 // freed a key and put its target back on the queue (else the campaign's
 // gate would turn the new job away and the target would be forgotten). It
 // records the resume with why.
-func (s *Service) reopen(ctx context.Context, tx pgx.Tx, a *Actor, c *plan.Campaign, why string, jobs int) error {
+func (s *Service) reopen(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *plan.Campaign, why string, jobs int) error {
 	if c.State != plan.StateCompleted {
 		return nil
 	}
-	return s.move(ctx, tx, a, c, ActionResume, "", why, map[string]any{"jobs": jobs})
+	return s.move(ctx, tx, a, c, auth.ActionResume, "", why, map[string]any{"jobs": jobs})
 }
 
 func label(s plan.State) string { return strings.ReplaceAll(string(s), "_", " ") }

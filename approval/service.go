@@ -14,9 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
 )
 
 // Enqueuer puts a plan's remaining targets on the queue inside the caller's
@@ -177,7 +178,7 @@ func (s *Service) result(ctx context.Context, db plan.DB, c plan.Campaign) (Resu
 	return Result{Campaign: c, Draft: d, PlanHash: d.Hash(c)}, nil
 }
 
-func (s *Service) event(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign, action Action, hash, reason string, detail any) error {
+func (s *Service) event(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign, action auth.Action, hash, reason string, detail any) error {
 	e := plan.Event{CampaignID: c.ID, Action: string(action), Version: c.Version, PlanHash: hash, Reason: reason}
 	if a != nil {
 		e.ActorID, e.ViaAgent = a.UserID, a.Agent
@@ -204,8 +205,8 @@ func (s *Service) event(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaig
 
 // Create makes a campaign and its first draft, and imports its targets
 // when given. A failed import creates nothing.
-func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, error) {
-	if err := Authorize(a, ActionCreate); err != nil {
+func (s *Service) Create(ctx context.Context, a auth.Actor, p CreateParams) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionCreate); err != nil {
 		return Result{}, err
 	}
 	if err := s.knownProvider(p.Provider); err != nil {
@@ -242,7 +243,7 @@ func (s *Service) Create(ctx context.Context, a Actor, p CreateParams) (Result, 
 		if err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, ActionCreate, "", "", nil); err != nil {
+		if err := s.event(ctx, tx, &a, c, auth.ActionCreate, "", "", nil); err != nil {
 			return err
 		}
 		if p.IdempotencyKey != "" {
@@ -280,8 +281,8 @@ var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 // editable locks the campaign and returns the draft version to change: the
 // current one while drafting, or a new version (which needs a new approval)
 // once the campaign was approved. Either way the campaign is back in draft.
-func (s *Service) editable(ctx context.Context, tx pgx.Tx, a Actor, id string, action Action) (plan.Campaign, error) {
-	if err := Authorize(a, action); err != nil {
+func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id string, action auth.Action) (plan.Campaign, error) {
+	if err := auth.Authorize(a, action); err != nil {
 		return plan.Campaign{}, err
 	}
 	c, err := plan.LockCampaign(ctx, tx, id)
@@ -308,10 +309,10 @@ func (s *Service) editable(ctx context.Context, tx pgx.Tx, a Actor, id string, a
 }
 
 // Edit replaces the draft's payload.
-func (s *Service) Edit(ctx context.Context, a Actor, id string, p plan.Payload) (Result, error) {
+func (s *Service) Edit(ctx context.Context, a auth.Actor, id string, p plan.Payload) (Result, error) {
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := s.editable(ctx, tx, a, id, ActionEdit)
+		c, err := s.editable(ctx, tx, a, id, auth.ActionEdit)
 		if err != nil {
 			return err
 		}
@@ -321,16 +322,16 @@ func (s *Service) Edit(ctx context.Context, a Actor, id string, p plan.Payload) 
 		if res, err = s.result(ctx, tx, c); err != nil {
 			return err
 		}
-		return s.event(ctx, tx, &a, c, ActionEdit, res.PlanHash, "", nil)
+		return s.event(ctx, tx, &a, c, auth.ActionEdit, res.PlanHash, "", nil)
 	})
 	return res, err
 }
 
 // ImportTargets replaces (or with Append extends) the draft's target list.
-func (s *Service) ImportTargets(ctx context.Context, a Actor, id string, t TargetsParams) (Result, error) {
+func (s *Service) ImportTargets(ctx context.Context, a auth.Actor, id string, t TargetsParams) (Result, error) {
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := s.editable(ctx, tx, a, id, ActionImport)
+		c, err := s.editable(ctx, tx, a, id, auth.ActionImport)
 		if err != nil {
 			return err
 		}
@@ -347,7 +348,7 @@ func (s *Service) ImportTargets(ctx context.Context, a Actor, id string, t Targe
 	return res, err
 }
 
-func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a Actor, c plan.Campaign, t TargetsParams) (plan.ImportReport, error) {
+func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c plan.Campaign, t TargetsParams) (plan.ImportReport, error) {
 	// The report lists blank merge variables of the ones the draft reads.
 	d, err := plan.GetDraft(ctx, tx, c.ID, c.Version)
 	if err != nil {
@@ -370,7 +371,7 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a Actor, c plan.Cam
 	if err != nil {
 		return report, err
 	}
-	return report, s.event(ctx, tx, &a, c, ActionImport, "", "", map[string]any{
+	return report, s.event(ctx, tx, &a, c, auth.ActionImport, "", "", map[string]any{
 		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
 		"rejected": report.RejectedCount, "suppressed": report.SuppressedCount, "empty": report.EmptyCount,
 		"target_count": report.TargetCount, "append": t.Append,
@@ -396,9 +397,9 @@ func (e *MissingVarsError) Is(target error) bool { return target == plan.ErrInva
 // Submit asks for approval of the current draft, once it validates: its
 // provider is one this deployment sends through, and plan.Check passes
 // (res.Check carries its warnings).
-func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error) {
+func (s *Service) Submit(ctx context.Context, a auth.Actor, id string) (Result, error) {
 	var res Result
-	err := s.act(ctx, a, id, ActionSubmit, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.act(ctx, a, id, auth.ActionSubmit, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
 		if err := s.knownProvider(c.Provider); err != nil {
 			return err
@@ -418,7 +419,7 @@ func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error
 		if check.EmptyCount > 0 {
 			detail = map[string]any{"empty": check.EmptyCount}
 		}
-		if err := s.move(ctx, tx, &a, &c, ActionSubmit, res.PlanHash, "", detail); err != nil {
+		if err := s.move(ctx, tx, &a, &c, auth.ActionSubmit, res.PlanHash, "", detail); err != nil {
 			return err
 		}
 		res.Campaign, res.Check = c, &check
@@ -431,8 +432,8 @@ func (s *Service) Submit(ctx context.Context, a Actor, id string) (Result, error
 // Approve records a's approval of the plan hash they were shown. The N-th
 // distinct approval of the current hash freezes the plan (and starts it
 // when the campaign says so).
-func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (Result, error) {
-	if err := Authorize(a, ActionApprove); err != nil {
+func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash string) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionApprove); err != nil {
 		return Result{}, err
 	}
 	if err := plan.ValidHash(shownHash); err != nil {
@@ -458,7 +459,7 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 		if err := approvalErr(err); err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, ActionApprove, shownHash, "", nil); err != nil {
+		if err := s.event(ctx, tx, &a, c, auth.ActionApprove, shownHash, "", nil); err != nil {
 			return err
 		}
 		var count int
@@ -474,7 +475,7 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 			return err
 		}
 		c.PlanID = p.ID
-		if err := s.move(ctx, tx, nil, &c, ActionFreeze, shownHash, "", map[string]any{"plan_id": p.ID, "target_count": p.TargetCount, "approvals": count}); err != nil {
+		if err := s.move(ctx, tx, nil, &c, auth.ActionFreeze, shownHash, "", map[string]any{"plan_id": p.ID, "target_count": p.TargetCount, "approvals": count}); err != nil {
 			return err
 		}
 		if c.StartOnApproval && (c.ScheduledAt == nil || !c.ScheduledAt.After(s.Now())) {
@@ -492,7 +493,7 @@ func (s *Service) Approve(ctx context.Context, a Actor, id, shownHash string) (R
 // now: nil, or an error whose message says why not (the role, the state,
 // authorship as submitted, an approval already given). Approve checks the
 // same.
-func (s *Service) ApproveAllowed(ctx context.Context, a Actor, c plan.Campaign) error {
+func (s *Service) ApproveAllowed(ctx context.Context, a auth.Actor, c plan.Campaign) error {
 	r, err := s.result(ctx, s.pool, c)
 	if err != nil {
 		return err
@@ -500,8 +501,8 @@ func (s *Service) ApproveAllowed(ctx context.Context, a Actor, c plan.Campaign) 
 	return approveAllowed(ctx, s.pool, a, c, r.PlanHash)
 }
 
-func approveAllowed(ctx context.Context, db plan.DB, a Actor, c plan.Campaign, hash string) error {
-	if err := Allowed(a, c, ActionApprove); err != nil {
+func approveAllowed(ctx context.Context, db plan.DB, a auth.Actor, c plan.Campaign, hash string) error {
+	if err := Allowed(a, c, auth.ActionApprove); err != nil {
 		return err
 	}
 	// Authorship as submitted decides, as it does for PostgreSQL.
@@ -510,7 +511,7 @@ func approveAllowed(ctx context.Context, db plan.DB, a Actor, c plan.Campaign, h
 		return err
 	}
 	if sub.IsAuthor(a.UserID) {
-		return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
+		return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", auth.ErrForbidden)
 	}
 	var already bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3 AND approver_id = $4)`,
@@ -530,7 +531,7 @@ func approvalErr(err error) error {
 		case "23505":
 			return fmt.Errorf("%w: you have already approved this version", ErrConflict)
 		case "OP006":
-			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", ErrForbidden)
+			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", auth.ErrForbidden)
 		}
 	}
 	return err
@@ -553,19 +554,19 @@ func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
 }
 
 // Reject sends a pending draft back to its proposer, with a reason.
-func (s *Service) Reject(ctx context.Context, a Actor, id, reason string) (Result, error) {
-	if err := Authorize(a, ActionReject); err != nil {
+func (s *Service) Reject(ctx context.Context, a auth.Actor, id, reason string) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionReject); err != nil {
 		return Result{}, err
 	}
 	if strings.TrimSpace(reason) == "" {
 		return Result{}, &plan.FieldError{Field: "reason", Reason: "is required: say what must change"}
 	}
-	return s.transition(ctx, a, id, ActionReject, reason)
+	return s.transition(ctx, a, id, auth.ActionReject, reason)
 }
 
 // transition takes a simple action (reject, pause, cancel) on a locked
 // campaign, as the lifecycle table says, and audits it.
-func (s *Service) transition(ctx context.Context, a Actor, id string, action Action, reason string) (Result, error) {
+func (s *Service) transition(ctx context.Context, a auth.Actor, id string, action auth.Action, reason string) (Result, error) {
 	var res Result
 	err := s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
 		h, err := s.result(ctx, tx, *c)
@@ -584,8 +585,8 @@ func (s *Service) transition(ctx context.Context, a Actor, id string, action Act
 // Start begins executing the approved plan: the run record and one job per
 // target, in one transaction. Starting a running campaign again enqueues
 // nothing and is not an error.
-func (s *Service) Start(ctx context.Context, a Actor, id string) (Result, error) {
-	if err := Authorize(a, ActionStart); err != nil {
+func (s *Service) Start(ctx context.Context, a auth.Actor, id string) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionStart); err != nil {
 		return Result{}, err
 	}
 	var res Result
@@ -611,7 +612,7 @@ func (s *Service) Start(ctx context.Context, a Actor, id string) (Result, error)
 }
 
 // start writes the run and its jobs for a locked, approved campaign.
-func (s *Service) start(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaign) (plan.Campaign, error) {
+func (s *Service) start(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign) (plan.Campaign, error) {
 	p, err := plan.GetPlan(ctx, tx, c.PlanID)
 	if err != nil {
 		return c, err
@@ -628,7 +629,7 @@ func (s *Service) start(ctx context.Context, tx pgx.Tx, a *Actor, c plan.Campaig
 		c.ID, p.ID, startedBy, n); err != nil {
 		return c, err
 	}
-	return c, s.move(ctx, tx, a, &c, ActionStart, p.Hash, "", map[string]any{"plan_id": p.ID, "jobs": n})
+	return c, s.move(ctx, tx, a, &c, auth.ActionStart, p.Hash, "", map[string]any{"plan_id": p.ID, "jobs": n})
 }
 
 // StartDue starts every approved campaign whose scheduled time has come,
@@ -664,11 +665,11 @@ func (s *Service) StartDue(ctx context.Context) ([]string, error) {
 
 // Pause stops a running campaign's jobs from claiming new effects; calls
 // already in flight finish and are recorded.
-func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result, error) {
-	if err := Authorize(a, ActionPause); err != nil {
+func (s *Service) Pause(ctx context.Context, a auth.Actor, id, reason string) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionPause); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, a, id, ActionPause, reason)
+	return s.transition(ctx, a, id, auth.ActionPause, reason)
 }
 
 // Resume runs the remainder: the campaign runs again and every target with
@@ -677,9 +678,9 @@ func (s *Service) Pause(ctx context.Context, a Actor, id, reason string) (Result
 // serialises the presses; the ledger decides every effect anyway). A
 // completed campaign with nothing to queue stays completed (Remaining
 // tells beforehand).
-func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error) {
+func (s *Service) Resume(ctx context.Context, a auth.Actor, id string) (Result, error) {
 	var res Result
-	err := s.act(ctx, a, id, ActionResume, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.act(ctx, a, id, auth.ActionResume, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
 		p, err := plan.GetPlan(ctx, tx, c.PlanID)
 		if err != nil {
@@ -696,7 +697,7 @@ func (s *Service) Resume(ctx context.Context, a Actor, id string) (Result, error
 			res, err = s.result(ctx, tx, c)
 			return err
 		}
-		if err := s.move(ctx, tx, &a, &c, ActionResume, p.Hash, "", map[string]any{"jobs": n}); err != nil {
+		if err := s.move(ctx, tx, &a, &c, auth.ActionResume, p.Hash, "", map[string]any{"jobs": n}); err != nil {
 			return err
 		}
 		res, err = s.result(ctx, tx, c)
@@ -741,7 +742,7 @@ func (s *Service) LeftOutAtImport(ctx context.Context, c plan.Campaign) (int, er
 		  FROM campaign_event WHERE campaign_id = $1 AND version = $2 AND action = $3
 		)
 		SELECT coalesce(sum(suppressed), 0) FROM imports
-		WHERE id >= coalesce((SELECT max(id) FROM imports WHERE NOT append), 0)`, c.ID, c.Version, string(ActionImport)).Scan(&n)
+		WHERE id >= coalesce((SELECT max(id) FROM imports WHERE NOT append), 0)`, c.ID, c.Version, string(auth.ActionImport)).Scan(&n)
 	return n, err
 }
 
@@ -773,15 +774,15 @@ func (s *Service) Serving(ctx context.Context, c plan.Campaign) (Serving, error)
 }
 
 // Cancel ends a campaign for good: its remaining jobs end without acting.
-func (s *Service) Cancel(ctx context.Context, a Actor, id, reason string) (Result, error) {
-	if err := Authorize(a, ActionCancel); err != nil {
+func (s *Service) Cancel(ctx context.Context, a auth.Actor, id, reason string) (Result, error) {
+	if err := auth.Authorize(a, auth.ActionCancel); err != nil {
 		return Result{}, err
 	}
-	return s.transition(ctx, a, id, ActionCancel, reason)
+	return s.transition(ctx, a, id, auth.ActionCancel, reason)
 }
 
 // ActionComplete is recorded when a running campaign has nothing left to run.
-const ActionComplete Action = "complete"
+const ActionComplete auth.Action = "complete"
 
 // RequeueRemainder enqueues, as the system, the remainder of a running
 // campaign's plan (after a worker process died with jobs in hand). It
@@ -800,7 +801,7 @@ func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string
 		if n, err = s.enqueuer.EnqueueRemaining(ctx, tx, p); err != nil || n == 0 {
 			return err
 		}
-		return s.move(ctx, tx, nil, &c, ActionResume, p.Hash, reason, map[string]any{"jobs": n})
+		return s.move(ctx, tx, nil, &c, auth.ActionResume, p.Hash, reason, map[string]any{"jobs": n})
 	})
 	return n, err
 }
@@ -850,15 +851,15 @@ func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx c
 // ResolveEffect is a person's verdict on a target whose effect is unknown:
 // delivered (done) or not delivered (failed, so a resume sends it once
 // more). The key must belong to the campaign's plan.
-func (s *Service) ResolveEffect(ctx context.Context, a Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
+func (s *Service) ResolveEffect(ctx context.Context, a auth.Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
 	var eff ledger.Effect
-	err := s.effectAction(ctx, a, campaignID, key, ActionResolve, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionResolve, func(tx pgx.Tx, cp *plan.Campaign) error {
 		c := *cp
 		var err error
 		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome}); err != nil {
+		if err := s.event(ctx, tx, &a, c, auth.ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome}); err != nil {
 			return err
 		}
 		if outcome == ledger.NotDelivered {

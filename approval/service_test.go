@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -28,21 +29,21 @@ type bundle struct {
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	svc      *approval.Service
-	proposer approval.Actor
-	approver approval.Actor
-	second   approval.Actor
-	operator approval.Actor
-	agent    approval.Actor
+	proposer auth.Actor
+	approver auth.Actor
+	second   auth.Actor
+	operator auth.Actor
+	agent    auth.Actor
 }
 
-func actor(t *testing.T, pool *pgxpool.Pool, email string, roles ...approval.Role) approval.Actor {
+func actor(t *testing.T, pool *pgxpool.Pool, email string, roles ...auth.Role) auth.Actor {
 	t.Helper()
 	names := make([]string, len(roles))
 	for i, r := range roles {
 		names[i] = string(r)
 	}
 	id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: names})
-	return approval.Actor{UserID: id, Email: email, Roles: roles}
+	return auth.Actor{UserID: id, Email: email, Roles: roles}
 }
 
 func setup(t *testing.T) *bundle {
@@ -54,12 +55,12 @@ func setup(t *testing.T) *bundle {
 		ctx:      context.Background(),
 		pool:     pool,
 		svc:      approval.NewService(pool, jobs.NewEnqueuer(client)),
-		proposer: actor(t, pool, "pat@example.com", approval.RoleProposer, approval.RoleApprover),
-		approver: actor(t, pool, "amy@example.com", approval.RoleApprover),
-		second:   actor(t, pool, "abe@example.com", approval.RoleApprover),
-		operator: actor(t, pool, "oli@example.com", approval.RoleOperator),
+		proposer: actor(t, pool, "pat@example.com", auth.RoleProposer, auth.RoleApprover),
+		approver: actor(t, pool, "amy@example.com", auth.RoleApprover),
+		second:   actor(t, pool, "abe@example.com", auth.RoleApprover),
+		operator: actor(t, pool, "oli@example.com", auth.RoleOperator),
 	}
-	b.agent = actor(t, pool, "bot-owner@example.com", approval.RoleProposer, approval.RoleApprover, approval.RoleOperator)
+	b.agent = actor(t, pool, "bot-owner@example.com", auth.RoleProposer, auth.RoleApprover, auth.RoleOperator)
 	b.agent.Agent = true
 	return b
 }
@@ -123,9 +124,9 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 
 	// Only an operator starts, never an agent.
 	_, err = b.svc.Start(b.ctx, b.approver, created.Campaign.ID)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	_, err = b.svc.Start(b.ctx, b.agent, created.Campaign.ID)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 
 	st, err := b.svc.Start(b.ctx, b.operator, created.Campaign.ID)
 	require.NoError(t, err)
@@ -191,25 +192,25 @@ func TestNobodyApprovesTheirOwnDraft(t *testing.T) {
 	id := created.Campaign.ID
 
 	// The last editor may not approve either.
-	editor := actor(t, b.pool, "eve@example.com", approval.RoleProposer, approval.RoleApprover)
+	editor := actor(t, b.pool, "eve@example.com", auth.RoleProposer, auth.RoleApprover)
 	res, err := b.svc.Edit(b.ctx, editor, id, payload)
 	require.NoError(t, err)
 	_, err = b.svc.Submit(b.ctx, b.proposer, id)
 	require.NoError(t, err)
 
 	_, err = b.svc.Approve(b.ctx, b.proposer, id, res.PlanHash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	_, err = b.svc.Approve(b.ctx, editor, id, res.PlanHash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 
 	// An agent token never approves, whatever its user's roles.
 	_, err = b.svc.Approve(b.ctx, b.agent, id, res.PlanHash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	_, err = b.svc.Reject(b.ctx, b.agent, id, "no")
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	// Nor does someone without the approver role.
 	_, err = b.svc.Approve(b.ctx, b.operator, id, res.PlanHash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 
 	// PostgreSQL refuses a self-approval written directly.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, 1, $2, $3)`,
@@ -238,13 +239,13 @@ func TestAgentProposesButNeverDecides(t *testing.T) {
 		"resume":  func() error { _, err := b.svc.Resume(b.ctx, b.agent, res.Campaign.ID); return err },
 		"cancel":  func() error { _, err := b.svc.Cancel(b.ctx, b.agent, res.Campaign.ID, ""); return err },
 	} {
-		require.ErrorIs(t, act(), approval.ErrForbidden, name)
+		require.ErrorIs(t, act(), auth.ErrForbidden, name)
 	}
 	// The agent's user is the proposer: as a person, they may not approve it either.
 	person := b.agent
 	person.Agent = false
 	_, err = b.svc.Approve(b.ctx, person, res.Campaign.ID, res.PlanHash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 }
 
 func TestQuorumNeedsDistinctApprovers(t *testing.T) {

@@ -3,7 +3,7 @@ package approval
 import (
 	"context"
 
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/plan"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/audit/audittest"
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 )

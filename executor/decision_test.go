@@ -23,11 +23,12 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // scripted is a provider whose answers a case writes: every Send returns
@@ -123,7 +124,7 @@ type table struct {
 	urls     pgtest.URLs
 	svc      *approval.Service
 	store    *ledger.Store
-	operator approval.Actor
+	operator auth.Actor
 	plan     plan.Plan
 	next     int
 }
@@ -137,11 +138,11 @@ func newTable(t *testing.T, targets int) *table {
 	client, err := river.NewClient(riverpgxv5.New(app), &river.Config{})
 	require.NoError(t, err)
 	svc := approval.NewService(app, jobs.NewEnqueuer(client))
-	user := func(email string, role approval.Role) approval.Actor {
-		return approval.Actor{UserID: pgtest.User(t, admin, pgtest.UserOpts{Email: email, Roles: []string{string(role)}}), Email: email, Roles: []approval.Role{role}}
+	user := func(email string, role auth.Role) auth.Actor {
+		return auth.Actor{UserID: pgtest.User(t, admin, pgtest.UserOpts{Email: email, Roles: []string{string(role)}}), Email: email, Roles: []auth.Role{role}}
 	}
-	proposer, approver := user("pat@example.com", approval.RoleProposer), user("amy@example.com", approval.RoleApprover)
-	operator := user("oli@example.com", approval.RoleOperator)
+	proposer, approver := user("pat@example.com", auth.RoleProposer), user("amy@example.com", auth.RoleApprover)
+	operator := user("oli@example.com", auth.RoleOperator)
 	var csv strings.Builder
 	csv.WriteString("email\n")
 	for i := range targets {

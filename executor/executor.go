@@ -19,12 +19,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/metrics"
+	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
-	"github.com/onceplan/onceplan/suppression"
-	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // Job is one planned target to execute (River's job, without River): the
@@ -110,8 +109,8 @@ type Config struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// PublicURL is where the messages' unsubscribe links point (package
-	// unsubscribe; unsubscribe.ParsePublicURL's form). Default
-	// unsubscribe.DefaultPublicURL.
+	// unsubscribe; suppression.ParsePublicURL's form). Default
+	// suppression.DefaultPublicURL.
 	PublicURL string
 	// MaxAttempts bounds a target's attempts at its key and epoch that
 	// failed or were in doubt (an "over quota" answer does not count):
@@ -126,7 +125,7 @@ const DefaultMaxAttempts = 8
 // Executor performs effects for one process.
 type Executor struct {
 	cfg    Config
-	links  *unsubscribe.Links
+	links  *suppression.Links
 	ledger *ledger.Store
 	batch  *batcher
 	owner  string
@@ -174,7 +173,7 @@ func New(cfg Config) (*Executor, error) {
 	rand.Read(b[:])
 	e := &Executor{
 		cfg:    cfg,
-		links:  unsubscribe.NewLinks(cfg.Pool, cfg.PublicURL),
+		links:  suppression.NewLinks(cfg.Pool, cfg.PublicURL),
 		ledger: ledger.NewStore(cfg.Pool),
 		batch:  newBatcher(cfg.Pool, gate, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // Progress is what PerformRange did with a job's targets.

@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceplan/onceplan/executor"
-	"github.com/onceplan/onceplan/notify"
-	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/provider"
 )
 
 // Defaults of Config. The owner timeout and the paused snooze are the

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/notify"
 )
 
 func TestConfigWithDefaults(t *testing.T) {

@@ -23,9 +23,9 @@ import (
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
 )
 
 var isolationLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}

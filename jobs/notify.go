@@ -8,7 +8,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/plan"
 )
 

@@ -15,14 +15,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/notify"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // The notifications' tests run against a real SMTP sink (mailto:
@@ -80,24 +80,24 @@ func newNotifyWorld(t *testing.T, cfg jobs.Config, providers, notifiers []string
 	svc.Announcer = r.Announcer()
 	require.NotNil(t, svc.Announcer)
 	w := &world{ctx: ctx, pool: pool, runner: r, svc: svc}
-	w.proposer = w.user(t, "proposer@example.com", approval.RoleProposer)
-	w.approver = w.user(t, "approver@example.com", approval.RoleApprover)
-	w.operator = w.user(t, "operator@example.com", approval.RoleOperator)
+	w.proposer = w.user(t, "proposer@example.com", auth.RoleProposer)
+	w.approver = w.user(t, "approver@example.com", auth.RoleApprover)
+	w.operator = w.user(t, "operator@example.com", auth.RoleOperator)
 	return w
 }
 
-func (w *world) user(t *testing.T, email string, roles ...approval.Role) approval.Actor {
+func (w *world) user(t *testing.T, email string, roles ...auth.Role) auth.Actor {
 	t.Helper()
 	names := make([]string, len(roles))
 	for i, r := range roles {
 		names[i] = string(r)
 	}
 	id := pgtest.User(t, w.pool, pgtest.UserOpts{Email: email, Roles: names})
-	return approval.Actor{UserID: id, Email: email, Roles: roles}
+	return auth.Actor{UserID: id, Email: email, Roles: roles}
 }
 
 // draftOf creates a campaign of n targets proposed by a, on providerName.
-func (w *world) draftOf(t *testing.T, a approval.Actor, providerName string, n, approvals int) string {
+func (w *world) draftOf(t *testing.T, a auth.Actor, providerName string, n, approvals int) string {
 	t.Helper()
 	var csv strings.Builder
 	csv.WriteString("email,name\n")
@@ -172,10 +172,10 @@ func TestSubmitTellsEachApproverOnce(t *testing.T) {
 	t.Cleanup(hook.Close)
 	w := newNotifyWorld(t, jobs.Config{}, []string{"mail=" + smtp.URL()},
 		[]string{"mail=mailto:?provider=mail&from=onceplan@example.com", "team=" + hook.URL() + "?hmac_secret_env=HOOK_SECRET"})
-	pat := w.user(t, "pat@example.com", approval.RoleProposer, approval.RoleApprover)
-	w.user(t, "abe@example.com", approval.RoleApprover)
-	w.user(t, "root@example.com", approval.RoleAdmin)
-	w.user(t, "gone@example.com", approval.RoleApprover)
+	pat := w.user(t, "pat@example.com", auth.RoleProposer, auth.RoleApprover)
+	w.user(t, "abe@example.com", auth.RoleApprover)
+	w.user(t, "root@example.com", auth.RoleAdmin)
+	w.user(t, "gone@example.com", auth.RoleApprover)
 	_, err = auth.DisableUser(w.ctx, w.pool, "gone@example.com")
 	require.NoError(t, err)
 	w.start(t)
@@ -365,7 +365,7 @@ func TestDecisionsReachTheProposer(t *testing.T) {
 	t.Cleanup(hook.Close)
 	w := newNotifyWorld(t, jobs.Config{}, []string{"hook=" + hook.URL(), "mail=" + smtp.URL()},
 		[]string{"mail=mailto:?provider=mail&from=onceplan@example.com"})
-	abe := w.user(t, "abe@example.com", approval.RoleApprover)
+	abe := w.user(t, "abe@example.com", auth.RoleApprover)
 	w.start(t)
 	id := w.draftOf(t, w.proposer, "hook", 3, 2)
 	proposer := func() []sentMail { return mailsTo(t, smtp)["proposer@example.com"] }
@@ -431,7 +431,7 @@ func TestPreferencesKeepAnEventAway(t *testing.T) {
 	t.Cleanup(team.Close)
 	w := newNotifyWorld(t, jobs.Config{}, []string{"mail=" + smtp.URL()},
 		[]string{"mail=mailto:?provider=mail&from=onceplan@example.com", "team=" + team.URL()})
-	abe := w.user(t, "abe@example.com", approval.RoleApprover)
+	abe := w.user(t, "abe@example.com", auth.RoleApprover)
 	require.NoError(t, notify.SetPreferences(w.ctx, w.pool, abe.UserID, map[notify.Event]bool{notify.EventSubmitted: false}))
 	prefs, err := notify.Preferences(w.ctx, w.pool, abe.UserID)
 	require.NoError(t, err)

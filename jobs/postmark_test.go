@@ -15,13 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // requireOncePerTarget asserts, from the service's own records (effects

@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs/riverdb"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // A provider over quota: its queue is paused for every process until a

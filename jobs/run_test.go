@@ -17,13 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -37,9 +38,9 @@ type world struct {
 	pool     *pgxpool.Pool
 	runner   *jobs.Runner
 	svc      *approval.Service
-	proposer approval.Actor
-	approver approval.Actor
-	operator approval.Actor
+	proposer auth.Actor
+	approver auth.Actor
+	operator auth.Actor
 }
 
 // newWorld starts workers for providers (NAME=URL items). cfg's zero
@@ -69,13 +70,13 @@ func newWorld(t *testing.T, cfg jobs.Config, providers ...string) *world {
 	require.NoError(t, err)
 	svc := approval.NewService(pool, r.Enqueuer())
 	w := &world{ctx: ctx, urls: urls, pool: pool, runner: r, svc: svc}
-	mk := func(email string, role approval.Role) approval.Actor {
+	mk := func(email string, role auth.Role) auth.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
-		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
+		return auth.Actor{UserID: id, Email: email, Roles: []auth.Role{role}}
 	}
-	w.proposer = mk("proposer@example.com", approval.RoleProposer)
-	w.approver = mk("approver@example.com", approval.RoleApprover)
-	w.operator = mk("operator@example.com", approval.RoleOperator)
+	w.proposer = mk("proposer@example.com", auth.RoleProposer)
+	w.approver = mk("approver@example.com", auth.RoleApprover)
+	w.operator = mk("operator@example.com", auth.RoleOperator)
 	return w
 }
 

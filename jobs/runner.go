@@ -13,9 +13,9 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // MaintenanceQueue runs recovery, scheduled starts, completion and queue

@@ -9,12 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
 )
 
 // TestSuppressedAfterApprovalIsNeverSent: an address suppressed between the

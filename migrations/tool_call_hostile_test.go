@@ -22,12 +22,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // toolHostile is a database with campaigns made the way the server makes
@@ -39,9 +40,9 @@ type toolHostile struct {
 	admin    *pgxpool.Pool
 	owner    *pgxpool.Pool
 	svc      *approval.Service
-	proposer approval.Actor
-	approver approval.Actor
-	operator approval.Actor
+	proposer auth.Actor
+	approver auth.Actor
+	operator auth.Actor
 }
 
 func newToolHostile(t *testing.T) *toolHostile {
@@ -51,16 +52,16 @@ func newToolHostile(t *testing.T) *toolHostile {
 	client, err := river.NewClient(riverpgxv5.New(h.app), &river.Config{})
 	require.NoError(t, err)
 	h.svc = approval.NewService(h.app, jobs.NewEnqueuer(client))
-	user := func(email string, roles ...approval.Role) approval.Actor {
+	user := func(email string, roles ...auth.Role) auth.Actor {
 		names := make([]string, len(roles))
 		for i, r := range roles {
 			names[i] = string(r)
 		}
-		return approval.Actor{UserID: pgtest.User(t, h.admin, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
+		return auth.Actor{UserID: pgtest.User(t, h.admin, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
 	}
-	h.proposer = user("pat@example.com", approval.RoleProposer)
-	h.approver = user("amy@example.com", approval.RoleApprover)
-	h.operator = user("oli@example.com", approval.RoleOperator)
+	h.proposer = user("pat@example.com", auth.RoleProposer)
+	h.approver = user("amy@example.com", auth.RoleApprover)
+	h.operator = user("oli@example.com", auth.RoleOperator)
 	return h
 }
 
@@ -299,15 +300,15 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 		lease_until = now() + interval '1 minute', takeovers = takeovers + 1 WHERE key = `+quote(before[1].key))
 
 	// Nor through the service: a runtime retrying ann's call is refused.
-	agent := approval.Actor{UserID: h.proposer.UserID, Email: h.proposer.Email, Roles: h.proposer.Roles, Agent: true}
+	agent := auth.Actor{UserID: h.proposer.UserID, Email: h.proposer.Email, Roles: h.proposer.Roles, Agent: true}
 	svc := toolcall.NewService(h.app, toolcall.Options{})
 	res, err := svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "ann@example.com"}}, Args: []byte(`{}`)})
-	require.ErrorIs(t, err, approval.ErrForbidden, "%+v", res)
+	require.ErrorIs(t, err, auth.ErrForbidden, "%+v", res)
 	require.Contains(t, err.Error(), "campaign target's key")
 	res, err = svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{}`)})
-	require.ErrorIs(t, err, approval.ErrForbidden, "%+v", res)
+	require.ErrorIs(t, err, auth.ErrForbidden, "%+v", res)
 
 	// The draft holding cy's key is not frozen.
 	contents := h.contents(t)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // firstUse records tool's first use as the server does, and returns a

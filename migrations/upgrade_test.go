@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/migrations"
@@ -30,15 +31,15 @@ func TestUpgradeKeepsPendingApprovals(t *testing.T) {
 	client, err := river.NewClient(riverpgxv5.New(app), &river.Config{})
 	require.NoError(t, err)
 	svc := approval.NewService(app, jobs.NewEnqueuer(client))
-	user := func(email string, roles ...approval.Role) approval.Actor {
+	user := func(email string, roles ...auth.Role) auth.Actor {
 		names := make([]string, len(roles))
 		for i, r := range roles {
 			names[i] = string(r)
 		}
-		return approval.Actor{UserID: pgtest.User(t, admin, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
+		return auth.Actor{UserID: pgtest.User(t, admin, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
 	}
-	proposer := user("pat@example.com", approval.RoleProposer, approval.RoleApprover)
-	first, second := user("amy@example.com", approval.RoleApprover), user("abe@example.com", approval.RoleApprover)
+	proposer := user("pat@example.com", auth.RoleProposer, auth.RoleApprover)
+	first, second := user("amy@example.com", auth.RoleApprover), user("abe@example.com", auth.RoleApprover)
 
 	created, err := svc.Create(ctx, proposer, approval.CreateParams{
 		Name: "before the upgrade", Provider: "outbox", RequiredApprovals: 2,
@@ -72,7 +73,7 @@ func TestUpgradeKeepsPendingApprovals(t *testing.T) {
 		ProposedBy: proposer.UserID, LastEditedBy: proposer.UserID, SubmittedBy: proposer.UserID, CreatedAt: sub.CreatedAt}, sub)
 
 	_, err = svc.Approve(ctx, proposer, id, hash)
-	require.ErrorIs(t, err, approval.ErrForbidden)
+	require.ErrorIs(t, err, auth.ErrForbidden)
 	approved, err := svc.Approve(ctx, second, id, hash)
 	require.NoError(t, err)
 	require.Equal(t, plan.StateApproved, approved.Campaign.State, "the approval given before the upgrade counts")

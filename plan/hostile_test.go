@@ -27,9 +27,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // hostile is a draft with a two-target list, and a way to see that a
@@ -38,7 +39,7 @@ type hostile struct {
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	svc      *approval.Service
-	proposer approval.Actor
+	proposer auth.Actor
 	id       string
 	payload  plan.Payload
 }
@@ -49,9 +50,9 @@ func newHostile(t *testing.T) *hostile {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	h := &hostile{ctx: context.Background(), pool: pool, svc: approval.NewService(pool, nil)}
-	h.proposer = approval.Actor{
+	h.proposer = auth.Actor{
 		UserID: pgtest.User(t, pool, pgtest.UserOpts{Email: "proposer@example.com", Roles: []string{"proposer"}}),
-		Email:  "proposer@example.com", Roles: []approval.Role{approval.RoleProposer},
+		Email:  "proposer@example.com", Roles: []auth.Role{auth.RoleProposer},
 	}
 	h.payload = plan.Payload{From: "news@example.com", Subject: "Hi {{.name}}", Text: "Hello {{.name}}"}
 	res, err := h.svc.Create(h.ctx, h.proposer, approval.CreateParams{

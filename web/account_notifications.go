@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/web/view"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
 )
 
 // TestAccountNotificationsPage: a signed-in user sees the events their

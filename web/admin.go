@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
@@ -22,7 +21,7 @@ import (
 func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 	ctx := c.Request().Context()
 	p := view.AdminPage{Page: s.page(c, "Admin", "admin"), RiverUI: s.riverUI != nil}
-	for _, r := range approval.Roles {
+	for _, r := range auth.Roles {
 		p.Roles = append(p.Roles, string(r))
 	}
 	users, err := auth.ListUsers(ctx, s.cfg.Pool)
@@ -95,14 +94,14 @@ func (s *Server) handleAdmin(c echo.Context) error {
 	return s.render(c, http.StatusOK, view.Admin(p))
 }
 
-func readRoles(c echo.Context) ([]approval.Role, error) {
+func readRoles(c echo.Context) ([]auth.Role, error) {
 	form, err := c.FormParams()
 	if err != nil {
 		return nil, err
 	}
-	var roles []approval.Role
+	var roles []auth.Role
 	for _, r := range form["roles"] {
-		role, err := approval.ParseRole(r)
+		role, err := auth.ParseRole(r)
 		if err != nil {
 			return nil, echo.NewHTTPError(http.StatusUnprocessableEntity, err.Error())
 		}

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/web/view"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -32,7 +32,7 @@ func campaignView(c plan.Campaign) view.Campaign {
 }
 
 // mustActor returns the signed-in actor (routes that call it require one).
-func mustActor(c echo.Context) approval.Actor {
+func mustActor(c echo.Context) auth.Actor {
 	a, _ := actorOf(c)
 	return a
 }

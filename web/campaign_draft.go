@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -80,7 +81,7 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 	p := view.DraftView{DraftPage: view.DraftPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp),
 		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: map[string]string{},
-		CanEdit: a.Has(approval.RoleProposer) && camp.State != plan.StateCancelled,
+		CanEdit: a.Has(auth.RoleProposer) && camp.State != plan.StateCancelled,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}}
 	if o.payload != nil {

@@ -19,8 +19,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -84,7 +85,7 @@ func (s *Server) evidenceCampaign(c echo.Context) (plan.Campaign, plan.Plan, err
 	if err != nil {
 		return camp, plan.Plan{}, err
 	}
-	if err := approval.Allowed(mustActor(c), camp, approval.ActionResolve); err != nil {
+	if err := approval.Allowed(mustActor(c), camp, auth.ActionResolve); err != nil {
 		return camp, plan.Plan{}, err
 	}
 	pl, err := s.planOf(c.Request().Context(), camp)
@@ -229,7 +230,7 @@ func (s *Server) handleEvidenceConfirm(c echo.Context) error {
 		_, err := s.cfg.Approval.ResolveEffect(ctx, a, camp.ID, p.Key, p.Outcome, p.Reason())
 		switch {
 		case err == nil:
-		case errors.Is(err, approval.ErrForbidden):
+		case errors.Is(err, auth.ErrForbidden):
 			return err
 		case errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrIllegalTransition):
 			skipped++ // resolved (or settled) meanwhile: left as it is

@@ -9,7 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -73,7 +74,7 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 	// what it would queue only beside the buttons (it reads the whole
 	// list, and the live parts are polled every few seconds).
 	var rem approval.Remainder
-	if approval.Allowed(anOperator, camp, approval.ActionResume) == nil {
+	if approval.Allowed(anOperator, camp, auth.ActionResume) == nil {
 		count := s.cfg.Approval.Stalled
 		if buttons {
 			count = s.cfg.Approval.Remaining
@@ -89,16 +90,16 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 	a := mustActor(c)
 	p := view.RunView{WorkerNote: serving.Warning, RunPage: view.RunPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
-		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: approval.Authorize(a, approval.ActionResolve) == nil,
+		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: auth.Authorize(a, auth.ActionResolve) == nil,
 	}, ResumeCount: rem.Queue, StalledNote: stalledNote(camp, rem)}
 	if buttons {
 		// The buttons are the campaign lifecycle's answer (approval.Allowed),
 		// the one the actions themselves check; resume only when it would
 		// do something: run a paused campaign again, or queue targets.
-		may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
-		p.CanStart, p.CanPause, p.CanCancel = may(approval.ActionStart), may(approval.ActionPause), may(approval.ActionCancel)
-		p.CanResume = may(approval.ActionResume) && (camp.State == plan.StatePaused || rem.Queue > 0)
-		p.CanEvidence = counts.Unknown > 0 && may(approval.ActionResolve) // campaign_evidence.go
+		may := func(action auth.Action) bool { return approval.Allowed(a, camp, action) == nil }
+		p.CanStart, p.CanPause, p.CanCancel = may(auth.ActionStart), may(auth.ActionPause), may(auth.ActionCancel)
+		p.CanResume = may(auth.ActionResume) && (camp.State == plan.StatePaused || rem.Queue > 0)
+		p.CanEvidence = counts.Unknown > 0 && may(auth.ActionResolve) // campaign_evidence.go
 		if p.OperatorHint, err = s.operatorHint(ctx, a, camp); err != nil {
 			return view.RunView{}, err
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/internal/suppression"
 )
 
 // TestApprovalPageSaysWhoWillNotBeMailed: an address suppressed before the

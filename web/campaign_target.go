@@ -8,7 +8,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -50,13 +51,13 @@ func (s *Server) handleTarget(c echo.Context) error {
 	// Who may decide is the campaign lifecycle's answer (approval.Allowed);
 	// which decision fits is the target's state.
 	a := mustActor(c)
-	may := func(action approval.Action) bool { return approval.Allowed(a, camp, action) == nil }
+	may := func(action auth.Action) bool { return approval.Allowed(a, camp, action) == nil }
 	p := view.TargetPage{
 		Page: s.page(c, t.Target, "campaigns"), Campaign: campaignView(camp), Row: t.TargetRow, Vars: t.Vars,
-		CanOperate:   may(approval.ActionResolve),
-		CanResolve:   may(approval.ActionResolve) && t.State == "unknown",
-		CanSupersede: may(approval.ActionSupersede) && t.State == "done",
-		CanRevoke:    may(approval.ActionRevoke) && (t.State == "done" || t.State == "stranded"),
+		CanOperate:   may(auth.ActionResolve),
+		CanResolve:   may(auth.ActionResolve) && t.State == "unknown",
+		CanSupersede: may(auth.ActionSupersede) && t.State == "done",
+		CanRevoke:    may(auth.ActionRevoke) && (t.State == "done" || t.State == "stranded"),
 	}
 	for _, e := range history {
 		a := view.Attempt{

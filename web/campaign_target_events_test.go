@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/inbound"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // TestTargetPageShowsProviderEvents: the bounces a provider reported about

@@ -9,15 +9,15 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/testsend"
 	"github.com/onceplan/onceplan/web/view"
 )
 
 // testSendForm is the draft and approval pages' test-send form for the
 // signed-in user, or nil when they may not test-send this campaign now.
-func (s *Server) testSendForm(ctx context.Context, a approval.Actor, camp plan.Campaign, targets int, back string) (*view.TestSendForm, error) {
-	if s.cfg.TestSend == nil || approval.Allowed(a, camp, approval.ActionTestSend) != nil {
+func (s *Server) testSendForm(ctx context.Context, a auth.Actor, camp plan.Campaign, targets int, back string) (*view.TestSendForm, error) {
+	if s.cfg.TestSend == nil || approval.Allowed(a, camp, auth.ActionTestSend) != nil {
 		return nil, nil
 	}
 	reviewers, err := s.cfg.TestSend.Reviewers(ctx)
@@ -51,7 +51,7 @@ func (s *Server) handleTestSend(c echo.Context) error {
 			return &plan.FieldError{Field: "ordinal", Reason: "must be a target's number"}
 		}
 	}
-	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), testsend.Params{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {
+	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), approval.TestSendParams{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {
 		return err
 	}
 	back := "draft"

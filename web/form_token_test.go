@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -211,7 +211,7 @@ func TestSecretShownOnceAfterTheRedirect(t *testing.T) {
 	rec := a.post("/admin/tokens", form)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	// Another admin cannot read what the redirect names.
-	other := b.user("admin2@example.com", approval.RoleAdmin)
+	other := b.user("admin2@example.com", auth.RoleAdmin)
 	require.Equal(t, 0, tid(parse(t, other.get(rec.Header().Get("Location"))), "new-token").Length())
 	page := a.follow(rec)
 	require.True(t, strings.HasPrefix(tid(parse(t, page), "new-token-value").Text(), "op_"))

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -17,11 +17,11 @@ const hintNames = 5
 
 // anOperator is anyone with the operator role: what the lifecycle allows
 // it is what an operator could do now.
-var anOperator = approval.Actor{Roles: []approval.Role{approval.RoleOperator}}
+var anOperator = auth.Actor{Roles: []auth.Role{auth.RoleOperator}}
 
 // whoMay lists the enabled users (not agents) for whom may says yes, by
 // email; it is asked of each user in turn.
-func (s *Server) whoMay(ctx context.Context, may func(approval.Actor) (bool, error)) ([]string, error) {
+func (s *Server) whoMay(ctx context.Context, may func(auth.Actor) (bool, error)) ([]string, error) {
 	users, err := auth.ListUsers(ctx, s.cfg.Pool)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func (s *Server) whoMay(ctx context.Context, may func(approval.Actor) (bool, err
 }
 
 // addUsersHint says where users, and the role they need, are added.
-func addUsersHint(role approval.Role) string {
+func addUsersHint(role auth.Role) string {
 	return "an admin adds one on the Admin page (Add a user, role " + string(role) + ") or with `onceplan user add --email EMAIL --role " + string(role) + "`"
 }
 
@@ -62,9 +62,9 @@ func namesOr(names []string) string {
 // operatorHint says, to a user who may not take any of a running campaign's
 // operator actions that the lifecycle allows now (start, pause, resume,
 // cancel), who may: "" when the user may, or when nobody could now.
-func (s *Server) operatorHint(ctx context.Context, a approval.Actor, camp plan.Campaign) (string, error) {
-	var actions []approval.Action
-	for _, action := range []approval.Action{approval.ActionStart, approval.ActionPause, approval.ActionResume, approval.ActionCancel} {
+func (s *Server) operatorHint(ctx context.Context, a auth.Actor, camp plan.Campaign) (string, error) {
+	var actions []auth.Action
+	for _, action := range []auth.Action{auth.ActionStart, auth.ActionPause, auth.ActionResume, auth.ActionCancel} {
 		if approval.Allowed(a, camp, action) == nil {
 			return "", nil
 		}
@@ -76,23 +76,23 @@ func (s *Server) operatorHint(ctx context.Context, a approval.Actor, camp plan.C
 		return "", nil
 	}
 	what := "Starting, pausing, resuming and cancelling this campaign are an operator's decisions"
-	if actions[0] == approval.ActionStart {
+	if actions[0] == auth.ActionStart {
 		what = "An operator starts this campaign"
 	}
-	names, err := s.whoMay(ctx, func(u approval.Actor) (bool, error) { return approval.Allowed(u, camp, actions[0]) == nil, nil })
+	names, err := s.whoMay(ctx, func(u auth.Actor) (bool, error) { return approval.Allowed(u, camp, actions[0]) == nil, nil })
 	if err != nil {
 		return "", err
 	}
 	if len(names) == 0 {
-		return what + ", and nobody has the operator role yet: " + addUsersHint(approval.RoleOperator) + ".", nil
+		return what + ", and nobody has the operator role yet: " + addUsersHint(auth.RoleOperator) + ".", nil
 	}
 	return what + ": ask " + namesOr(names) + ".", nil
 }
 
 // approverHint says who may approve campaign c's current version instead
 // of the signed-in user, and where approvers are added.
-func (s *Server) approverHint(ctx context.Context, a approval.Actor, c plan.Campaign) (string, error) {
-	names, err := s.whoMay(ctx, func(u approval.Actor) (bool, error) {
+func (s *Server) approverHint(ctx context.Context, a auth.Actor, c plan.Campaign) (string, error) {
+	names, err := s.whoMay(ctx, func(u auth.Actor) (bool, error) {
 		if u.UserID == a.UserID {
 			return false, nil
 		}
@@ -109,7 +109,7 @@ func (s *Server) approverHint(ctx context.Context, a approval.Actor, c plan.Camp
 		return "", err
 	}
 	if len(names) == 0 {
-		return "Nobody else may approve it yet: " + addUsersHint(approval.RoleApprover) + ".", nil
+		return "Nobody else may approve it yet: " + addUsersHint(auth.RoleApprover) + ".", nil
 	}
-	return "Ask " + namesOr(names) + " to approve it; to add another approver, " + addUsersHint(approval.RoleApprover) + ".", nil
+	return "Ask " + namesOr(names) + " to approve it; to add another approver, " + addUsersHint(auth.RoleApprover) + ".", nil
 }

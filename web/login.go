@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/web/view"
 )
 

@@ -19,12 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -58,13 +58,13 @@ func setup(t *testing.T) *bundle {
 	b.srv = NewServer(Config{Pool: pool, Approval: svc, Providers: reg})
 	for _, role := range []string{"admin", "proposer", "approver", "approver2", "operator", "viewer"} {
 		r := strings.TrimSuffix(role, "2")
-		b.as[role] = b.user(role+"@example.com", approval.Role(r))
+		b.as[role] = b.user(role+"@example.com", auth.Role(r))
 	}
 	return b
 }
 
 // user creates a user with roles and signs them in.
-func (b *bundle) user(email string, roles ...approval.Role) *client {
+func (b *bundle) user(email string, roles ...auth.Role) *client {
 	b.t.Helper()
 	ctx := context.Background()
 	_, err := auth.CreateUser(ctx, b.pool, auth.NewUser{Email: email, Roles: roles, Password: testPassword})
@@ -83,7 +83,7 @@ type client struct {
 	h     http.Handler
 	token string
 	csrf  string
-	actor approval.Actor
+	actor auth.Actor
 }
 
 func (c *client) do(req *http.Request) *httptest.ResponseRecorder {

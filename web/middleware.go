@@ -14,8 +14,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 )
 
 // Cookie names. The session cookie holds the session's secret (the
@@ -196,34 +195,34 @@ type access string
 const (
 	public   access = "public"    // anyone
 	signedIn access = "signed-in" // any signed-in user (every role may read)
-	proposer access = access(approval.RoleProposer)
-	approver access = access(approval.RoleApprover)
-	operator access = access(approval.RoleOperator)
-	admin    access = access(approval.RoleAdmin)
+	proposer access = access(auth.RoleProposer)
+	approver access = access(auth.RoleApprover)
+	operator access = access(auth.RoleOperator)
+	admin    access = access(auth.RoleAdmin)
 	// testSender: whoever the permission table lets test-send (the
 	// proposer, approvers, operators: more than one role).
-	testSender access = "action:" + access(approval.ActionTestSend)
+	testSender access = "action:" + access(auth.ActionTestSend)
 	// link: anyone holding the link's token, which the handler checks
 	// itself (unsubscribe links): no session and no CSRF token needed.
 	link access = "link"
 )
 
-func actorOf(c echo.Context) (approval.Actor, bool) {
-	a, ok := c.Get(ctxActor).(approval.Actor)
+func actorOf(c echo.Context) (auth.Actor, bool) {
+	a, ok := c.Get(ctxActor).(auth.Actor)
 	return a, ok
 }
 
 // allowed reports whether a (signed in or not) may use a route needing need.
-func allowed(a approval.Actor, signed bool, need access) bool {
+func allowed(a auth.Actor, signed bool, need access) bool {
 	switch need {
 	case public, link:
 		return true
 	case signedIn:
 		return signed
 	case testSender:
-		return signed && approval.Authorize(a, approval.ActionTestSend) == nil
+		return signed && auth.Authorize(a, auth.ActionTestSend) == nil
 	default:
-		return signed && a.Has(approval.Role(need))
+		return signed && a.Has(auth.Role(need))
 	}
 }
 
@@ -244,7 +243,7 @@ func (s *Server) require(need access, h echo.HandlerFunc) echo.HandlerFunc {
 			return echo.NewHTTPError(http.StatusUnauthorized, "sign in first")
 		}
 		if need == testSender {
-			return echo.NewHTTPError(http.StatusForbidden, whyNot(approval.Authorize(a, approval.ActionTestSend)))
+			return echo.NewHTTPError(http.StatusForbidden, whyNot(auth.Authorize(a, auth.ActionTestSend)))
 		}
 		return echo.NewHTTPError(http.StatusForbidden, "this needs the "+string(need)+" role, which "+a.Email+" does not have")
 	}

@@ -9,8 +9,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -77,13 +76,13 @@ func (s *Server) page(c echo.Context, title, nav string) view.Page {
 	return p
 }
 
-func userView(u auth.User, a approval.Actor) *view.User {
+func userView(u auth.User, a auth.Actor) *view.User {
 	v := &view.User{
 		Email: u.Email, Name: u.Name,
-		IsAdmin:    a.Has(approval.RoleAdmin),
-		CanPropose: a.Has(approval.RoleProposer),
-		CanApprove: a.Has(approval.RoleApprover),
-		CanOperate: a.Has(approval.RoleOperator),
+		IsAdmin:    a.Has(auth.RoleAdmin),
+		CanPropose: a.Has(auth.RoleProposer),
+		CanApprove: a.Has(auth.RoleApprover),
+		CanOperate: a.Has(auth.RoleOperator),
 	}
 	for _, r := range u.Roles {
 		v.Roles = append(v.Roles, string(r))

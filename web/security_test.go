@@ -12,8 +12,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -234,7 +233,7 @@ func TestRouteRoleMatrix(t *testing.T) {
 			}
 			status := rec.Result().StatusCode
 			name := r.method + " " + r.path + " as " + role
-			var actor approval.Actor
+			var actor auth.Actor
 			if signed {
 				actor = b.as[role].actor
 			}

@@ -23,11 +23,10 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/migrations"
-	"github.com/onceplan/onceplan/notify"
-	"github.com/onceplan/onceplan/provider"
-	"github.com/onceplan/onceplan/testsend"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // Config is what the server needs. Pool is required; without Approval
@@ -57,7 +56,7 @@ type Config struct {
 	// TestSend sends the draft and approval pages' test messages; share
 	// the API's, so that one user's rate limit covers both. Nil: one of
 	// its own on Providers (no allow-list).
-	TestSend *testsend.Sender
+	TestSend *approval.TestSender
 	// ToolCalls serves the single effects' pages; share the API's. Nil:
 	// one of its own on Pool.
 	ToolCalls *toolcall.Service
@@ -111,7 +110,7 @@ func NewServer(cfg Config) *Server {
 		cfg.Counts = approval.NewCountsCache()
 	}
 	if cfg.TestSend == nil && cfg.Pool != nil {
-		cfg.TestSend, _ = testsend.New(testsend.Config{DB: cfg.Pool, Providers: cfg.Providers}) // no allow-list: no error
+		cfg.TestSend, _ = approval.NewTestSender(approval.TestSendConfig{DB: cfg.Pool, Providers: cfg.Providers}) // no allow-list: no error
 	}
 	if cfg.ToolCalls == nil && cfg.Pool != nil {
 		cfg.ToolCalls = toolcall.NewService(cfg.Pool, toolcall.Options{Logger: cfg.Logger})

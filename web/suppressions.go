@@ -8,9 +8,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -53,8 +53,8 @@ func (s *Server) renderSuppressions(c echo.Context, status int, fieldErrors map[
 	p := view.SuppressionsPage{
 		Page: s.page(c, "Suppression list", "suppressions"), Query: strings.TrimSpace(c.QueryParam("address")),
 		IncludeRemoved: includeRemoved, After: after, FieldErrors: fieldErrors,
-		CanAdd:    approval.Authorize(a, approval.ActionSuppress) == nil,
-		CanRemove: approval.Authorize(a, approval.ActionUnsuppress) == nil,
+		CanAdd:    auth.Authorize(a, auth.ActionSuppress) == nil,
+		CanRemove: auth.Authorize(a, auth.ActionUnsuppress) == nil,
 	}
 	if p.FieldErrors == nil {
 		p.FieldErrors = map[string]string{}

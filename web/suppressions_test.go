@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/internal/suppression"
 )
 
 // TestSuppressionsPage: every signed-in user sees the list (nav link,

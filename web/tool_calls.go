@@ -11,10 +11,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -140,7 +140,7 @@ func (s *Server) renderToolApproval(c echo.Context, status int, r toolcall.Reque
 		Target: r.Target.Value, AmountMinor: r.AmountMinor, Scope: r.Scope, Args: prettyJSON(r.Args), ArgsDigest: r.ArgsDigest,
 		RequestedBy: r.RequestedBy, CreatedAt: r.CreatedAt, Policy: toolPolicyView(r.Policy), Decision: r.Decision,
 		DecidedBy: r.DecidedBy, DecideReason: r.Reason, DecidedAt: r.DecidedAt, Stale: r.Stale(), FieldErrors: fieldErrors,
-		CanDecide: approval.Authorize(a, approval.ActionApprove) == nil && !a.Agent && a.UserID != r.RequestedByUser}
+		CanDecide: auth.Authorize(a, auth.ActionApprove) == nil && !a.Agent && a.UserID != r.RequestedByUser}
 	if p.FieldErrors == nil {
 		p.FieldErrors = map[string]string{}
 	}
@@ -218,9 +218,9 @@ func (s *Server) handleToolCall(c echo.Context) error {
 		Epoch: st.Epoch, ArgsDigest: st.ArgsDigest, Args: prettyJSON(st.Args), AmountMinor: st.AmountMinor, Scope: st.Scope,
 		Policy: toolPolicyView(st.Policy), Raw: string(st.Raw), RawKind: string(st.RawKind), Resolution: st.Resolution,
 		ResolvedBy: st.ResolvedBy, ApprovedBy: st.ApprovedBy, Next: toolNext(st),
-		CanResolve: st.State == toolcall.State(ledger.StateUnknown) && approval.Authorize(a, approval.ActionResolve) == nil,
+		CanResolve: st.State == toolcall.State(ledger.StateUnknown) && auth.Authorize(a, auth.ActionResolve) == nil,
 		CanRevoke: (st.State == toolcall.State(ledger.StateDone) || st.State == toolcall.State(ledger.StateStranded)) &&
-			approval.Authorize(a, approval.ActionRevoke) == nil,
+			auth.Authorize(a, auth.ActionRevoke) == nil,
 	}
 	events, err := svc.Events(ctx, toolcall.EventFilter{Key: key})
 	if err != nil {

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // TestToolCallPages: the list shows the approvals and unknowns waiting

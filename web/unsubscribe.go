@@ -10,8 +10,8 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/unsubscribe"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -34,12 +34,12 @@ const (
 // unsubscribeRoutes is the state of the /u routes: the links (for the
 // secret) and the per-client limiters.
 type unsubscribeRoutes struct {
-	links   *unsubscribe.Links
+	links   *suppression.Links
 	clients *keyedrate.Limiter[string]
 }
 
 func newUnsubscribeRoutes(pool *pgxpool.Pool, publicURL string) *unsubscribeRoutes {
-	return &unsubscribeRoutes{links: unsubscribe.NewLinks(pool, publicURL),
+	return &unsubscribeRoutes{links: suppression.NewLinks(pool, publicURL),
 		clients: keyedrate.New[string](unsubscribeRate, unsubscribeBurst, 0)}
 }
 
@@ -78,7 +78,7 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 	token := c.Param("token")
 	ctx := c.Request().Context()
 	var (
-		sub unsubscribe.Subscription
+		sub suppression.Subscription
 		err error
 	)
 	if post {
@@ -93,9 +93,9 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 		sub, err = s.unsub.links.Check(ctx, token)
 	}
 	switch {
-	case errors.Is(err, unsubscribe.ErrMalformed):
+	case errors.Is(err, suppression.ErrMalformed):
 		return refuse(http.StatusBadRequest, err)
-	case errors.Is(err, unsubscribe.ErrUnknown):
+	case errors.Is(err, suppression.ErrUnknown):
 		return refuse(http.StatusNotFound, err)
 	case err != nil:
 		return err

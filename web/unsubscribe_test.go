@@ -12,9 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
-	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // TestUnsubscribeRoutes: the /u routes need no session and no CSRF token
@@ -32,7 +31,7 @@ func TestUnsubscribeRoutes(t *testing.T) {
 		Payload: plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Bye: {{.unsubscribe_url}}"},
 	})
 	require.NoError(t, err)
-	token, err := unsubscribe.NewLinks(b.pool, "").Token(ctx, res.Campaign.ID, "ann@example.com")
+	token, err := suppression.NewLinks(b.pool, "").Token(ctx, res.Campaign.ID, "ann@example.com")
 	require.NoError(t, err)
 	path := "/u/" + token
 	suppressed := func() bool {
@@ -82,7 +81,7 @@ func TestUnsubscribeRoutes(t *testing.T) {
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	require.Equal(t, 1, tid(parse(t, rec), "unsubscribe-done").Length())
 	require.True(t, suppressed())
-	stranger, err := unsubscribe.NewLinks(b.pool, "").Token(ctx, res.Campaign.ID, "nobody@example.com")
+	stranger, err := suppression.NewLinks(b.pool, "").Token(ctx, res.Campaign.ID, "nobody@example.com")
 	require.NoError(t, err)
 	rec2 := post("/u/"+stranger, "List-Unsubscribe=One-Click", "")
 	require.Equal(t, http.StatusOK, rec2.Code)
@@ -137,7 +136,7 @@ func TestTransactionalOnTheForms(t *testing.T) {
 	for c, want := range map[plan.Campaign]string{linked: "Each message carries a one-click unsubscribe link", receipts: "Transactional: no unsubscribe link"} {
 		d := parse(t, b.as["approver"].get("/campaigns/"+c.ID+"/approval"))
 		require.Equal(t, want, strings.TrimSpace(tid(d, "list-unsubscribe").Text()))
-		require.Equal(t, c.ListUnsubscribe, strings.Contains(d.Text(), "Stop: "+unsubscribe.DefaultPublicURL+"/u/sample"), c.Name)
+		require.Equal(t, c.ListUnsubscribe, strings.Contains(d.Text(), "Stop: "+suppression.DefaultPublicURL+"/u/sample"), c.Name)
 	}
 }
 
@@ -154,7 +153,7 @@ func TestOneClickUnsubscribeTakesTheBodyOnly(t *testing.T) {
 		Payload: plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Bye: {{.unsubscribe_url}}"},
 	})
 	require.NoError(t, err)
-	links := unsubscribe.NewLinks(b.pool, "")
+	links := suppression.NewLinks(b.pool, "")
 	token, err := links.Token(ctx, res.Campaign.ID, "ann@example.com")
 	require.NoError(t, err)
 	suppressions := func() int {

@@ -25,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/internal/provider"
 )
 
 // browserTargets and browserRate make a run that lasts about ten seconds:

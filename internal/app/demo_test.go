@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/provider"
+	"github.com/onceplan/onceplan/internal/provider"
 )
 
 // The demo of `make run` lasts about a minute: long enough to watch the

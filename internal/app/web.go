@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -68,7 +68,7 @@ func EnsureDemo(ctx context.Context, pool *pgxpool.Pool, svc *approval.Service, 
 	u, err := auth.GetUserByEmail(ctx, pool, DemoProposer)
 	if err != nil {
 		u, err = auth.CreateUser(ctx, pool, auth.NewUser{
-			Email: DemoProposer, Name: "Demo proposer", Roles: []approval.Role{approval.RoleProposer},
+			Email: DemoProposer, Name: "Demo proposer", Roles: []auth.Role{auth.RoleProposer},
 			Password: auth.GeneratePassword(),
 		})
 		if err != nil {

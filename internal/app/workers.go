@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/notify"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // ProviderOptions say which providers this process can send through.

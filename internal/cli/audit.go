@@ -13,11 +13,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/onceplan/onceplan/audit"
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // auditListMax is how many findings of each kind the human report prints;

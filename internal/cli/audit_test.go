@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit/audittest"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // auditCampaign makes a campaign of n targets on the bundle's database and

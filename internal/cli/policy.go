@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
 	"github.com/onceplan/onceplan/plan"

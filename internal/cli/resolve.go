@@ -16,8 +16,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/onceplan/onceplan/inbound"
 	"github.com/onceplan/onceplan/internal/apiclient"
+	"github.com/onceplan/onceplan/internal/inbound"
 )
 
 // `onceplan resolve --evidence FILE CAMPAIGN` reads a provider's event

@@ -14,11 +14,10 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit/audittest"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/provider"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -45,11 +44,11 @@ func newResolveWorld(t *testing.T, n int) *resolveWorld {
 	w.server = srv.URL
 	for _, u := range []struct {
 		name  string
-		role  approval.Role
+		role  auth.Role
 		agent bool
-	}{{"operator", approval.RoleOperator, false}, {"viewer", approval.RoleViewer, false}, {"agent", approval.RoleOperator, true}} {
+	}{{"operator", auth.RoleOperator, false}, {"viewer", auth.RoleViewer, false}, {"agent", auth.RoleOperator, true}} {
 		email := u.name + "@example.com"
-		_, err := auth.CreateUser(b.ctx, b.pool, auth.NewUser{Email: email, Roles: []approval.Role{u.role}, Password: "correct horse battery staple"})
+		_, err := auth.CreateUser(b.ctx, b.pool, auth.NewUser{Email: email, Roles: []auth.Role{u.role}, Password: "correct horse battery staple"})
 		require.NoError(t, err)
 		secret, _, err := auth.CreateToken(b.ctx, b.pool, email, "cli", u.agent)
 		require.NoError(t, err)

@@ -14,12 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/inbound"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/metrics"
-	"github.com/onceplan/onceplan/testsend"
-	"github.com/onceplan/onceplan/toolcall"
-	"github.com/onceplan/onceplan/unsubscribe"
+	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/web"
 	"github.com/onceplan/onceplan/web/api"
 	"github.com/onceplan/onceplan/web/webhook"
@@ -33,7 +32,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto)")
 	demo := fs.Bool("demo", false, fmt.Sprintf("on a database without campaigns, create a demo campaign (%d targets on the first provider) waiting for approval", app.DemoTargets))
 	testRecipients := fs.String("test-recipients", "", fmt.Sprintf("comma-separated addresses that may receive test sends besides the users' own (at most %d per test send, %v a minute per user)",
-		testsend.MaxRecipientsDefault, float64(testsend.RateDefault)*60))
+		approval.TestSendMaxRecipients, float64(approval.TestSendRate)*60))
 	trustedProxies := fs.String("trusted-proxies", "", "CIDR,…: the reverse proxies in front of serve, whose X-Forwarded-For names the client (read from the right, skipping these hops) for the sign-in throttle and the rate limits (default $ONCEPLAN_TRUSTED_PROXIES; none: the direct peer is the client, X-Forwarded-For ignored)")
 	var webhookFlags listFlag
 	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=TOPIC-ARN[;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
@@ -43,7 +42,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
-	allowList, err := testsend.ParseAllowList(strings.Split(*testRecipients, ","))
+	allowList, err := approval.ParseTestAllowList(strings.Split(*testRecipients, ","))
 	if err != nil {
 		return fmt.Errorf("--test-recipients: %w", err)
 	}
@@ -78,7 +77,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		}
 	}()
 	if wf.opts.PublicURL == "" {
-		wf.opts.PublicURL = unsubscribe.PublicURLFromListen(ln.Addr().String())
+		wf.opts.PublicURL = suppression.PublicURLFromListen(ln.Addr().String())
 	}
 
 	d, err := app.OpenDB(ctx, app.DBOptions{
@@ -115,7 +114,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 
 	counts := approval.NewCountsCache() // shared by the UI and the API
 	// One sender for the UI and the API: one rate limit per user.
-	sender, err := testsend.New(testsend.Config{DB: d.Pool, Providers: ws.Providers, AllowList: allowList})
+	sender, err := approval.NewTestSender(approval.TestSendConfig{DB: d.Pool, Providers: ws.Providers, AllowList: allowList})
 	if err != nil {
 		return err
 	}

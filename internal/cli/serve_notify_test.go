@@ -16,12 +16,11 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
-	"github.com/onceplan/onceplan/notify"
 )
 
 // TestServeNotifies runs onceplan serve with a real SMTP sink behind a
@@ -50,9 +49,9 @@ func TestServeNotifies(t *testing.T) {
 	const password = "correct horse battery staple"
 	for _, u := range []struct {
 		email string
-		role  approval.Role
-	}{{"pat@example.com", approval.RoleProposer}, {"amy@example.com", approval.RoleApprover}, {"abe@example.com", approval.RoleApprover}} {
-		_, err := auth.CreateUser(ctx, pool, auth.NewUser{Email: u.email, Roles: []approval.Role{u.role}, Password: password})
+		role  auth.Role
+	}{{"pat@example.com", auth.RoleProposer}, {"amy@example.com", auth.RoleApprover}, {"abe@example.com", auth.RoleApprover}} {
+		_, err := auth.CreateUser(ctx, pool, auth.NewUser{Email: u.email, Roles: []auth.Role{u.role}, Password: password})
 		require.NoError(t, err)
 	}
 	token, _, err := auth.CreateToken(ctx, pool, "pat@example.com", "notify test", false)

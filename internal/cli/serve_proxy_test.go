@@ -24,8 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
@@ -189,7 +188,7 @@ func startProxiedServe(t *testing.T, args []string, envs map[string]string) prox
 	ctx, cancel := context.WithCancel(context.Background())
 	urls := pgtest.Database(t)
 	pool := pgtest.NewPool(t, urls.App)
-	_, err := auth.CreateUser(ctx, pool, auth.NewUser{Email: "owner@example.com", Roles: []approval.Role{approval.RoleProposer}, Password: ownerPassword})
+	_, err := auth.CreateUser(ctx, pool, auth.NewUser{Email: "owner@example.com", Roles: []auth.Role{auth.RoleProposer}, Password: ownerPassword})
 	require.NoError(t, err)
 	var out lockedBuffer
 	env := Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: func(k string) string {

@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/migrations"
-	"github.com/onceplan/onceplan/suppression"
 )
 
 // The suppression list is admin data, like users: these commands take the

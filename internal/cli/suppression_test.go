@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/internal/suppression"
 )
 
 // TestSuppressionImportReportsLines: an import reports each line it did

@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 func runTool(ctx context.Context, env Env, args []string) error {

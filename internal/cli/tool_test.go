@@ -8,10 +8,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // TestToolAddAsOwnerAndList: an admin (the owner's URL) registers a
@@ -29,7 +29,7 @@ func TestToolAddAsOwnerAndList(t *testing.T) {
 
 	appPool := pgtest.NewPool(t, b.app.url)
 	id := pgtest.User(t, b.owner.pool, pgtest.UserOpts{Email: "agent-owner@example.com", Roles: []string{"proposer"}})
-	agent := approval.Actor{UserID: id, Email: "agent-owner@example.com", Roles: []approval.Role{approval.RoleProposer}, Agent: true}
+	agent := auth.Actor{UserID: id, Email: "agent-owner@example.com", Roles: []auth.Role{auth.RoleProposer}, Agent: true}
 	svc := toolcall.NewService(appPool, toolcall.Options{})
 	res, err := svc.Begin(b.app.ctx, agent, toolcall.BeginParams{
 		Identity: ledger.KeyInput{Event: "run-1", Tool: "crm.note", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "c-1"}}, Args: []byte(`{}`)})

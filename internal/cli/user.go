@@ -17,9 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/auth"
 )
 
 // subcommand is one verb of a command group (`user add`).
@@ -59,13 +58,13 @@ func subUsage(w io.Writer, group string, subs []subcommand) {
 
 // roleList is a repeatable --role flag; one value may also list several
 // roles separated by commas.
-type roleList []approval.Role
+type roleList []auth.Role
 
 func (r *roleList) String() string { return strings.Join(roleNames(*r), ",") }
 
 func (r *roleList) Set(s string) error {
 	for part := range strings.SplitSeq(s, ",") {
-		role, err := approval.ParseRole(strings.TrimSpace(part))
+		role, err := auth.ParseRole(strings.TrimSpace(part))
 		if err != nil {
 			return err
 		}
@@ -74,7 +73,7 @@ func (r *roleList) Set(s string) error {
 	return nil
 }
 
-func roleNames(roles []approval.Role) []string {
+func roleNames(roles []auth.Role) []string {
 	out := make([]string, len(roles))
 	for i, r := range roles {
 		out[i] = string(r)

@@ -13,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
@@ -142,7 +141,7 @@ func TestUserSetRoles(t *testing.T) {
 	require.Equal(t, "user cy@example.com now has roles: approver, operator\n", r.stdout)
 	u, err := auth.GetUserByEmail(b.ctx, b.pool, "cy@example.com")
 	require.NoError(t, err)
-	require.Equal(t, []approval.Role{approval.RoleApprover, approval.RoleOperator}, u.Roles)
+	require.Equal(t, []auth.Role{auth.RoleApprover, auth.RoleOperator}, u.Roles)
 }
 
 func TestTokenCreate(t *testing.T) {
@@ -167,7 +166,7 @@ func TestTokenCreate(t *testing.T) {
 	actor, _, err = auth.TokenActor(b.ctx, b.pool, agentSecret)
 	require.NoError(t, err)
 	require.True(t, actor.Agent)
-	require.ErrorIs(t, approval.Authorize(actor, approval.ActionApprove), approval.ErrForbidden)
+	require.ErrorIs(t, auth.Authorize(actor, auth.ActionApprove), auth.ErrForbidden)
 
 	r = b.run(t, runToken, "", "list", "--user", "dee@example.com")
 	require.NoError(t, r.err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/onceplan/onceplan/internal/app"
-	"github.com/onceplan/onceplan/unsubscribe"
+	"github.com/onceplan/onceplan/internal/suppression"
 )
 
 // runWorker runs workers only: more machines (or processes) performing
@@ -18,7 +18,7 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 	db.register(fs, env)
 	var wf workerFlags
 	wf.register(fs)
-	wf.registerPublicURL(fs, unsubscribe.DefaultPublicURL+", serve's default address: set it wherever serve listens elsewhere")
+	wf.registerPublicURL(fs, suppression.DefaultPublicURL+", serve's default address: set it wherever serve listens elsewhere")
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func runWorker(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger.Info("onceplan worker is running", "owner", ws.Runner.Executor().Owner(), "public_url", cmp.Or(wf.opts.PublicURL, unsubscribe.DefaultPublicURL))
+	logger.Info("onceplan worker is running", "owner", ws.Runner.Executor().Owner(), "public_url", cmp.Or(wf.opts.PublicURL, suppression.DefaultPublicURL))
 	<-ctx.Done()
 	logger.Info("shutting down")
 	stopWorkers(ws, logger)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/notify"
-	"github.com/onceplan/onceplan/unsubscribe"
 )
 
 // listFlag collects a repeatable flag.
@@ -81,7 +81,7 @@ const workerPoolConns = 40
 // the options' one validation (jobs.Config's), in the flags' names.
 func (w *workerFlags) check() error {
 	if w.publicURL != "" {
-		u, err := unsubscribe.ParsePublicURL(w.publicURL)
+		u, err := suppression.ParsePublicURL(w.publicURL)
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 		return nil, err
 	}
 	nots, err := app.Notifiers(app.NotifierOptions{Flags: w.notifiers, Env: env.Getenv("ONCEPLAN_NOTIFY"), Providers: reg,
-		PublicURL: cmp.Or(w.opts.PublicURL, unsubscribe.DefaultPublicURL), Getenv: env.Getenv})
+		PublicURL: cmp.Or(w.opts.PublicURL, suppression.DefaultPublicURL), Getenv: env.Getenv})
 	if err != nil {
 		reg.Close()
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
@@ -55,9 +56,9 @@ type env struct {
 	pool     *pgxpool.Pool
 	enq      *jobs.Enqueuer
 	svc      *approval.Service
-	proposer approval.Actor
-	approver approval.Actor
-	operator approval.Actor
+	proposer auth.Actor
+	approver auth.Actor
+	operator auth.Actor
 }
 
 func newEnv(t *testing.T) *env {
@@ -74,13 +75,13 @@ func newEnv(t *testing.T) *env {
 	enq := jobs.NewEnqueuer(client)
 	enq.OwnerTimeout = ownerTimeout
 	e := &env{ctx: context.Background(), url: url, pool: pool, enq: enq, svc: approval.NewService(pool, enq)}
-	mk := func(email string, role approval.Role) approval.Actor {
+	mk := func(email string, role auth.Role) auth.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
-		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
+		return auth.Actor{UserID: id, Email: email, Roles: []auth.Role{role}}
 	}
-	e.proposer = mk("proposer@example.com", approval.RoleProposer)
-	e.approver = mk("approver@example.com", approval.RoleApprover)
-	e.operator = mk("operator@example.com", approval.RoleOperator)
+	e.proposer = mk("proposer@example.com", auth.RoleProposer)
+	e.approver = mk("approver@example.com", auth.RoleApprover)
+	e.operator = mk("operator@example.com", auth.RoleOperator)
 	return e
 }
 

@@ -30,14 +30,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/clients/go/toolclient"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
-	"github.com/onceplan/onceplan/toolclient"
 )
 
 // toolAgentEnv makes this test binary the agent (toolAgentMain) instead of
@@ -194,7 +193,7 @@ func newToolWorld(t *testing.T) *toolWorld {
 	}
 	pool := pgtest.NewPool(t, urls.App)
 	pgtest.User(t, pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer"}})
-	_, err := auth.CreateUser(t.Context(), pool, auth.NewUser{Email: "oli@example.com", Roles: []approval.Role{approval.RoleOperator}, Password: "correct horse battery staple"})
+	_, err := auth.CreateUser(t.Context(), pool, auth.NewUser{Email: "oli@example.com", Roles: []auth.Role{auth.RoleOperator}, Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	w.session, _, err = auth.Login(t.Context(), pool, "oli@example.com", "correct horse battery staple", auth.LoginMeta{})
 	require.NoError(t, err)

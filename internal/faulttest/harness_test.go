@@ -24,7 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
@@ -72,9 +73,9 @@ type env struct {
 	url      string
 	pool     *pgxpool.Pool
 	svc      *approval.Service
-	proposer approval.Actor
-	approver approval.Actor
-	operator approval.Actor
+	proposer auth.Actor
+	approver auth.Actor
+	operator auth.Actor
 }
 
 // newEnv uses a fresh database of the shared test cluster.
@@ -109,13 +110,13 @@ func newEnvAt(t *testing.T, url string, ownerTimeout time.Duration) *env {
 	}
 	e.svc = approval.NewService(e.pool, enq)
 	pool := e.pool
-	mk := func(email string, role approval.Role) approval.Actor {
+	mk := func(email string, role auth.Role) auth.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
-		return approval.Actor{UserID: id, Email: email, Roles: []approval.Role{role}}
+		return auth.Actor{UserID: id, Email: email, Roles: []auth.Role{role}}
 	}
-	e.proposer = mk("proposer@example.com", approval.RoleProposer)
-	e.approver = mk("approver@example.com", approval.RoleApprover)
-	e.operator = mk("operator@example.com", approval.RoleOperator)
+	e.proposer = mk("proposer@example.com", auth.RoleProposer)
+	e.approver = mk("approver@example.com", auth.RoleApprover)
+	e.operator = mk("operator@example.com", auth.RoleOperator)
 	return e
 }
 

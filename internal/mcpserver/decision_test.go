@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/apiclient"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/mcpserver"
 	"github.com/onceplan/onceplan/internal/pgtest"
@@ -39,15 +39,15 @@ func TestWaitForDecisionIsBoundedAndSaysWhoMustAct(t *testing.T) {
 	api.Register(e, api.Config{Pool: pool, Approval: svc})
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
-	actor := func(email string, roles ...approval.Role) approval.Actor {
+	actor := func(email string, roles ...auth.Role) auth.Actor {
 		names := make([]string, len(roles))
 		for i, r := range roles {
 			names[i] = string(r)
 		}
-		return approval.Actor{UserID: pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
+		return auth.Actor{UserID: pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
 	}
-	proposer := actor("agent-owner@example.com", approval.RoleProposer)
-	approver := actor("amy@example.com", approval.RoleApprover)
+	proposer := actor("agent-owner@example.com", auth.RoleProposer)
+	approver := actor("amy@example.com", auth.RoleApprover)
 	res, err := svc.Create(ctx, proposer, approval.CreateParams{
 		Name: "Renewals", Provider: "outbox", RequiredApprovals: 1, Payload: plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello"},
 		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader("email\nada@example.com\n")},

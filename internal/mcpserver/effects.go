@@ -10,7 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/onceplan/onceplan/toolclient"
+	"github.com/onceplan/onceplan/clients/go/toolclient"
 )
 
 // The single-effect tools (package toolcall): an agent performs its own

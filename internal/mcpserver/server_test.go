@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
 	"github.com/onceplan/onceplan/internal/apiclient"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/mcpserver"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
@@ -39,15 +39,15 @@ func TestStatusSaysNoLiveWorkerServesTheProvider(t *testing.T) {
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
 
-	actor := func(email string, roles ...approval.Role) approval.Actor {
+	actor := func(email string, roles ...auth.Role) auth.Actor {
 		names := make([]string, len(roles))
 		for i, r := range roles {
 			names[i] = string(r)
 		}
-		return approval.Actor{UserID: pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
+		return auth.Actor{UserID: pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: names}), Email: email, Roles: roles}
 	}
-	proposer := actor("agent-owner@example.com", approval.RoleProposer)
-	decider := actor("decider@example.com", approval.RoleApprover, approval.RoleOperator)
+	proposer := actor("agent-owner@example.com", auth.RoleProposer)
+	decider := actor("decider@example.com", auth.RoleApprover, auth.RoleOperator)
 	res, err := svc.Create(ctx, proposer, approval.CreateParams{
 		Name: "Renewals", Provider: "outbox", Payload: plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello"},
 		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader("email\nada@example.com\n")},

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/jobs/riverdb"
-	"github.com/onceplan/onceplan/notify"
 )
 
 var (

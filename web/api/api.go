@@ -24,10 +24,9 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
-	"github.com/onceplan/onceplan/testsend"
-	"github.com/onceplan/onceplan/toolcall"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/web/httperr"
 )
 
@@ -59,7 +58,7 @@ type Config struct {
 	// TestSend sends test messages (POST /campaigns/{id}/test); share
 	// the UI's, so that one user's rate limit covers both. Nil: the route
 	// answers 503.
-	TestSend *testsend.Sender
+	TestSend *approval.TestSender
 	// Stopping is closed when the server begins to shut down: the
 	// decision long polls answer at once with what they know, so that
 	// shutdown does not wait out their waits. Nil: never.
@@ -78,7 +77,7 @@ type API struct {
 // route is one endpoint; the table is what the OpenAPI test walks.
 type route struct {
 	Method, Path string
-	handler      func(*API, echo.Context, approval.Actor) error
+	handler      func(*API, echo.Context, auth.Actor) error
 }
 
 func routes() []route {
@@ -158,7 +157,7 @@ func Register(e *echo.Echo, cfg Config) *API {
 
 // authenticated resolves the bearer token, rate-limits per token, and
 // calls h with the actor.
-func (a *API) authenticated(h func(*API, echo.Context, approval.Actor) error) echo.HandlerFunc {
+func (a *API) authenticated(h func(*API, echo.Context, auth.Actor) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "no-store")
 		// A NUL or bytes that are not UTF-8 in the path or query are

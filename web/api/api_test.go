@@ -26,13 +26,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/provider"
-	"github.com/onceplan/onceplan/testsend"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -65,7 +64,7 @@ func newServer(t testing.TB, tweak func(*api.Config)) *server {
 	reg, err := provider.NewRegistry(prov)
 	require.NoError(t, err)
 	t.Cleanup(func() { reg.Close() })
-	sender, err := testsend.New(testsend.Config{DB: pool, Providers: reg})
+	sender, err := approval.NewTestSender(approval.TestSendConfig{DB: pool, Providers: reg})
 	require.NoError(t, err)
 	cfg := api.Config{Pool: pool, Approval: svc, BaseURL: "https://onceplan.example", TestSend: sender}
 	if tweak != nil {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/suppression"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -18,44 +18,44 @@ import (
 // read, which any signed-in caller may do; "public" for no token at all),
 // the campaign state the request finds, and a request that succeeds when
 // the caller may take the action. The expected allow/deny of every caller
-// is then approval.Authorize's (approval/actor.go's permission table), not
+// is then auth.Authorize's (approval/actor.go's permission table), not
 // a second copy of it.
 var routeAction = map[string]struct {
-	action approval.Action
+	action auth.Action
 	state  string // see world.campaignIn; "" for routes on no campaign
 	body   string // %[1]s is the plan hash, %[2]s the first target, %[3]d a number unique to the request
 	status int    // when allowed
 }{
 	"GET /api/v1/openapi.yaml":             {"public", "", "", 200},
 	"GET /api/v1/campaigns":                {"", "", "", 200},
-	"POST /api/v1/campaigns":               {approval.ActionCreate, "", `{"name":"New","provider":"outbox","from":"a@example.com","subject":"S","text":"T"}`, 201},
+	"POST /api/v1/campaigns":               {auth.ActionCreate, "", `{"name":"New","provider":"outbox","from":"a@example.com","subject":"S","text":"T"}`, 201},
 	"GET /api/v1/campaigns/{id}":           {"", "draft", "", 200},
-	"PATCH /api/v1/campaigns/{id}":         {approval.ActionEdit, "draft", `{"subject":"Changed {{.name}}"}`, 200},
-	"POST /api/v1/campaigns/{id}/targets":  {approval.ActionImport, "draft", `[{"address":"new@example.com","vars":{"name":"New"}}]`, 200},
+	"PATCH /api/v1/campaigns/{id}":         {auth.ActionEdit, "draft", `{"subject":"Changed {{.name}}"}`, 200},
+	"POST /api/v1/campaigns/{id}/targets":  {auth.ActionImport, "draft", `[{"address":"new@example.com","vars":{"name":"New"}}]`, 200},
 	"GET /api/v1/campaigns/{id}/targets":   {"", "running", "", 200},
-	"POST /api/v1/campaigns/{id}/submit":   {approval.ActionSubmit, "draft", "", 200},
-	"POST /api/v1/campaigns/{id}/approve":  {approval.ActionApprove, "pending", `{"plan_hash":"%[1]s"}`, 200},
-	"POST /api/v1/campaigns/{id}/reject":   {approval.ActionReject, "pending", `{"reason":"not yet"}`, 200},
-	"POST /api/v1/campaigns/{id}/start":    {approval.ActionStart, "approved", "", 200},
-	"POST /api/v1/campaigns/{id}/pause":    {approval.ActionPause, "running", `{"reason":"wait"}`, 200},
-	"POST /api/v1/campaigns/{id}/resume":   {approval.ActionResume, "paused", "", 200},
-	"POST /api/v1/campaigns/{id}/cancel":   {approval.ActionCancel, "running", `{"reason":"stop"}`, 200},
+	"POST /api/v1/campaigns/{id}/submit":   {auth.ActionSubmit, "draft", "", 200},
+	"POST /api/v1/campaigns/{id}/approve":  {auth.ActionApprove, "pending", `{"plan_hash":"%[1]s"}`, 200},
+	"POST /api/v1/campaigns/{id}/reject":   {auth.ActionReject, "pending", `{"reason":"not yet"}`, 200},
+	"POST /api/v1/campaigns/{id}/start":    {auth.ActionStart, "approved", "", 200},
+	"POST /api/v1/campaigns/{id}/pause":    {auth.ActionPause, "running", `{"reason":"wait"}`, 200},
+	"POST /api/v1/campaigns/{id}/resume":   {auth.ActionResume, "paused", "", 200},
+	"POST /api/v1/campaigns/{id}/cancel":   {auth.ActionCancel, "running", `{"reason":"stop"}`, 200},
 	"GET /api/v1/campaigns/{id}/audit":     {"", "running", "", 200},
 	"GET /api/v1/campaigns/{id}/diff":      {"", "pending", "", 200},
 	"GET /api/v1/campaigns/{id}/decision":  {"", "pending", "", 200},
-	"POST /api/v1/effects":                 {approval.ActionPerform, "", `{"event":"matrix-%[3]d","tool":"matrix.tool","target":{"kind":"subject","value":"t"},"args":{}}`, 201},
+	"POST /api/v1/effects":                 {auth.ActionPerform, "", `{"event":"matrix-%[3]d","tool":"matrix.tool","target":{"kind":"subject","value":"t"},"args":{}}`, 201},
 	"GET /api/v1/effects/{key}":            {"", "tool", "", 200},
-	"POST /api/v1/effects/{key}/settle":    {approval.ActionPerform, "tool", `{"lease":"%[1]s","outcome":"done","receipt":"r","raw":"ok"}`, 200}, // "tool": a single effect begun, pending; %[1]s is its lease
-	"POST /api/v1/effects/{key}/heartbeat": {approval.ActionPerform, "tool", `{"lease":"%[1]s"}`, 200},
-	"POST /api/v1/effects/{key}/resolve":   {approval.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
-	"POST /api/v1/effects/{key}/supersede": {approval.ActionSupersede, "done", `{"target":"%[2]s","reason":"asked again"}`, 200},
-	"POST /api/v1/effects/{key}/revoke":    {approval.ActionRevoke, "done", `{"reason":"reversed"}`, 200},
-	"POST /api/v1/campaigns/{id}/test":     {approval.ActionTestSend, "draft", `{"to":["decider@example.com"]}`, 200},
+	"POST /api/v1/effects/{key}/settle":    {auth.ActionPerform, "tool", `{"lease":"%[1]s","outcome":"done","receipt":"r","raw":"ok"}`, 200}, // "tool": a single effect begun, pending; %[1]s is its lease
+	"POST /api/v1/effects/{key}/heartbeat": {auth.ActionPerform, "tool", `{"lease":"%[1]s"}`, 200},
+	"POST /api/v1/effects/{key}/resolve":   {auth.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
+	"POST /api/v1/effects/{key}/supersede": {auth.ActionSupersede, "done", `{"target":"%[2]s","reason":"asked again"}`, 200},
+	"POST /api/v1/effects/{key}/revoke":    {auth.ActionRevoke, "done", `{"reason":"reversed"}`, 200},
+	"POST /api/v1/campaigns/{id}/test":     {auth.ActionTestSend, "draft", `{"to":["decider@example.com"]}`, 200},
 	"GET /api/v1/suppressions":             {"", "", "", 200},
-	"POST /api/v1/suppressions":            {approval.ActionSuppress, "", `{"address":"blocked%[3]d@example.com","reason":"manual"}`, 201},
+	"POST /api/v1/suppressions":            {auth.ActionSuppress, "", `{"address":"blocked%[3]d@example.com","reason":"manual"}`, 201},
 	// {address} is suppressedAddress, suppressed before the matrix runs:
 	// only an admin may take it off (once: the admin column comes first).
-	"POST /api/v1/suppressions/{address}/remove": {approval.ActionUnsuppress, "", `{"reason":"asked to be mailed again"}`, 200},
+	"POST /api/v1/suppressions/{address}/remove": {auth.ActionUnsuppress, "", `{"reason":"asked to be mailed again"}`, 200},
 }
 
 // suppressedAddress is the address the matrix's remove route names.
@@ -65,17 +65,17 @@ const suppressedAddress = "suppressed@example.com"
 // (whose owner holds proposer, approver and operator), or none.
 type caller struct {
 	name  string
-	actor approval.Actor
+	actor auth.Actor
 }
 
 var callers = []caller{
-	{"admin", approval.Actor{Roles: []approval.Role{approval.RoleAdmin}}},
-	{"proposer", approval.Actor{Roles: []approval.Role{approval.RoleProposer}}},
-	{"approver", approval.Actor{Roles: []approval.Role{approval.RoleApprover}}},
-	{"operator", approval.Actor{Roles: []approval.Role{approval.RoleOperator}}},
-	{"viewer", approval.Actor{Roles: []approval.Role{approval.RoleViewer}}},
-	{"agent", approval.Actor{Roles: []approval.Role{approval.RoleProposer, approval.RoleApprover, approval.RoleOperator}, Agent: true}},
-	{"", approval.Actor{}}, // no token
+	{"admin", auth.Actor{Roles: []auth.Role{auth.RoleAdmin}}},
+	{"proposer", auth.Actor{Roles: []auth.Role{auth.RoleProposer}}},
+	{"approver", auth.Actor{Roles: []auth.Role{auth.RoleApprover}}},
+	{"operator", auth.Actor{Roles: []auth.Role{auth.RoleOperator}}},
+	{"viewer", auth.Actor{Roles: []auth.Role{auth.RoleViewer}}},
+	{"agent", auth.Actor{Roles: []auth.Role{auth.RoleProposer, auth.RoleApprover, auth.RoleOperator}, Agent: true}},
+	{"", auth.Actor{}}, // no token
 }
 
 // TestAuthorizationMatrix calls every API route as every role, an agent
@@ -115,7 +115,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			case row.action == "":
 				allowed = true // reading needs a signed-in caller, no role
 			default:
-				allowed = approval.Authorize(who.actor, row.action) == nil
+				allowed = auth.Authorize(who.actor, row.action) == nil
 			}
 			var c campaign
 			if row.state != "" {

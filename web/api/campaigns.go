@@ -18,7 +18,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -177,7 +178,7 @@ type createRequest struct {
 	ListUnsubscribe *bool `json:"list_unsubscribe"`
 }
 
-func (a *API) createCampaign(c echo.Context, actor approval.Actor) error {
+func (a *API) createCampaign(c echo.Context, actor auth.Actor) error {
 	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, a.cfg.MaxJSONBytes))
 	if err != nil {
 		return a.fail(c, jsonError(err))
@@ -215,7 +216,7 @@ func (a *API) createCampaign(c echo.Context, actor approval.Actor) error {
 	return a.answer(c, status, res, err)
 }
 
-func (a *API) getCampaign(c echo.Context, _ approval.Actor) error {
+func (a *API) getCampaign(c echo.Context, _ auth.Actor) error {
 	res, err := a.current(c)
 	return a.answer(c, http.StatusOK, res, err)
 }
@@ -230,7 +231,7 @@ type editRequest struct {
 // editCampaign changes the draft's payload; the fields given replace the
 // current ones. On an approved or running campaign it starts a new version
 // that needs a new approval.
-func (a *API) editCampaign(c echo.Context, actor approval.Actor) error {
+func (a *API) editCampaign(c echo.Context, actor auth.Actor) error {
 	var req editRequest
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
@@ -254,7 +255,7 @@ func (a *API) editCampaign(c echo.Context, actor approval.Actor) error {
 
 // importTargets takes text/csv or the JSON list; ?append=true adds to the
 // draft's list, ?address_column= names the CSV's address column.
-func (a *API) importTargets(c echo.Context, actor approval.Actor) error {
+func (a *API) importTargets(c echo.Context, actor auth.Actor) error {
 	ct := c.Request().Header.Get("Content-Type")
 	media, _, _ := mime.ParseMediaType(ct)
 	var format plan.Format
@@ -341,7 +342,7 @@ func intParam(c echo.Context, name string) (int, error) {
 // then ends early with a cursor (see audit.QueryTargets).
 const pageBudget = 40 * time.Millisecond
 
-func (a *API) listTargets(c echo.Context, _ approval.Actor) error {
+func (a *API) listTargets(c echo.Context, _ auth.Actor) error {
 	after, err := decodeCursor(c.QueryParam("after"))
 	if err != nil {
 		return a.fail(c, err)
@@ -411,7 +412,7 @@ type campaignSummary struct {
 }
 
 // listCampaigns pages campaigns newest first, keyed by (created_at, id).
-func (a *API) listCampaigns(c echo.Context, _ approval.Actor) error {
+func (a *API) listCampaigns(c echo.Context, _ auth.Actor) error {
 	limit, err := intParam(c, "limit")
 	if err != nil {
 		return a.fail(c, err)
@@ -445,7 +446,7 @@ func (a *API) listCampaigns(c echo.Context, _ approval.Actor) error {
 	return c.JSON(http.StatusOK, page)
 }
 
-func (a *API) submit(c echo.Context, actor approval.Actor) error {
+func (a *API) submit(c echo.Context, actor auth.Actor) error {
 	if err := a.noBody(c); err != nil {
 		return a.fail(c, err)
 	}
@@ -457,7 +458,7 @@ type approveRequest struct {
 	PlanHash string `json:"plan_hash"`
 }
 
-func (a *API) approve(c echo.Context, actor approval.Actor) error {
+func (a *API) approve(c echo.Context, actor auth.Actor) error {
 	var req approveRequest
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
@@ -487,7 +488,7 @@ func (a *API) reason(c echo.Context, required bool) (string, error) {
 	return req.Reason, nil
 }
 
-func (a *API) reject(c echo.Context, actor approval.Actor) error {
+func (a *API) reject(c echo.Context, actor auth.Actor) error {
 	why, err := a.reason(c, true)
 	if err != nil {
 		return a.fail(c, err)
@@ -505,7 +506,7 @@ func (a *API) noBody(c echo.Context) error {
 	return a.decode(c, &empty)
 }
 
-func (a *API) start(c echo.Context, actor approval.Actor) error {
+func (a *API) start(c echo.Context, actor auth.Actor) error {
 	if err := a.noBody(c); err != nil {
 		return a.fail(c, err)
 	}
@@ -513,7 +514,7 @@ func (a *API) start(c echo.Context, actor approval.Actor) error {
 	return a.answer(c, http.StatusOK, res, err)
 }
 
-func (a *API) pause(c echo.Context, actor approval.Actor) error {
+func (a *API) pause(c echo.Context, actor auth.Actor) error {
 	why, err := a.reason(c, false)
 	if err != nil {
 		return a.fail(c, err)
@@ -522,7 +523,7 @@ func (a *API) pause(c echo.Context, actor approval.Actor) error {
 	return a.answer(c, http.StatusOK, res, err)
 }
 
-func (a *API) resume(c echo.Context, actor approval.Actor) error {
+func (a *API) resume(c echo.Context, actor auth.Actor) error {
 	if err := a.noBody(c); err != nil {
 		return a.fail(c, err)
 	}
@@ -530,7 +531,7 @@ func (a *API) resume(c echo.Context, actor approval.Actor) error {
 	return a.answer(c, http.StatusOK, res, err)
 }
 
-func (a *API) cancel(c echo.Context, actor approval.Actor) error {
+func (a *API) cancel(c echo.Context, actor auth.Actor) error {
 	why, err := a.reason(c, false)
 	if err != nil {
 		return a.fail(c, err)
@@ -539,7 +540,7 @@ func (a *API) cancel(c echo.Context, actor approval.Actor) error {
 	return a.answer(c, http.StatusOK, res, err)
 }
 
-func (a *API) audit(c echo.Context, _ approval.Actor) error {
+func (a *API) audit(c echo.Context, _ auth.Actor) error {
 	cur, err := a.current(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -570,7 +571,7 @@ type resolveRequest struct {
 	Reason  string `json:"reason"`
 }
 
-func (a *API) resolve(c echo.Context, actor approval.Actor) error {
+func (a *API) resolve(c echo.Context, actor auth.Actor) error {
 	var req resolveRequest
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
@@ -609,14 +610,14 @@ type supersedeRequest struct {
 	Reason string `json:"reason"`
 }
 
-func (a *API) supersede(c echo.Context, actor approval.Actor) error {
+func (a *API) supersede(c echo.Context, actor auth.Actor) error {
 	var req supersedeRequest
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
 	}
 	if tool, err := a.toolKey(c); err != nil || tool {
 		if err == nil {
-			if err = approval.Authorize(actor, approval.ActionSupersede); err == nil {
+			if err = auth.Authorize(actor, auth.ActionSupersede); err == nil {
 				err = errSupersedeTool
 			}
 		}
@@ -633,7 +634,7 @@ func (a *API) supersede(c echo.Context, actor approval.Actor) error {
 	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: epoch, State: "", Campaign: id})
 }
 
-func (a *API) revoke(c echo.Context, actor approval.Actor) error {
+func (a *API) revoke(c echo.Context, actor auth.Actor) error {
 	why, err := a.reason(c, true)
 	if err != nil {
 		return a.fail(c, err)

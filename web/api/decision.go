@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -126,7 +127,7 @@ func waitParam(c echo.Context) (time.Duration, error) {
 // with it still pending. A client that goes away ends the wait; a server
 // that begins to shut down answers its waiters with what they would get
 // now.
-func (a *API) decision(c echo.Context, _ approval.Actor) error {
+func (a *API) decision(c echo.Context, _ auth.Actor) error {
 	wait, err := waitParam(c)
 	if err != nil {
 		return a.fail(c, err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -125,7 +125,7 @@ func diffParams(c echo.Context) (against plan.Against, rows plan.RowChange, afte
 // compared with the last approved one or the previous submission; with
 // ?rows=, one page of the target rows of one kind. Anyone who may read
 // the campaign may ask, agents included.
-func (a *API) diff(c echo.Context, _ approval.Actor) error {
+func (a *API) diff(c echo.Context, _ auth.Actor) error {
 	against, rows, after, limit, err := diffParams(c)
 	if err != nil {
 		return a.fail(c, err)

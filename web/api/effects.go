@@ -12,8 +12,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/httperr"
 )
 
@@ -178,7 +179,7 @@ var beginStatus = map[toolcall.Outcome]int{
 	toolcall.AwaitingApproval: http.StatusAccepted,
 }
 
-func (a *API) beginEffect(c echo.Context, actor approval.Actor) error {
+func (a *API) beginEffect(c echo.Context, actor auth.Actor) error {
 	var req beginRequest
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
@@ -233,7 +234,7 @@ func (a *API) effectKey(c echo.Context) (ledger.Key, error) {
 	return key, nil
 }
 
-func (a *API) getEffect(c echo.Context, _ approval.Actor) error {
+func (a *API) getEffect(c echo.Context, _ auth.Actor) error {
 	key, err := a.effectKey(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -254,7 +255,7 @@ type settleRequest struct {
 	Raw     *string `json:"raw"`
 }
 
-func (a *API) settleEffect(c echo.Context, actor approval.Actor) error {
+func (a *API) settleEffect(c echo.Context, actor auth.Actor) error {
 	key, err := a.effectKey(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -282,7 +283,7 @@ type heartbeatRequest struct {
 	LeaseSeconds int    `json:"lease_seconds"`
 }
 
-func (a *API) heartbeatEffect(c echo.Context, actor approval.Actor) error {
+func (a *API) heartbeatEffect(c echo.Context, actor auth.Actor) error {
 	key, err := a.effectKey(c)
 	if err != nil {
 		return a.fail(c, err)
@@ -308,7 +309,7 @@ func (a *API) toolKey(c echo.Context) (bool, error) {
 }
 
 // resolveTool is POST /effects/{key}/resolve for a single effect.
-func (a *API) resolveTool(c echo.Context, actor approval.Actor, outcome ledger.Outcome, reason string) error {
+func (a *API) resolveTool(c echo.Context, actor auth.Actor, outcome ledger.Outcome, reason string) error {
 	eff, err := a.tools.Resolve(c.Request().Context(), actor, ledger.Key(c.Param("key")), outcome, reason)
 	if err != nil {
 		return a.fail(c, err)
@@ -317,7 +318,7 @@ func (a *API) resolveTool(c echo.Context, actor approval.Actor, outcome ledger.O
 }
 
 // revokeTool is POST /effects/{key}/revoke for a single effect.
-func (a *API) revokeTool(c echo.Context, actor approval.Actor, reason string) error {
+func (a *API) revokeTool(c echo.Context, actor auth.Actor, reason string) error {
 	eff, err := a.tools.Revoke(c.Request().Context(), actor, ledger.Key(c.Param("key")), reason)
 	if err != nil {
 		return a.fail(c, err)

@@ -14,10 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/toolcall"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -181,7 +182,7 @@ func (w *world) toolCall(t testing.TB) campaign {
 
 // decide decides the approval request of approvalURL as a
 // person: the UI's action, through the same service.
-func (s *server) decide(actor approval.Actor, approvalURL, digest string, approve bool) error {
+func (s *server) decide(actor auth.Actor, approvalURL, digest string, approve bool) error {
 	s.t.Helper()
 	id, err := strconv.ParseInt(approvalURL[strings.LastIndex(approvalURL, "/")+1:], 10, 64)
 	require.NoError(s.t, err)
@@ -200,14 +201,14 @@ func TestEffectApprovalOfExactArgs(t *testing.T) {
 	_, err := toolcall.Register(ctx, s.pool, toolcall.RegisterParams{Tool: "payment.send", Recovery: toolcall.RecoveryNone,
 		ApprovalRequired: true, Description: "pays a vendor", RegisteredBy: "admin@example.com"})
 	require.NoError(t, err)
-	person := func(email string, agent bool, roles ...approval.Role) approval.Actor {
+	person := func(email string, agent bool, roles ...auth.Role) auth.Actor {
 		var id int64
 		require.NoError(t, s.pool.QueryRow(ctx, `SELECT id FROM app_user WHERE email = $1`, email).Scan(&id))
-		return approval.Actor{UserID: id, Email: email, Roles: roles, Agent: agent}
+		return auth.Actor{UserID: id, Email: email, Roles: roles, Agent: agent}
 	}
-	approver := person("approver@example.com", false, approval.RoleApprover)
-	owner := person("agent-owner@example.com", false, approval.RoleProposer, approval.RoleApprover, approval.RoleOperator)
-	agent := person("agent-owner@example.com", true, approval.RoleProposer, approval.RoleApprover, approval.RoleOperator)
+	approver := person("approver@example.com", false, auth.RoleApprover)
+	owner := person("agent-owner@example.com", false, auth.RoleProposer, auth.RoleApprover, auth.RoleOperator)
+	agent := person("agent-owner@example.com", true, auth.RoleProposer, auth.RoleApprover, auth.RoleOperator)
 	attempts := func(key string) int {
 		var n int
 		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM effect WHERE key = $1`, key).Scan(&n))
@@ -229,8 +230,8 @@ func TestEffectApprovalOfExactArgs(t *testing.T) {
 	require.Zero(t, attempts(key), "nothing is performed, not even claimed, before a person approves")
 
 	// Nobody but a person who did not begin it approves.
-	require.ErrorIs(t, s.decide(agent, a.body["approval_url"].(string), digestA, true), approval.ErrForbidden)
-	require.ErrorIs(t, s.decide(owner, a.body["approval_url"].(string), digestA, true), approval.ErrForbidden)
+	require.ErrorIs(t, s.decide(agent, a.body["approval_url"].(string), digestA, true), auth.ErrForbidden)
+	require.ErrorIs(t, s.decide(owner, a.body["approval_url"].(string), digestA, true), auth.ErrForbidden)
 	require.ErrorIs(t, s.decide(approver, a.body["approval_url"].(string), strings.Repeat("0", 64), true), approval.ErrConflict,
 		"the approval names the digest the person was shown")
 	require.Equal(t, http.StatusAccepted, pay(5000).status)

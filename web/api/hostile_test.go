@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -30,26 +30,26 @@ import (
 type world struct {
 	*server
 	ctx     context.Context
-	author  approval.Actor // proposes every campaign
-	decider approval.Actor // approves and operates them
-	tools   int            // single effects begun (toolCall)
+	author  auth.Actor // proposes every campaign
+	decider auth.Actor // approves and operates them
+	tools   int        // single effects begun (toolCall)
 }
 
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	s := newServer(t, func(c *api.Config) { c.RatePerToken = 10_000 })
 	w := &world{server: s, ctx: context.Background()}
-	actor := func(email string, roles ...approval.Role) approval.Actor {
+	actor := func(email string, roles ...auth.Role) auth.Actor {
 		names := make([]string, len(roles))
 		for i, r := range roles {
 			names[i] = string(r)
 		}
 		id := pgtest.User(t, s.pool, pgtest.UserOpts{Email: email, Roles: names})
-		return approval.Actor{UserID: id, Email: email, Roles: roles}
+		return auth.Actor{UserID: id, Email: email, Roles: roles}
 	}
-	w.author = actor("author@example.com", approval.RoleProposer)
-	w.decider = actor("decider@example.com", approval.RoleApprover, approval.RoleOperator)
-	actor("admin@example.com", approval.RoleAdmin)
+	w.author = actor("author@example.com", auth.RoleProposer)
+	w.decider = actor("decider@example.com", auth.RoleApprover, auth.RoleOperator)
+	actor("admin@example.com", auth.RoleAdmin)
 	secret, _, err := auth.CreateToken(w.ctx, s.pool, "admin@example.com", "admin token", false)
 	require.NoError(t, err)
 	s.token["admin"] = secret
@@ -337,7 +337,7 @@ func TestHostileAPIEffectOfAnotherCampaign(t *testing.T) {
 	}
 
 	before := snapshot(t, w.server)
-	operator := approval.Actor{UserID: w.decider.UserID, Email: w.decider.Email, Roles: []approval.Role{approval.RoleApprover, approval.RoleOperator}}
+	operator := auth.Actor{UserID: w.decider.UserID, Email: w.decider.Email, Roles: []auth.Role{auth.RoleApprover, auth.RoleOperator}}
 	_, err = w.svc.ResolveEffect(w.ctx, operator, a.id, b.key, ledger.NotDelivered, "bounced")
 	require.ErrorIs(t, err, plan.ErrNotFound)
 	require.Contains(t, err.Error(), "is not a target of campaign "+a.id)

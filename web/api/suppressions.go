@@ -9,9 +9,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
 )
 
 // The suppression list (package suppression): any signed-in caller may
@@ -25,7 +25,7 @@ type suppressionsPage struct {
 	Next  *string             `json:"next"`
 }
 
-func (a *API) listSuppressions(c echo.Context, _ approval.Actor) error {
+func (a *API) listSuppressions(c echo.Context, _ auth.Actor) error {
 	p := suppression.ListParams{Address: c.QueryParam("address")}
 	if s := c.QueryParam("after"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -73,8 +73,8 @@ type suppressionView struct {
 	Added bool `json:"added"`
 }
 
-func (a *API) addSuppression(c echo.Context, actor approval.Actor) error {
-	if err := approval.Authorize(actor, approval.ActionSuppress); err != nil {
+func (a *API) addSuppression(c echo.Context, actor auth.Actor) error {
+	if err := auth.Authorize(actor, auth.ActionSuppress); err != nil {
 		return a.fail(c, err)
 	}
 	var req suppressRequest
@@ -101,8 +101,8 @@ func (a *API) addSuppression(c echo.Context, actor approval.Actor) error {
 	return c.JSON(status, suppressionView{Entry: e, Added: added})
 }
 
-func (a *API) removeSuppression(c echo.Context, actor approval.Actor) error {
-	if err := approval.Authorize(actor, approval.ActionUnsuppress); err != nil {
+func (a *API) removeSuppression(c echo.Context, actor auth.Actor) error {
+	if err := auth.Authorize(actor, auth.ActionUnsuppress); err != nil {
 		return a.fail(c, err)
 	}
 	why, err := a.reason(c, true)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/pgtest"
-	"github.com/onceplan/onceplan/provider"
-	"github.com/onceplan/onceplan/testsend"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -178,7 +178,7 @@ func TestTestSendAllowList(t *testing.T) {
 		require.NoError(t, err)
 		reg, err := provider.NewRegistry(p)
 		require.NoError(t, err)
-		c.TestSend, err = testsend.New(testsend.Config{DB: c.Pool, Providers: reg, AllowList: []string{"Reviewer@Agency.example"}})
+		c.TestSend, err = approval.NewTestSender(approval.TestSendConfig{DB: c.Pool, Providers: reg, AllowList: []string{"Reviewer@Agency.example"}})
 		require.NoError(t, err)
 	})
 	s.outbox = dir

@@ -21,13 +21,12 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
-	"github.com/onceplan/onceplan/auth"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
-	"github.com/onceplan/onceplan/suppression"
-	"github.com/onceplan/onceplan/testsend"
-	"github.com/onceplan/onceplan/toolcall"
 )
 
 // Entry is one row of the table: an error for which errors.Is(err, Err)
@@ -51,7 +50,7 @@ var table = []Entry{
 	{Err: auth.ErrBadCredentials, Status: http.StatusUnauthorized, Code: "bad_credentials"},
 	{Err: auth.ErrUnauthenticated, Status: http.StatusUnauthorized, Code: "unauthenticated"},
 	{Err: auth.ErrDisabled, Status: http.StatusForbidden, Code: "disabled"},
-	{Err: approval.ErrForbidden, Status: http.StatusForbidden, Code: "forbidden"},
+	{Err: auth.ErrForbidden, Status: http.StatusForbidden, Code: "forbidden"},
 	{Err: plan.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"}, // also audit.ErrNotFound
 	{Err: auth.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
 	{Err: ledger.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
@@ -70,7 +69,7 @@ var table = []Entry{
 	{Err: ledger.ErrIllegalTransition, Status: http.StatusConflict, Code: "conflict"},
 	{Err: ledger.ErrWriteOnce, Status: http.StatusConflict, Code: "conflict"},
 	{Err: suppression.ErrNotSuppressed, Status: http.StatusNotFound, Code: "not_suppressed"},
-	{Err: testsend.ErrRateLimited, Status: http.StatusTooManyRequests, Code: "rate_limited"},
+	{Err: approval.ErrTestSendRateLimited, Status: http.StatusTooManyRequests, Code: "rate_limited"},
 	{Err: context.Canceled, Status: 499, Code: "cancelled", Message: "the request was cancelled"},
 	{Err: context.DeadlineExceeded, Status: http.StatusServiceUnavailable, Code: "timeout", Message: "the database did not answer in time: try again"},
 }

@@ -7,7 +7,7 @@ package view
 import (
 	"time"
 
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
 )
 
 // Assets are the checksummed URLs of the embedded static files.

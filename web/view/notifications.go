@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/onceplan/onceplan/notify"
+	"github.com/onceplan/onceplan/internal/notify"
 )
 
 // NotifierRow is a configured notifier on the admin page, with its

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/web/webhook"
 )
 

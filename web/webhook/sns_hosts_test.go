@@ -14,7 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/inbound"
 )
 
 // hostRecorder is a TLS server that every connection of its client reaches,

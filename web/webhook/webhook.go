@@ -24,7 +24,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 )
 

@@ -37,10 +37,10 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/inbound"
+	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/suppression"
 	"github.com/onceplan/onceplan/web"
 	"github.com/onceplan/onceplan/web/webhook"
 )

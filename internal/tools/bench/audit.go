@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/onceplan/onceplan/audit"
-	"github.com/onceplan/onceplan/audit/audittest"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
 )
 
 func benchAudit(ctx context.Context, pool *pgxpool.Pool, n int) error {

@@ -9,6 +9,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -26,11 +27,11 @@ func startCampaign(ctx context.Context, pool *pgxpool.Pool, svc *approval.Servic
 		svc = approval.NewService(pool, jobs.NewEnqueuer(client))
 	}
 	svc.MaxTargets = max(svc.MaxTargets, n)
-	proposer, err := user(ctx, pool, "run-proposer@example.com", approval.RoleProposer)
+	proposer, err := user(ctx, pool, "run-proposer@example.com", auth.RoleProposer)
 	if err != nil {
 		return "", 0, err
 	}
-	approver, err := user(ctx, pool, "run-approver@example.com", approval.RoleApprover, approval.RoleOperator)
+	approver, err := user(ctx, pool, "run-approver@example.com", auth.RoleApprover, auth.RoleOperator)
 	if err != nil {
 		return "", 0, err
 	}

@@ -25,7 +25,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit/audittest"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -83,7 +84,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return err
 	}
 	seeding := time.Since(t)
-	proposer, err := user(ctx, pool, "diff-proposer@example.com", approval.RoleProposer)
+	proposer, err := user(ctx, pool, "diff-proposer@example.com", auth.RoleProposer)
 	if err != nil {
 		return err
 	}

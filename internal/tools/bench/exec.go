@@ -24,8 +24,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/provider"
 )
 
 // River settings shared by both sides, so the ratio measures the ledger

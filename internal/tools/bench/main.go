@@ -33,7 +33,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/audit"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
@@ -204,7 +205,7 @@ func thousands(n int) string {
 	return s
 }
 
-func user(ctx context.Context, pool *pgxpool.Pool, email string, roles ...approval.Role) (approval.Actor, error) {
+func user(ctx context.Context, pool *pgxpool.Pool, email string, roles ...auth.Role) (auth.Actor, error) {
 	names := make([]string, len(roles))
 	for i, r := range roles {
 		names[i] = string(r)
@@ -212,15 +213,15 @@ func user(ctx context.Context, pool *pgxpool.Pool, email string, roles ...approv
 	var id int64
 	err := pool.QueryRow(ctx, `INSERT INTO app_user (email, roles) VALUES ($1, $2)
 		ON CONFLICT (email) DO UPDATE SET roles = EXCLUDED.roles RETURNING id`, email, names).Scan(&id)
-	return approval.Actor{UserID: id, Email: email, Roles: roles}, err
+	return auth.Actor{UserID: id, Email: email, Roles: roles}, err
 }
 
 func benchFreeze(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	proposer, err := user(ctx, pool, "bench-proposer@example.com", approval.RoleProposer)
+	proposer, err := user(ctx, pool, "bench-proposer@example.com", auth.RoleProposer)
 	if err != nil {
 		return err
 	}
-	approver, err := user(ctx, pool, "bench-approver@example.com", approval.RoleApprover)
+	approver, err := user(ctx, pool, "bench-approver@example.com", auth.RoleApprover)
 	if err != nil {
 		return err
 	}
@@ -312,7 +313,7 @@ func benchFreeze(ctx context.Context, pool *pgxpool.Pool, n int) error {
 // against River's InsertManyFast of one job per target (the shape before
 // issue 19), then times the per-target list at that size.
 func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], svc *approval.Service, id string, n int) error {
-	operator, err := user(ctx, pool, "bench-operator@example.com", approval.RoleOperator)
+	operator, err := user(ctx, pool, "bench-operator@example.com", auth.RoleOperator)
 	if err != nil {
 		return err
 	}

@@ -19,9 +19,9 @@ import (
 	gomail "github.com/wneessen/go-mail"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/provider"
 )
 
 const smtpConns = 20

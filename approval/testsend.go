@@ -1,0 +1,385 @@
+// A test send sends a campaign's message, rendered for one of its
+// targets, to reviewers before anyone approves or starts it: a proof.
+//
+// What it guarantees:
+//   - it never mails a target: the message goes only to the addresses
+//     asked for, and each must be an enabled user's email or on the
+//     configured allow-list;
+//   - it never touches the campaign's ledger: each message carries a key
+//     of its own (event "test:<campaign>:<random>"), which no target's key
+//     can equal, and nothing is written to table effect — the campaign's
+//     counts and its audit are the same after a test send as before;
+//   - it is bounded: at most MaxRecipients addresses per request, and
+//     Rate test sends per user (a refused request changes nothing and does
+//     not count against the rate);
+//   - it never carries a working unsubscribe link (the target's would
+//     unsubscribe the target): a campaign with links gets the sample one;
+//   - it is recorded: one campaign_event "test_send" per request, with who
+//     sent it, to whom, which ordinal and each provider answer.
+
+package approval
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/time/rate"
+
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
+)
+
+// Defaults of TestSendConfig.
+const (
+	// TestSendMaxRecipients is how many addresses one test send may name.
+	TestSendMaxRecipients = 10
+	// TestSendRate and BurstDefault: five test sends a minute per user.
+	TestSendRate  = rate.Limit(5.0 / 60)
+	TestSendBurst = 5
+	// TestSendTimeout bounds one request's provider calls.
+	TestSendTimeout = 30 * time.Second
+	// TestSubjectPrefix goes before a test message's subject.
+	TestSubjectPrefix = "[Test] "
+	// rawKept bounds how much of a provider's raw answer the trail keeps.
+	rawKept = 2000
+)
+
+// ErrRateLimited: the user made too many test sends lately.
+var ErrTestSendRateLimited = errors.New("too many test sends")
+
+// TestSendDB is what the sender reads and writes through (a pool).
+type TestSendDB interface {
+	plan.DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// TestSendConfig is what a TestSender needs.
+type TestSendConfig struct {
+	DB        TestSendDB
+	Providers *provider.Registry
+	// AllowList are addresses that may receive test sends besides the
+	// users' own (serve --test-recipients).
+	AllowList []string
+	// MaxRecipients, Rate and Burst: see the defaults.
+	MaxRecipients int
+	Rate          rate.Limit
+	Burst         int
+	SendTimeout   time.Duration
+}
+
+// TestSender sends test messages. It is safe for concurrent use; its rate
+// limits are per process.
+type TestSender struct {
+	cfg   TestSendConfig
+	allow map[string]bool
+	users *keyedrate.Limiter[int64]
+}
+
+// NewTestSender returns a sender, refusing an allow-list entry that is not an
+// address (the error names it).
+func NewTestSender(cfg TestSendConfig) (*TestSender, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("testsend: a database is required")
+	}
+	if cfg.MaxRecipients <= 0 {
+		cfg.MaxRecipients = TestSendMaxRecipients
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = TestSendRate
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = TestSendBurst
+	}
+	if cfg.SendTimeout <= 0 {
+		cfg.SendTimeout = TestSendTimeout
+	}
+	s := &TestSender{cfg: cfg, allow: map[string]bool{}, users: keyedrate.New[int64](cfg.Rate, cfg.Burst, 0)}
+	allow, err := ParseTestAllowList(cfg.AllowList)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range allow {
+		s.allow[a] = true
+	}
+	return s, nil
+}
+
+// ParseTestAllowList normalises allow-list addresses (blank entries are
+// skipped); the error names the first that is not an address.
+func ParseTestAllowList(list []string) ([]string, error) {
+	var out []string
+	for _, a := range list {
+		if strings.TrimSpace(a) == "" {
+			continue
+		}
+		n, err := ledger.NormalizeEmail(a)
+		if err != nil {
+			return nil, fmt.Errorf("test recipient %q is not an email address (%v)", strings.TrimSpace(a), err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// MaxRecipients is how many addresses one request may name.
+func (s *TestSender) MaxRecipients() int { return s.cfg.MaxRecipients }
+
+// TestSendParams is one test send.
+type TestSendParams struct {
+	CampaignID string
+	// To are the reviewers' addresses.
+	To []string
+	// Ordinal is the target whose message is rendered (0: the first).
+	Ordinal int
+}
+
+// TestDelivery is one reviewer's message and the provider's answer.
+type TestDelivery struct {
+	To      string           `json:"to"`
+	Key     string           `json:"key"`
+	Outcome provider.Outcome `json:"outcome"`
+	Receipt string           `json:"receipt,omitempty"`
+	Reason  string           `json:"reason,omitempty"`
+}
+
+// TestSendResult is what a test send did.
+type TestSendResult struct {
+	CampaignID string         `json:"campaign_id"`
+	Version    int            `json:"version"`
+	Ordinal    int            `json:"ordinal"`
+	Target     string         `json:"target"`
+	Subject    string         `json:"subject"`
+	Provider   string         `json:"provider"`
+	Deliveries []TestDelivery `json:"deliveries"`
+}
+
+// Reviewers lists who may receive a test send: the enabled users' emails
+// and the allow-list, sorted (the UI offers them).
+func (s *TestSender) Reviewers(ctx context.Context) ([]string, error) {
+	users, err := s.userEmails(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(users)+len(s.allow))
+	for a := range users {
+		out = append(out, a)
+	}
+	for a := range s.allow {
+		if !users[a] {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// userEmails is the set of the enabled users' emails, read once per
+// request (auth owns the users).
+func (s *TestSender) userEmails(ctx context.Context) (map[string]bool, error) {
+	users, err := auth.ListUsers(ctx, s.cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(users))
+	for _, u := range users {
+		if !u.Disabled() {
+			out[u.Email] = true
+		}
+	}
+	return out, nil
+}
+
+// recipients normalises and checks p.To: each an enabled user's email or
+// on the allow-list; duplicates collapse. Errors name the entry (to[2]).
+func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, error) {
+	switch {
+	case len(to) == 0:
+		return nil, &plan.FieldError{Field: "to", Reason: "is required: name at least one reviewer's address"}
+	case len(to) > s.cfg.MaxRecipients:
+		return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("names %d addresses; a test send goes to at most %d", len(to), s.cfg.MaxRecipients)}
+	}
+	var (
+		out   []string
+		users map[string]bool // read when the first address is not on the allow-list
+	)
+	for i, raw := range to {
+		a, err := ledger.NormalizeEmail(raw)
+		if err != nil {
+			return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %q is not an email address", i, raw)}
+		}
+		if !s.allow[a] {
+			if users == nil {
+				if users, err = s.userEmails(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if !users[a] {
+				return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %s is not a user or an allowed test recipient", i, a)}
+			}
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// allowNow takes one test send from the user's allowance.
+func (s *TestSender) allowNow(userID int64) error {
+	if d := s.users.Take(userID); d > 0 {
+		wait := d.Truncate(time.Second) + time.Second
+		return &TestSendRateLimitError{RetryAfter: wait, msg: fmt.Sprintf("%s: at most %d test sends in a row, then one every %s; try again in %s",
+			ErrTestSendRateLimited, s.cfg.Burst, every(s.cfg.Rate), wait)}
+	}
+	return nil
+}
+
+// TestSendRateLimitError is ErrTestSendRateLimited with how long to wait.
+type TestSendRateLimitError struct {
+	RetryAfter time.Duration
+	msg        string
+}
+
+func (e *TestSendRateLimitError) Error() string { return e.msg }
+
+// Is makes errors.Is(err, ErrTestSendRateLimited) true.
+func (e *TestSendRateLimitError) Is(target error) bool { return target == ErrTestSendRateLimited }
+
+func every(l rate.Limit) time.Duration {
+	return (time.Duration(float64(time.Second) / float64(l))).Round(time.Second)
+}
+
+// Send renders the message of one target of the campaign's current
+// version and sends it through the campaign's provider to each reviewer,
+// "[Test] " before its subject. Refusals (the role, the campaign's state,
+// a recipient, the rate) come before anything is sent or recorded.
+func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (TestSendResult, error) {
+	if err := auth.Authorize(a, auth.ActionTestSend); err != nil {
+		return TestSendResult{}, err
+	}
+	to, err := s.recipients(ctx, p.To)
+	if err != nil {
+		return TestSendResult{}, err
+	}
+	c, err := plan.GetCampaign(ctx, s.cfg.DB, p.CampaignID)
+	if err != nil {
+		return TestSendResult{}, err
+	}
+	if err := Allowed(a, c, auth.ActionTestSend); err != nil {
+		return TestSendResult{}, err
+	}
+	d, err := plan.GetDraft(ctx, s.cfg.DB, c.ID, c.Version)
+	if err != nil {
+		return TestSendResult{}, err
+	}
+	ordinal := p.Ordinal
+	switch {
+	case d.TargetCount == 0:
+		return TestSendResult{}, fmt.Errorf("%w: the draft has no targets yet; import its list first", ErrConflict)
+	case ordinal == 0:
+		ordinal = 1
+	case ordinal < 1 || ordinal > d.TargetCount:
+		return TestSendResult{}, &plan.FieldError{Field: "ordinal", Reason: fmt.Sprintf("must be a target of the draft, from 1 to %d, not %d", d.TargetCount, ordinal)}
+	}
+	prov, ok := s.cfg.Providers.Get(c.Provider)
+	if !ok {
+		return TestSendResult{}, fmt.Errorf("%w: the campaign's provider %q is not configured on this server", ErrConflict, c.Provider)
+	}
+	// The message as the target would get it, but with the sample
+	// unsubscribe link: a working one would unsubscribe the target, not
+	// the reviewer who clicks it.
+	link := ""
+	if c.ListUnsubscribe {
+		link = plan.SampleUnsubscribeURL
+	}
+	msg, err := plan.PreviewWithLink(ctx, s.cfg.DB, d, "", ordinal, link)
+	if err != nil {
+		return TestSendResult{}, err
+	}
+	target := msg.To
+	if err := s.allowNow(a.UserID); err != nil {
+		return TestSendResult{}, err
+	}
+
+	res := TestSendResult{CampaignID: c.ID, Version: c.Version, Ordinal: ordinal, Target: target,
+		Subject: TestSubjectPrefix + msg.Subject, Provider: prov.Name()}
+	raws := make([]string, 0, len(to))
+	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
+	defer cancel()
+	for _, addr := range to {
+		dl, raw := s.deliver(sendCtx, prov, c, addr, msg)
+		res.Deliveries = append(res.Deliveries, dl)
+		raws = append(raws, raw)
+	}
+
+	// The trail: who (the event's actor), to whom, which ordinal, and
+	// each answer. Written after the sends, which cannot be undone: a
+	// failure to record is reported, the messages are out.
+	detail := struct {
+		TestSendResult
+		Raw []string `json:"raw"`
+	}{res, raws}
+	err = pgx.BeginFunc(context.WithoutCancel(ctx), s.cfg.DB, func(tx pgx.Tx) error {
+		b, err := json.Marshal(detail)
+		if err != nil {
+			return err
+		}
+		return plan.RecordEvent(ctx, tx, plan.Event{CampaignID: c.ID, Action: string(auth.ActionTestSend),
+			ActorID: a.UserID, ViaAgent: a.Agent, Version: c.Version, PlanHash: d.Hash(c),
+			Reason: fmt.Sprintf("test send of target %d to %s", ordinal, strings.Join(to, ", ")), Detail: b})
+	})
+	if err != nil {
+		return res, fmt.Errorf("the test messages were sent, but recording them in the campaign's trail failed: %w", err)
+	}
+	return res, nil
+}
+
+// deliver sends msg to addr under a key of its own.
+func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, c plan.Campaign, addr string, msg plan.Message) (TestDelivery, string) {
+	key, err := testKey(c, addr)
+	if err != nil {
+		return TestDelivery{To: addr, Outcome: provider.OutcomeFailed, Reason: err.Error()}, ""
+	}
+	dl := TestDelivery{To: addr, Key: key.String()}
+	m := msg
+	m.To = addr
+	m.Subject = TestSubjectPrefix + msg.Subject
+	v, raw := provider.SendOne(ctx, prov, provider.Request{Key: key.String(), Target: addr, Message: m})
+	dl.Outcome, dl.Receipt, dl.Reason = v.Outcome, v.Receipt, v.Reason
+	if raw == nil {
+		return dl, ""
+	}
+	if len(raw) > rawKept {
+		raw = raw[:rawKept]
+	}
+	// jsonb holds neither invalid UTF-8 nor NUL.
+	return dl, strings.ReplaceAll(strings.ToValidUTF8(string(raw), "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// testKey is a v1 key for one test message: its event is
+// "test:<campaign>:<random>", which is no campaign's id, so the key is no
+// target's (a target's event is its campaign's id).
+func testKey(c plan.Campaign, addr string) (ledger.Key, error) {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	target, err := ledger.NewEmailTarget(addr)
+	if err != nil {
+		return "", err
+	}
+	tool := c.Tool
+	if tool == "" {
+		tool = "email.send"
+	}
+	return ledger.NewKey(ledger.KeyInput{Event: "test:" + c.ID + ":" + hex.EncodeToString(b[:]), Tool: tool, Target: target})
+}
