@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -32,7 +33,7 @@ const maxCountsAge = 10 * time.Second
 func NewCountsCache() *CountsCache { return &CountsCache{m: map[int64]countsEntry{}} }
 
 // ListCounts is audit.ListCounts, from the cache when fresh.
-func (cc *CountsCache) ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Counts, error) {
+func (cc *CountsCache) ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (Counts, error) {
 	if c, ok := cc.get(listID, time.Now()); ok {
 		return c, nil
 	}
@@ -46,7 +47,7 @@ func (cc *CountsCache) ListCounts(ctx context.Context, db plan.DB, listID int64,
 }
 
 // CampaignCounts is CampaignCounts, from the cache when fresh.
-func (cc *CountsCache) CampaignCounts(ctx context.Context, db plan.DB, c plan.Campaign) (Counts, error) {
+func (cc *CountsCache) CampaignCounts(ctx context.Context, db onceplan.DB, c plan.Campaign) (Counts, error) {
 	listID, n, err := ListOf(ctx, db, c)
 	if err != nil || listID == 0 {
 		return Counts{}, err

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -97,7 +98,7 @@ var decisionEndNames = func() []string {
 var decisive = append([]auth.Action{auth.ActionApprove}, decisionEnds...)
 
 // Decision reads campaign id's decision, in one read-only snapshot so that
-// its parts agree. plan.ErrNotFound when there is no such campaign.
+// its parts agree. onceplan.ErrNotFound when there is no such campaign.
 func (s *Service) Decision(ctx context.Context, id string) (Decision, error) {
 	var d Decision
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -108,14 +109,14 @@ func (s *Service) Decision(ctx context.Context, id string) (Decision, error) {
 	return d, err
 }
 
-func decisionOf(ctx context.Context, db plan.DB, id string) (Decision, error) {
+func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error) {
 	c, err := plan.GetCampaign(ctx, db, id)
 	if err != nil {
 		return Decision{}, err
 	}
 	d := Decision{CampaignID: c.ID, State: c.State, CampaignVersion: c.Version, Required: c.RequiredApprovals, Decision: DecisionNotSubmitted}
 	sub, err := plan.LatestSubmission(ctx, db, c.ID)
-	if errors.Is(err, plan.ErrNotFound) {
+	if errors.Is(err, onceplan.ErrNotFound) {
 		return d, nil
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -136,7 +137,7 @@ func TestDecisionOfAVersionChangedAfterSubmit(t *testing.T) {
 	require.Contains(t, d.Message(), "changed after it was submitted")
 
 	_, err = b.svc.Decision(b.ctx, "8a9c2f38-0d6c-4f43-9a43-5b2f6b1f0000")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 // TestWaitDecisionReturnsOnTheApproval: waiters answer "approved" as soon

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -271,16 +272,16 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 
 	// Refusals name what is wrong.
 	_, err = plan.CompareVersions(b.ctx, b.pool, id, "latest")
-	var fe *plan.FieldError
+	var fe *onceplan.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "against", fe.Field)
 	_, err = plan.CompareVersions(b.ctx, b.pool, "00000000-0000-4000-8000-000000000000", plan.AgainstApproved)
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	for _, q := range []plan.DiffRowsQuery{
 		{Kind: "moved", Limit: 1}, {Kind: plan.RowsAdded, Limit: 0}, {Kind: plan.RowsAdded, Limit: 1, After: "ann@example.com"},
 	} {
 		_, err := plan.DiffTargets(b.ctx, b.pool, q)
-		require.ErrorIs(t, err, plan.ErrInvalid, "%+v", q)
+		require.ErrorIs(t, err, onceplan.ErrInvalid, "%+v", q)
 	}
 }
 

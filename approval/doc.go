@@ -5,7 +5,7 @@
 // Guarantees, each checked inside the transaction that holds the campaign's
 // row lock:
 //   - an approval carries the plan hash the approver was shown; a different
-//     current hash is refused (ErrConflict) and nothing is frozen;
+//     current hash is refused (onceplan.ErrConflict) and nothing is frozen;
 //   - nobody approves a draft they proposed or last edited (PostgreSQL checks
 //     this too), and an agent token never approves, rejects, starts, pauses,
 //     resumes or cancels;

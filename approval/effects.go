@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -23,7 +24,7 @@ func keyOfCampaign(ctx context.Context, tx pgx.Tx, campaignID, key string) error
 		return err
 	}
 	if !ours {
-		return fmt.Errorf("%w: key %s is not a target of campaign %s", plan.ErrNotFound, key, campaignID)
+		return fmt.Errorf("%w: key %s is not a target of campaign %s", onceplan.ErrNotFound, key, campaignID)
 	}
 	return nil
 }
@@ -32,20 +33,20 @@ func keyOfCampaign(ctx context.Context, tx pgx.Tx, campaignID, key string) error
 // (keys carry the campaign as their event, so there is at most one).
 func (s *Service) CampaignOfKey(ctx context.Context, key string) (string, error) {
 	if _, err := ledger.ParseKey(key); err != nil {
-		return "", fmt.Errorf("%w: %v", plan.ErrInvalid, err)
+		return "", fmt.Errorf("%w: %v", onceplan.ErrInvalid, err)
 	}
 	var id string
 	err := s.pool.QueryRow(ctx, `SELECT p.campaign_id FROM target t JOIN plan p ON p.list_id = t.list_id
 		WHERE t.key = $1 ORDER BY p.id DESC LIMIT 1`, key).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("%w: no approved plan has a target with key %s", plan.ErrNotFound, key)
+		return "", fmt.Errorf("%w: no approved plan has a target with key %s", onceplan.ErrNotFound, key)
 	}
 	return id, err
 }
 
 func needReason(reason, what string) error {
 	if strings.TrimSpace(reason) == "" {
-		return &plan.FieldError{Field: "reason", Reason: what + " needs a reason"}
+		return &onceplan.FieldError{Field: "reason", Reason: what + " needs a reason"}
 	}
 	return nil
 }
@@ -71,14 +72,14 @@ func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID,
 			return err
 		}
 		if !strings.EqualFold(strings.TrimSpace(confirmTarget), target) {
-			return &plan.FieldError{Field: "target", Reason: fmt.Sprintf("type the target's address (%s) to confirm", target)}
+			return &onceplan.FieldError{Field: "target", Reason: fmt.Sprintf("type the target's address (%s) to confirm", target)}
 		}
 		store := ledger.NewStore(tx)
 		if cur, err := store.Current(ctx, ledger.Key(key)); err != nil || cur.State != ledger.StateDone {
-			if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			if err != nil && !errors.Is(err, onceplan.ErrNotFound) {
 				return err
 			}
-			return fmt.Errorf("%w: only a done target can be superseded; %s has no done effect at its current epoch", ErrConflict, target)
+			return fmt.Errorf("%w: only a done target can be superseded; %s has no done effect at its current epoch", onceplan.ErrConflict, target)
 		}
 		var err error
 		if epoch, err = store.Bump(ctx, ledger.BumpParams{

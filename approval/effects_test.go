@@ -9,6 +9,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -63,14 +64,14 @@ func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
 	jobsBefore := b.jobsFor(t, key)
 
 	_, err = b.svc.SupersedeEffect(b.ctx, b.operator, id, key, target, "customer asked again")
-	require.ErrorIs(t, err, auth.ErrForbidden, "an operator may not authorise one more effect")
+	require.ErrorIs(t, err, onceplan.ErrForbidden, "an operator may not authorise one more effect")
 	_, err = b.svc.SupersedeEffect(b.ctx, b.agent, id, key, target, "agent wants to resend")
-	require.ErrorIs(t, err, auth.ErrForbidden, "an agent never supersedes")
+	require.ErrorIs(t, err, onceplan.ErrForbidden, "an agent never supersedes")
 	_, err = b.svc.SupersedeEffect(b.ctx, b.approver, id, key, "someone-else@example.com", "customer asked again")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.ErrorContains(t, err, target, "the error names the address to type")
 	_, err = b.svc.SupersedeEffect(b.ctx, b.approver, id, key, target, "  ")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM effect_bump WHERE key = $1`, key), "refused supersedes change nothing")
 
 	epoch, err := b.svc.SupersedeEffect(b.ctx, b.approver, id, key, strings.ToUpper(target), "customer asked for the corrected invoice")
@@ -89,7 +90,7 @@ func TestSupersedeNeedsAnApproverTheTargetAndAReason(t *testing.T) {
 
 	// Only a done effect is superseded: not the pending claim above.
 	_, err = b.svc.SupersedeEffect(b.ctx, b.approver, id, key, target, "again")
-	require.ErrorIs(t, err, approval.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 }
 
 func TestEffectActionsStayInTheirCampaign(t *testing.T) {
@@ -99,19 +100,19 @@ func TestEffectActionsStayInTheirCampaign(t *testing.T) {
 	idB, _, _ := b.started(t, 2, 0)
 
 	_, err := b.svc.SupersedeEffect(b.ctx, b.approver, idB, keysA[0], targetsA[0], "wrong campaign")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = b.svc.RevokeEffect(b.ctx, b.operator, idB, keysA[0], "wrong campaign")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = b.svc.ResolveEffect(b.ctx, b.operator, idB, keysA[0], ledger.Delivered, "wrong campaign")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	got, err := b.svc.CampaignOfKey(b.ctx, keysA[1])
 	require.NoError(t, err)
 	require.Equal(t, idA, got)
 	_, err = b.svc.CampaignOfKey(b.ctx, "v1:"+strings.Repeat("0", 64))
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = b.svc.CampaignOfKey(b.ctx, "not-a-key")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 }
 
 func TestRevokeFreesTheKeyWithoutResending(t *testing.T) {
@@ -121,9 +122,9 @@ func TestRevokeFreesTheKeyWithoutResending(t *testing.T) {
 	jobs := b.jobsFor(t, keys[0])
 
 	_, err := b.svc.RevokeEffect(b.ctx, b.agent, id, keys[0], "reversed")
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	_, err = b.svc.RevokeEffect(b.ctx, b.operator, id, keys[1], "never sent")
-	require.ErrorIs(t, err, ledger.ErrNotFound, "nothing to revoke on a target without a done effect")
+	require.ErrorIs(t, err, onceplan.ErrNotFound, "nothing to revoke on a target without a done effect")
 	eff, err := b.svc.RevokeEffect(b.ctx, b.operator, id, keys[0], "payout reversed by the bank")
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateRevoked, eff.State)

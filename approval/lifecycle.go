@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -57,7 +58,7 @@ var (
 )
 
 // Allowed says whether actor a may take action on campaign c now: nil, or
-// an error (auth.ErrForbidden or ErrConflict) whose message says why not, for a
+// an error (onceplan.ErrForbidden or onceplan.ErrConflict) whose message says why not, for a
 // person. It checks the role and the state; Service.ApproveAllowed adds
 // what an approval needs besides.
 func Allowed(a auth.Actor, c plan.Campaign, action auth.Action) error {
@@ -72,10 +73,10 @@ func Allowed(a auth.Actor, c plan.Campaign, action auth.Action) error {
 func stateAllows(c plan.Campaign, action auth.Action) error {
 	e, ok := lifecycle[action]
 	if !ok {
-		return fmt.Errorf("%w: unknown action %q", ErrConflict, action)
+		return fmt.Errorf("%w: unknown action %q", onceplan.ErrConflict, action)
 	}
 	if !slices.Contains(e.from, c.State) {
-		return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", ErrConflict, c.ID, label(c.State), action, joinStates(e.from))
+		return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", onceplan.ErrConflict, c.ID, label(c.State), action, joinStates(e.from))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -23,11 +24,11 @@ func TestUnknownProviderIsRefusedAtCreateAndSubmit(t *testing.T) {
 	b := setup(t)
 	b.svc.Providers = []string{"outbox", "smtp"}
 	_, err := b.svc.Create(b.ctx, b.proposer, approval.CreateParams{Name: "Nope", Provider: "nope", Payload: payload})
-	var fe *plan.FieldError
+	var fe *onceplan.FieldError
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.Equal(t, "provider", fe.Field)
 	require.Equal(t, `"nope" is not a provider this server sends through; the configured providers are outbox, smtp`, fe.Reason)
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM campaign`), "nothing created")
 	_, err = b.svc.Create(b.ctx, b.proposer, approval.CreateParams{Name: "None", Payload: payload})
 	require.EqualError(t, err, "provider: is required; the configured providers are outbox, smtp")

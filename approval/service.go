@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -31,11 +32,11 @@ type Enqueuer interface {
 	// CountRemaining says, without writing, what EnqueueRemaining would
 	// enqueue for p now (with queue; a scan of the list) and what a
 	// stopped worker still holds.
-	CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, queue bool) (Remainder, error)
+	CountRemaining(ctx context.Context, db onceplan.DB, p plan.Plan, queue bool) (Remainder, error)
 	// ProviderWorkers counts the live worker processes whose heartbeat
 	// says they serve provider, judged alive as the workers judge each
 	// other (their owner timeout).
-	ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error)
+	ProviderWorkers(ctx context.Context, db onceplan.DB, provider string) (int, error)
 }
 
 // Announcer puts the announcement of a recorded trail entry on the queue
@@ -120,7 +121,7 @@ type CreateParams struct {
 
 // ErrIdempotencyMismatch: an idempotency key was reused for a different
 // request.
-var ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
+var ErrIdempotencyMismatch = onceplan.New(onceplan.CodeIdempotencyMismatch, "idempotency key reused with a different request")
 
 // Result is a campaign after an action, with its current plan hash.
 type Result struct {
@@ -148,9 +149,9 @@ func (s *Service) knownProvider(name string) error {
 	case len(s.Providers) == 0 || slices.Contains(s.Providers, name):
 		return nil
 	case name == "":
-		return &plan.FieldError{Field: "provider", Reason: "is required; the configured providers are " + configured}
+		return &onceplan.FieldError{Field: "provider", Reason: "is required; the configured providers are " + configured}
 	}
-	return &plan.FieldError{Field: "provider", Reason: fmt.Sprintf(
+	return &onceplan.FieldError{Field: "provider", Reason: fmt.Sprintf(
 		"%q is not a provider this server sends through; the configured providers are %s", name, configured)}
 }
 
@@ -165,12 +166,12 @@ func (s *Service) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 func frozenRuleErr(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "OP007" {
-		return fmt.Errorf("%w: %s", ErrConflict, pgErr.Message)
+		return fmt.Errorf("%w: %s", onceplan.ErrConflict, pgErr.Message)
 	}
 	return err
 }
 
-func (s *Service) result(ctx context.Context, db plan.DB, c plan.Campaign) (Result, error) {
+func (s *Service) result(ctx context.Context, db onceplan.DB, c plan.Campaign) (Result, error) {
 	d, err := plan.GetDraft(ctx, db, c.ID, c.Version)
 	if err != nil {
 		return Result{}, err
@@ -290,7 +291,7 @@ func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id stri
 		return c, err
 	}
 	if err := stateAllows(c, action); err != nil {
-		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", ErrConflict, c.ID, label(c.State))
+		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", onceplan.ErrConflict, c.ID, label(c.State))
 	}
 	switch c.State {
 	case plan.StateDraft:
@@ -392,7 +393,10 @@ func (e *MissingVarsError) Error() string {
 }
 
 // Is makes the error a validation error.
-func (e *MissingVarsError) Is(target error) bool { return target == plan.ErrInvalid }
+func (e *MissingVarsError) Is(target error) bool { return target == onceplan.ErrInvalid }
+
+// ErrorCode makes missing variables invalid input.
+func (e *MissingVarsError) ErrorCode() onceplan.Code { return onceplan.CodeInvalid }
 
 // Submit asks for approval of the current draft, once it validates: its
 // provider is one this deployment sends through, and plan.Check passes
@@ -452,7 +456,7 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 			return err
 		}
 		if shownHash != res.PlanHash {
-			return fmt.Errorf("%w: the draft changed since it was shown to you (you approved %.12s…, it is now %.12s…); review it again", ErrConflict, shownHash, res.PlanHash)
+			return fmt.Errorf("%w: the draft changed since it was shown to you (you approved %.12s…, it is now %.12s…); review it again", onceplan.ErrConflict, shownHash, res.PlanHash)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, $2, $3, $4)`,
 			c.ID, c.Version, shownHash, a.UserID)
@@ -501,7 +505,7 @@ func (s *Service) ApproveAllowed(ctx context.Context, a auth.Actor, c plan.Campa
 	return approveAllowed(ctx, s.pool, a, c, r.PlanHash)
 }
 
-func approveAllowed(ctx context.Context, db plan.DB, a auth.Actor, c plan.Campaign, hash string) error {
+func approveAllowed(ctx context.Context, db onceplan.DB, a auth.Actor, c plan.Campaign, hash string) error {
 	if err := Allowed(a, c, auth.ActionApprove); err != nil {
 		return err
 	}
@@ -511,7 +515,7 @@ func approveAllowed(ctx context.Context, db plan.DB, a auth.Actor, c plan.Campai
 		return err
 	}
 	if sub.IsAuthor(a.UserID) {
-		return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", auth.ErrForbidden)
+		return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", onceplan.ErrForbidden)
 	}
 	var already bool
 	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3 AND approver_id = $4)`,
@@ -519,7 +523,7 @@ func approveAllowed(ctx context.Context, db plan.DB, a auth.Actor, c plan.Campai
 		return err
 	}
 	if already {
-		return fmt.Errorf("%w: you have already approved this version", ErrConflict)
+		return fmt.Errorf("%w: you have already approved this version", onceplan.ErrConflict)
 	}
 	return nil
 }
@@ -529,9 +533,9 @@ func approvalErr(err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23505":
-			return fmt.Errorf("%w: you have already approved this version", ErrConflict)
+			return fmt.Errorf("%w: you have already approved this version", onceplan.ErrConflict)
 		case "OP006":
-			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", auth.ErrForbidden)
+			return fmt.Errorf("%w: you proposed or last edited this draft; someone else must approve it", onceplan.ErrForbidden)
 		}
 	}
 	return err
@@ -559,7 +563,7 @@ func (s *Service) Reject(ctx context.Context, a auth.Actor, id, reason string) (
 		return Result{}, err
 	}
 	if strings.TrimSpace(reason) == "" {
-		return Result{}, &plan.FieldError{Field: "reason", Reason: "is required: say what must change"}
+		return Result{}, &onceplan.FieldError{Field: "reason", Reason: "is required: say what must change"}
 	}
 	return s.transition(ctx, a, id, auth.ActionReject, reason)
 }
@@ -603,7 +607,7 @@ func (s *Service) Start(ctx context.Context, a auth.Actor, id string) (Result, e
 		case plan.StateRunning:
 			// Already started: nothing new.
 		default:
-			return fmt.Errorf("%w: campaign %s is %s; only an approved campaign can be started", ErrConflict, c.ID, c.State)
+			return fmt.Errorf("%w: campaign %s is %s; only an approved campaign can be started", onceplan.ErrConflict, c.ID, c.State)
 		}
 		res, err = s.result(ctx, tx, c)
 		return err

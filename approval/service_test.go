@@ -17,6 +17,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
@@ -124,9 +125,9 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 
 	// Only an operator starts, never an agent.
 	_, err = b.svc.Start(b.ctx, b.approver, created.Campaign.ID)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	_, err = b.svc.Start(b.ctx, b.agent, created.Campaign.ID)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 
 	st, err := b.svc.Start(b.ctx, b.operator, created.Campaign.ID)
 	require.NoError(t, err)
@@ -176,13 +177,13 @@ func TestStaleHashIsRefusedAndNothingFrozen(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = b.svc.Approve(b.ctx, b.approver, created.Campaign.ID, shown)
-	require.ErrorIs(t, err, approval.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM plan`))
 	require.Zero(t, b.count(t, `SELECT count(*) FROM approval`))
 
 	// A hash that is not even a hash is a validation error.
 	_, err = b.svc.Approve(b.ctx, b.approver, created.Campaign.ID, "abc")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 }
 
 func TestNobodyApprovesTheirOwnDraft(t *testing.T) {
@@ -199,18 +200,18 @@ func TestNobodyApprovesTheirOwnDraft(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = b.svc.Approve(b.ctx, b.proposer, id, res.PlanHash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	_, err = b.svc.Approve(b.ctx, editor, id, res.PlanHash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 
 	// An agent token never approves, whatever its user's roles.
 	_, err = b.svc.Approve(b.ctx, b.agent, id, res.PlanHash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	_, err = b.svc.Reject(b.ctx, b.agent, id, "no")
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	// Nor does someone without the approver role.
 	_, err = b.svc.Approve(b.ctx, b.operator, id, res.PlanHash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 
 	// PostgreSQL refuses a self-approval written directly.
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO approval (campaign_id, version, plan_hash, approver_id) VALUES ($1, 1, $2, $3)`,
@@ -239,13 +240,13 @@ func TestAgentProposesButNeverDecides(t *testing.T) {
 		"resume":  func() error { _, err := b.svc.Resume(b.ctx, b.agent, res.Campaign.ID); return err },
 		"cancel":  func() error { _, err := b.svc.Cancel(b.ctx, b.agent, res.Campaign.ID, ""); return err },
 	} {
-		require.ErrorIs(t, act(), auth.ErrForbidden, name)
+		require.ErrorIs(t, act(), onceplan.ErrForbidden, name)
 	}
 	// The agent's user is the proposer: as a person, they may not approve it either.
 	person := b.agent
 	person.Agent = false
 	_, err = b.svc.Approve(b.ctx, person, res.Campaign.ID, res.PlanHash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 }
 
 func TestQuorumNeedsDistinctApprovers(t *testing.T) {
@@ -265,7 +266,7 @@ func TestQuorumNeedsDistinctApprovers(t *testing.T) {
 	require.Equal(t, 1, n)
 
 	_, err = b.svc.Approve(b.ctx, b.approver, id, sub.PlanHash)
-	require.ErrorIs(t, err, approval.ErrConflict, "the same approver twice is still one")
+	require.ErrorIs(t, err, onceplan.ErrConflict, "the same approver twice is still one")
 
 	r2, err := b.svc.Approve(b.ctx, b.second, id, sub.PlanHash)
 	require.NoError(t, err)
@@ -282,7 +283,7 @@ func TestRejectReturnsToDraftWithReason(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = b.svc.Reject(b.ctx, b.approver, id, "  ")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 
 	res, err := b.svc.Reject(b.ctx, b.approver, id, "the due date is wrong")
 	require.NoError(t, err)
@@ -308,7 +309,7 @@ func TestMissingMergeVariableBlocksSubmission(t *testing.T) {
 	})
 	require.NoError(t, err)
 	_, err = b.svc.Submit(b.ctx, b.proposer, res.Campaign.ID)
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	var missing *approval.MissingVarsError
 	require.True(t, errors.As(err, &missing))
 	require.Equal(t, 2, missing.Total)
@@ -428,24 +429,24 @@ func TestIllegalStateActionsAreConflicts(t *testing.T) {
 	created := b.create(t, 1, 2)
 	id := created.Campaign.ID
 	_, err := b.svc.Approve(b.ctx, b.approver, id, created.PlanHash)
-	require.ErrorIs(t, err, approval.ErrConflict, "a draft is not pending approval")
+	require.ErrorIs(t, err, onceplan.ErrConflict, "a draft is not pending approval")
 	_, err = b.svc.Start(b.ctx, b.operator, id)
-	require.ErrorIs(t, err, approval.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	_, err = b.svc.Pause(b.ctx, b.operator, id, "")
-	require.ErrorIs(t, err, approval.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	_, err = b.svc.Cancel(b.ctx, b.operator, id, "not needed")
 	require.NoError(t, err)
 	_, err = b.svc.Edit(b.ctx, b.proposer, id, payload)
-	require.ErrorIs(t, err, approval.ErrConflict, "cancelled is final")
+	require.ErrorIs(t, err, onceplan.ErrConflict, "cancelled is final")
 
 	// PostgreSQL refuses an illegal campaign transition written directly.
 	_, err = b.pool.Exec(b.ctx, `UPDATE campaign SET state = 'running' WHERE id = $1`, id)
 	requireSQLState(t, err, "OP002")
 
 	_, err = b.svc.Submit(b.ctx, b.proposer, "00000000-0000-0000-0000-000000000000")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = b.svc.Submit(b.ctx, b.proposer, "not-a-uuid")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 func TestFailedImportCreatesNothing(t *testing.T) {

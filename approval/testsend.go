@@ -35,6 +35,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -56,17 +57,11 @@ const (
 )
 
 // ErrRateLimited: the user made too many test sends lately.
-var ErrTestSendRateLimited = errors.New("too many test sends")
-
-// TestSendDB is what the sender reads and writes through (a pool).
-type TestSendDB interface {
-	plan.DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+var ErrTestSendRateLimited = onceplan.New(onceplan.CodeRateLimited, "too many test sends")
 
 // TestSendConfig is what a TestSender needs.
 type TestSendConfig struct {
-	DB        TestSendDB
+	DB        onceplan.DB
 	Providers *provider.Registry
 	// AllowList are addresses that may receive test sends besides the
 	// users' own (serve --test-recipients).
@@ -205,9 +200,9 @@ func (s *TestSender) userEmails(ctx context.Context) (map[string]bool, error) {
 func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, error) {
 	switch {
 	case len(to) == 0:
-		return nil, &plan.FieldError{Field: "to", Reason: "is required: name at least one reviewer's address"}
+		return nil, &onceplan.FieldError{Field: "to", Reason: "is required: name at least one reviewer's address"}
 	case len(to) > s.cfg.MaxRecipients:
-		return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("names %d addresses; a test send goes to at most %d", len(to), s.cfg.MaxRecipients)}
+		return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("names %d addresses; a test send goes to at most %d", len(to), s.cfg.MaxRecipients)}
 	}
 	var (
 		out   []string
@@ -216,7 +211,7 @@ func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, err
 	for i, raw := range to {
 		a, err := ledger.NormalizeEmail(raw)
 		if err != nil {
-			return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %q is not an email address", i, raw)}
+			return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %q is not an email address", i, raw)}
 		}
 		if !s.allow[a] {
 			if users == nil {
@@ -225,7 +220,7 @@ func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, err
 				}
 			}
 			if !users[a] {
-				return nil, &plan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %s is not a user or an allowed test recipient", i, a)}
+				return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %s is not a user or an allowed test recipient", i, a)}
 			}
 		}
 		if !slices.Contains(out, a) {
@@ -255,6 +250,9 @@ func (e *TestSendRateLimitError) Error() string { return e.msg }
 
 // Is makes errors.Is(err, ErrTestSendRateLimited) true.
 func (e *TestSendRateLimitError) Is(target error) bool { return target == ErrTestSendRateLimited }
+
+// ErrorCode makes a refused test send a [onceplan.CodeRateLimited].
+func (e *TestSendRateLimitError) ErrorCode() onceplan.Code { return onceplan.CodeRateLimited }
 
 func every(l rate.Limit) time.Duration {
 	return (time.Duration(float64(time.Second) / float64(l))).Round(time.Second)
@@ -286,15 +284,15 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 	ordinal := p.Ordinal
 	switch {
 	case d.TargetCount == 0:
-		return TestSendResult{}, fmt.Errorf("%w: the draft has no targets yet; import its list first", ErrConflict)
+		return TestSendResult{}, fmt.Errorf("%w: the draft has no targets yet; import its list first", onceplan.ErrConflict)
 	case ordinal == 0:
 		ordinal = 1
 	case ordinal < 1 || ordinal > d.TargetCount:
-		return TestSendResult{}, &plan.FieldError{Field: "ordinal", Reason: fmt.Sprintf("must be a target of the draft, from 1 to %d, not %d", d.TargetCount, ordinal)}
+		return TestSendResult{}, &onceplan.FieldError{Field: "ordinal", Reason: fmt.Sprintf("must be a target of the draft, from 1 to %d, not %d", d.TargetCount, ordinal)}
 	}
 	prov, ok := s.cfg.Providers.Get(c.Provider)
 	if !ok {
-		return TestSendResult{}, fmt.Errorf("%w: the campaign's provider %q is not configured on this server", ErrConflict, c.Provider)
+		return TestSendResult{}, fmt.Errorf("%w: the campaign's provider %q is not configured on this server", onceplan.ErrConflict, c.Provider)
 	}
 	// The message as the target would get it, but with the sample
 	// unsubscribe link: a working one would unsubscribe the target, not

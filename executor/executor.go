@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/metrics"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs/riverdb"
@@ -242,13 +243,13 @@ func (e *Executor) Heartbeat(ctx context.Context) error {
 // provider a running campaign sends through and every provider named
 // here: those no live process serves, at 0 — the targets of a campaign on
 // such a provider wait for nothing.
-func LiveWorkers(ctx context.Context, db plan.DB, ownerTimeout time.Duration, providers ...string) (map[string]int, error) {
+func LiveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration, providers ...string) (map[string]int, error) {
 	return liveWorkers(ctx, db, ownerTimeout, true, providers)
 }
 
 // liveWorkers is LiveWorkers; every says to count every provider known,
 // not only those named.
-func liveWorkers(ctx context.Context, db plan.DB, ownerTimeout time.Duration, every bool, providers []string) (map[string]int, error) {
+func liveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration, every bool, providers []string) (map[string]int, error) {
 	if providers == nil {
 		providers = []string{}
 	}
@@ -284,7 +285,7 @@ type Serving struct {
 // ownerTimeout) serve provider, as their heartbeats say: the workflow's
 // approval.Service.Serving asks it, through the enqueuer that knows the
 // workers' owner timeout.
-func ServingOf(ctx context.Context, db plan.DB, ownerTimeout time.Duration, provider string) (Serving, error) {
+func ServingOf(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration, provider string) (Serving, error) {
 	live, err := liveWorkers(ctx, db, ownerTimeout, false, []string{provider})
 	return Serving{Provider: provider, Live: live[provider]}, err
 }

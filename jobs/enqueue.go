@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -104,7 +105,7 @@ const untouchedSQL = `
 	AND NOT EXISTS (SELECT 1 FROM target_suppressed ts WHERE ts.plan_id = @plan)`
 
 // untouched reports untouchedSQL for p, in tx's view.
-func untouched(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
+func untouched(ctx context.Context, db onceplan.DB, p plan.Plan) (bool, error) {
 	var yes bool
 	err := db.QueryRow(ctx, `SELECT `+untouchedSQL, pgx.NamedArgs{"campaign": p.CampaignID, "list": p.ListID, "plan": p.ID}).Scan(&yes)
 	return yes, err
@@ -113,7 +114,7 @@ func untouched(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
 // hasLiveJobs reports whether plan p has a job that is not finished (in
 // tx's view). Without one, no target can have a live job, and the
 // live-job test can be left out.
-func hasLiveJobs(ctx context.Context, db plan.DB, p plan.Plan) (bool, error) {
+func hasLiveJobs(ctx context.Context, db onceplan.DB, p plan.Plan) (bool, error) {
 	var any bool
 	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM river_job j
 		WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = $1 AND `+unfinishedJob+`)`, p.ID).Scan(&any)
@@ -170,7 +171,7 @@ var stalledJobSQL = `j.state = 'running' AND NOT ` + executor.OwnerAlive(jobOwne
 // as live, so they are not in Queue. Queue reads the whole list; without
 // queue it is left 0 and only the stalled jobs are read (the run page's
 // live parts, polled every few seconds, show no button).
-func (e *Enqueuer) CountRemaining(ctx context.Context, db plan.DB, p plan.Plan, queue bool) (approval.Remainder, error) {
+func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Plan, queue bool) (approval.Remainder, error) {
 	var r approval.Remainder
 	existing, err := hasLiveJobs(ctx, db, p)
 	if err != nil {
@@ -234,7 +235,7 @@ var failedForGoodSQL = `
 // for longer than this enqueuer's OwnerTimeout does not count as one: the
 // "failed after their retries" that notifications tell operators about
 // (notify.Config.FailedForGood).
-func (e *Enqueuer) FailedForGood(ctx context.Context, db plan.DB, c plan.Campaign) (int, error) {
+func (e *Enqueuer) FailedForGood(ctx context.Context, db onceplan.DB, c plan.Campaign) (int, error) {
 	if c.PlanID == 0 {
 		return 0, nil
 	}
@@ -249,7 +250,7 @@ func (e *Enqueuer) FailedForGood(ctx context.Context, db plan.DB, c plan.Campaig
 
 // ProviderWorkers counts the live worker processes serving provider, alive
 // within this enqueuer's OwnerTimeout (the workers').
-func (e *Enqueuer) ProviderWorkers(ctx context.Context, db plan.DB, provider string) (int, error) {
+func (e *Enqueuer) ProviderWorkers(ctx context.Context, db onceplan.DB, provider string) (int, error) {
 	s, err := executor.ServingOf(ctx, db, e.OwnerTimeout, provider)
 	return s.Live, err
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // The ledger's writes, each one statement for any number of attempts
@@ -183,7 +184,7 @@ func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim,
 			default:
 				return Claim{Outcome: ClaimInDoubt, Effect: e}, nil
 			}
-		case !errors.Is(err, ErrNotFound):
+		case !errors.Is(err, onceplan.ErrNotFound):
 			return Claim{}, err
 		}
 		if gate.Open != "" {
@@ -207,7 +208,7 @@ func (s *Store) ClaimOne(ctx context.Context, r ClaimRequest, gate Gate) (Claim,
 			}
 		}
 	}
-	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", ErrConflict, r.Key)
+	return Claim{}, fmt.Errorf("%w: key %s keeps changing under the claim", onceplan.ErrConflict, r.Key)
 }
 
 // gateOpen evaluates the gate's Open condition for r on its own.
@@ -354,7 +355,7 @@ type Answer struct {
 	Settle *SettleParams
 }
 
-// batchSender is a DB that runs statements in one round trip and, outside
+// batchSender is a onceplan.DB that runs statements in one round trip and, outside
 // a transaction, in one implicit transaction (a pool, a connection, a
 // transaction).
 type batchSender interface {

@@ -6,23 +6,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Errors callers test with errors.Is. Each returned error wraps one of these
 // and says in its message which effect and why.
 var (
-	// ErrNotFound: no effect, bump or policy matches.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: a blocking row already holds the key at this epoch, a
-	// concurrent bump won, or an in-doubt effect must be settled first.
-	ErrConflict = errors.New("conflict")
 	// ErrIllegalTransition: the state change is not one of DESIGN §3's.
-	ErrIllegalTransition = errors.New("illegal transition")
+	ErrIllegalTransition = onceplan.New(onceplan.CodeConflict, "illegal transition")
 	// ErrWriteOnce: an attempt to change or delete something recorded.
-	ErrWriteOnce = errors.New("write-once")
+	ErrWriteOnce = onceplan.New(onceplan.CodeConflict, "write-once")
 	// ErrMissingEvidence: a transition lacks what it must carry (a recorded
 	// raw response, a receipt, a reason, a named resolver).
-	ErrMissingEvidence = errors.New("missing evidence")
+	ErrMissingEvidence = onceplan.New(onceplan.CodeInvalid, "missing evidence")
 	// ErrNoBump: an epoch above 0 without a recorded bump behind it.
 	ErrNoBump = errors.New("epoch not bumped")
 	// ErrGateClosed: PostgreSQL refused an attempt at a plan's target (or
@@ -39,7 +35,7 @@ func translate(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
+		return onceplan.ErrNotFound
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -48,7 +44,7 @@ func translate(err error) error {
 	var kind error
 	switch pgErr.Code {
 	case "23505", "OP005": // unique_violation; bump out of sequence
-		kind = ErrConflict
+		kind = onceplan.ErrConflict
 	case "OP002":
 		kind = ErrIllegalTransition
 	case "OP001", "OP003":
@@ -61,7 +57,7 @@ func translate(err error) error {
 		if pgErr.ConstraintName == "effect_epoch_bumped" {
 			kind = ErrNoBump
 		} else {
-			kind = ErrNotFound
+			kind = onceplan.ErrNotFound
 		}
 	default:
 		return err

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // State is where an attempt at an effect stands (DESIGN §3).
@@ -83,23 +83,15 @@ type Effect struct {
 	SettledAt time.Time // zero while pending
 }
 
-// DB is what the store needs from a pool or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Store reads and writes the ledger. Every method is one transaction of its
 // own, committed before it returns: a caller that gets a nil error knows the
 // step is durable before it takes the next one.
 type Store struct {
-	db DB
+	db onceplan.DB
 }
 
 // NewStore returns a Store on db (a *pgxpool.Pool, or a pgx.Tx in tests).
-func NewStore(db DB) *Store { return &Store{db: db} }
+func NewStore(db onceplan.DB) *Store { return &Store{db: db} }
 
 const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), coalesce(plan_id, 0), coalesce(ordinal, 0),
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
@@ -207,7 +199,7 @@ func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
 }
 
 // Current returns the row that holds key at its current epoch, or
-// ErrNotFound when the key is free (never tried, or only failed/revoked).
+// onceplan.ErrNotFound when the key is free (never tried, or only failed/revoked).
 func (s *Store) Current(ctx context.Context, key Key) (Effect, error) {
 	return s.blocking(ctx, key)
 }
@@ -355,7 +347,7 @@ func (s *Store) Settle(ctx context.Context, p SettleParams) (Effect, error) {
 		return Effect{}, translate(err)
 	}
 	if len(effs) == 0 {
-		return Effect{}, fmt.Errorf("%w: effect %d", ErrNotFound, p.EffectID)
+		return Effect{}, fmt.Errorf("%w: effect %d", onceplan.ErrNotFound, p.EffectID)
 	}
 	return effs[0], nil
 }
@@ -447,8 +439,8 @@ func (s *Store) Revoke(ctx context.Context, p RevokeParams) (Effect, error) {
 func (s *Store) notIn(ctx context.Context, key Key, want State) error {
 	cur, err := s.blocking(ctx, key)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return fmt.Errorf("%w: key %s has no %s effect at its current epoch", ErrNotFound, key, want)
+	case errors.Is(err, onceplan.ErrNotFound):
+		return fmt.Errorf("%w: key %s has no %s effect at its current epoch", onceplan.ErrNotFound, key, want)
 	case err != nil:
 		return err
 	}
@@ -494,7 +486,7 @@ func (s *Store) Bump(ctx context.Context, p BumpParams) (int, error) {
 			return err
 		}
 		if inDoubt {
-			return fmt.Errorf("%w: key %s has an attempt in doubt at its current epoch; resolve it before bumping", ErrConflict, p.Key)
+			return fmt.Errorf("%w: key %s has an attempt in doubt at its current epoch; resolve it before bumping", onceplan.ErrConflict, p.Key)
 		}
 		var policy *string
 		if p.Policy != "" {
@@ -554,7 +546,7 @@ func (s *Store) Policies(ctx context.Context) ([]Policy, error) {
 func (s *Store) Get(ctx context.Context, id int64) (Effect, error) {
 	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("%w: effect %d", ErrNotFound, id)
+		return e, fmt.Errorf("%w: effect %d", onceplan.ErrNotFound, id)
 	}
 	return e, translate(err)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 )
@@ -126,7 +127,7 @@ func TestSettleUnknownEffect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := b.store.Settle(b.ctx, ledger.SettleParams{EffectID: 424242, State: ledger.StateUnknown, Reason: "x"})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 func TestResolveUnknown(t *testing.T) {
@@ -184,7 +185,7 @@ func TestResolveUnknown(t *testing.T) {
 
 	t.Run("NoSuchKey", func(t *testing.T) {
 		_, err := b.store.Resolve(b.ctx, ledger.ResolveParams{Key: newKey(t), Outcome: ledger.Delivered, Actor: "user:x", Reason: "x"})
-		require.ErrorIs(t, err, ledger.ErrNotFound)
+		require.ErrorIs(t, err, onceplan.ErrNotFound)
 	})
 }
 
@@ -198,7 +199,7 @@ func TestBumpAllowsOneMoreEffect(t *testing.T) {
 
 	// In doubt: no bump until the doubt is settled.
 	_, err = b.store.Bump(b.ctx, ledger.BumpParams{Key: key, ActorKind: ledger.ActorHuman, Actor: "user:op", Reason: "resend"})
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 
 	b.settleDone(t, c.Effect.ID)
 	epoch, err := b.store.Bump(b.ctx, ledger.BumpParams{Key: key, ActorKind: ledger.ActorHuman, Actor: "user:op", Reason: "customer asked for the corrected invoice"})
@@ -227,7 +228,7 @@ func TestPolicyBumpNeedsARegisteredPolicy(t *testing.T) {
 	key := newKey(t)
 
 	_, err := b.store.Bump(b.ctx, ledger.BumpParams{Key: key, ActorKind: ledger.ActorPolicy, Actor: "scheduler", Policy: "monthly-reminder", Reason: "next month"})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	require.NoError(t, b.store.RegisterPolicy(b.ctx, "monthly-reminder", "one reminder per calendar month", "user:admin"))
 	epoch, err := b.store.Bump(b.ctx, ledger.BumpParams{Key: key, ActorKind: ledger.ActorPolicy, Actor: "scheduler", Policy: "monthly-reminder", Reason: "next month"})
@@ -245,7 +246,7 @@ func TestRevoke(t *testing.T) {
 	key := newKey(t)
 
 	_, err := b.store.Revoke(b.ctx, ledger.RevokeParams{Key: key, Actor: "user:op", Reason: "x"})
-	require.ErrorIs(t, err, ledger.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	c, err := b.store.Claim(b.ctx, ledger.ClaimParams{Key: key, Owner: "w1"})
 	require.NoError(t, err)
@@ -259,7 +260,7 @@ func TestRevoke(t *testing.T) {
 	require.Equal(t, "payout reversed", e.RevokeReason)
 
 	_, err = b.store.Current(b.ctx, key)
-	require.ErrorIs(t, err, ledger.ErrNotFound, "revoked does not block")
+	require.ErrorIs(t, err, onceplan.ErrNotFound, "revoked does not block")
 }
 
 func TestClaimRejectsMalformedKeys(t *testing.T) {

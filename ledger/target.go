@@ -8,6 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"golang.org/x/net/idna"
 	"golang.org/x/text/unicode/norm"
 )
@@ -15,7 +16,7 @@ import (
 // ErrInvalidTarget is wrapped by every error that rejects a target, so callers
 // (the plan importer, the API) can tell a bad address from other failures with
 // errors.Is. The error's message names the problem in one sentence.
-var ErrInvalidTarget = errors.New("invalid target")
+var ErrInvalidTarget = onceplan.New(onceplan.CodeInvalid, "invalid target")
 
 // TargetKind says what kind of identity a [Target] is, and so which
 // normalisation rule applies to its value.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/jobs"
@@ -304,18 +305,18 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 	svc := toolcall.NewService(h.app, toolcall.Options{})
 	res, err := svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "ann@example.com"}}, Args: []byte(`{}`)})
-	require.ErrorIs(t, err, auth.ErrForbidden, "%+v", res)
+	require.ErrorIs(t, err, onceplan.ErrForbidden, "%+v", res)
 	require.Contains(t, err.Error(), "campaign target's key")
 	res, err = svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{}`)})
-	require.ErrorIs(t, err, auth.ErrForbidden, "%+v", res)
+	require.ErrorIs(t, err, onceplan.ErrForbidden, "%+v", res)
 
 	// The draft holding cy's key is not frozen.
 	contents := h.contents(t)
 	sub, err := h.svc.Submit(h.ctx, h.proposer, draft)
 	require.NoError(t, err)
 	_, err = h.svc.Approve(h.ctx, h.approver, draft, sub.PlanHash)
-	require.ErrorIs(t, err, approval.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Contains(t, err.Error(), after[0].key)
 	for _, table := range []string{"plan", "effect", "tool_call", "tool_attempt"} {
 		require.Equal(t, contents[table], h.contents(t)[table], "%s: a refused approval changes nothing", table)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/migrations"
@@ -73,7 +74,7 @@ func TestUpgradeKeepsPendingApprovals(t *testing.T) {
 		ProposedBy: proposer.UserID, LastEditedBy: proposer.UserID, SubmittedBy: proposer.UserID, CreatedAt: sub.CreatedAt}, sub)
 
 	_, err = svc.Approve(ctx, proposer, id, hash)
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	approved, err := svc.Approve(ctx, second, id, hash)
 	require.NoError(t, err)
 	require.Equal(t, plan.StateApproved, approved.Campaign.State, "the approval given before the upgrade counts")

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -40,11 +41,11 @@ func TestNULIsAFieldError(t *testing.T) {
 
 func requireFieldError(t *testing.T, err error, field, mentions string) {
 	t.Helper()
-	var fe *plan.FieldError
+	var fe *onceplan.FieldError
 	require.True(t, errors.As(err, &fe), "%s: want a field error, got %v", field, err)
 	require.Equal(t, field, fe.Field)
 	require.Contains(t, fe.Reason, mentions)
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 }
 
 func TestImportReportsEmptyMergeVariables(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sergi/go-diff/diffmatchpatch"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -208,15 +209,15 @@ func (d Diff) Changes() int {
 
 // Compare finds the two sides of a comparison without comparing them: the
 // campaign's current version, and the base against names (nil, with the
-// sentence that says why, when there is none). ErrNotFound when there is
+// sentence that says why, when there is none). onceplan.ErrNotFound when there is
 // no such campaign.
-func Compare(ctx context.Context, db DB, campaignID string, against Against) (Comparison, error) {
+func Compare(ctx context.Context, db onceplan.DB, campaignID string, against Against) (Comparison, error) {
 	if _, err := ParseAgainst(string(against)); err != nil {
 		return Comparison{}, err
 	}
 	c, err := GetCampaign(ctx, db, campaignID)
-	if errors.Is(err, ErrNotFound) {
-		return Comparison{}, fmt.Errorf("%w: there is no campaign %s", ErrNotFound, campaignID)
+	if errors.Is(err, onceplan.ErrNotFound) {
+		return Comparison{}, fmt.Errorf("%w: there is no campaign %s", onceplan.ErrNotFound, campaignID)
 	}
 	if err != nil {
 		return Comparison{}, err
@@ -267,9 +268,9 @@ func approvedBase(p *Plan, cur DiffSide) (*DiffSide, string) {
 // previousBase is the submission before the current version's: the latest
 // submission when it is of something other than the current version as it
 // stands, else the one before it.
-func previousBase(ctx context.Context, db DB, c Campaign, cur DiffSide) (*DiffSide, string, error) {
+func previousBase(ctx context.Context, db onceplan.DB, c Campaign, cur DiffSide) (*DiffSide, string, error) {
 	latest, err := LatestSubmission(ctx, db, c.ID)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, onceplan.ErrNotFound) {
 		return nil, fmt.Sprintf("Version %d is a draft of a campaign never submitted for approval: there is no earlier submission to compare it with.", cur.Version), nil
 	}
 	if err != nil {
@@ -311,7 +312,7 @@ func planSide(p Plan) DiffSide {
 // (migration 0022), else — for a submission older than that — its draft's
 // when that still hashes to what was submitted (the draft cannot change
 // once its campaign moved on: migration 0014), else not kept.
-func submissionSide(ctx context.Context, db DB, c Campaign, s Submission) (DiffSide, error) {
+func submissionSide(ctx context.Context, db onceplan.DB, c Campaign, s Submission) (DiffSide, error) {
 	side := DiffSide{Kind: SideSubmission, Version: s.Version, PlanHash: s.PlanHash, TargetCount: s.TargetCount, ListID: s.ListID,
 		SubmissionID: s.ID, At: s.CreatedAt, Provider: c.Provider, Tool: c.Tool, ListUnsubscribe: c.ListUnsubscribe, Fixed: true}
 	p, err := scanPlan(db.QueryRow(ctx, `SELECT `+planCols+` FROM plan WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
@@ -322,7 +323,7 @@ func submissionSide(ctx context.Context, db DB, c Campaign, s Submission) (DiffS
 		side.PlanID, side.Payload = p.ID, &payload
 		side.Provider, side.Tool, side.ListUnsubscribe, side.Fixed = p.Provider, p.Tool, p.ListUnsubscribe, false
 		return side, nil
-	case !errors.Is(err, ErrNotFound):
+	case !errors.Is(err, onceplan.ErrNotFound):
 		return side, err
 	}
 	if s.Payload != nil {
@@ -343,9 +344,9 @@ func submissionSide(ctx context.Context, db DB, c Campaign, s Submission) (DiffS
 
 // CompareVersions compares a campaign's current version with the base
 // against names: the payload line by line, the settings, and the target
-// lists (counts only: DiffTargets pages through the rows). ErrNotFound
+// lists (counts only: DiffTargets pages through the rows). onceplan.ErrNotFound
 // when there is no such campaign.
-func CompareVersions(ctx context.Context, db DB, campaignID string, against Against) (Diff, error) {
+func CompareVersions(ctx context.Context, db onceplan.DB, campaignID string, against Against) (Diff, error) {
 	cmp, err := Compare(ctx, db, campaignID, against)
 	if err != nil {
 		return Diff{}, err
@@ -360,7 +361,7 @@ func CompareVersions(ctx context.Context, db DB, campaignID string, against Agai
 // Diff compares cmp's two sides, as CompareVersions does, given done: the
 // current list's DoneCount (which is the same whatever the base, so two
 // comparisons of one version count it once).
-func (cmp Comparison) Diff(ctx context.Context, db DB, done int) (Diff, error) {
+func (cmp Comparison) Diff(ctx context.Context, db onceplan.DB, done int) (Diff, error) {
 	d := Diff{Comparison: cmp, Done: done}
 	if cmp.Base == nil {
 		return d, nil
@@ -600,7 +601,7 @@ const noJIT = `SET LOCAL jit = off`
 // (same key, other variables) between the lists base and current (0: no
 // list, which has no targets). Two lists are diffed by key in PostgreSQL;
 // the same list twice is not read at all.
-func ListDiffCounts(ctx context.Context, db DB, base, current int64) (DiffCounts, error) {
+func ListDiffCounts(ctx context.Context, db onceplan.DB, base, current int64) (DiffCounts, error) {
 	var c DiffCounts
 	if base == current {
 		var n int
@@ -609,7 +610,7 @@ func ListDiffCounts(ctx context.Context, db DB, base, current int64) (DiffCounts
 		return c, err
 	}
 	var kept, currentCount int
-	err := withoutJIT(ctx, db, func(q DB) error {
+	err := withoutJIT(ctx, db, func(q onceplan.DB) error {
 		return q.QueryRow(ctx, listDiffCountsSQL, base, current).Scan(&c.Removed, &c.Changed, &kept, &currentCount)
 	})
 	c.Added, c.Unchanged = currentCount-kept, kept-c.Changed
@@ -618,19 +619,19 @@ func ListDiffCounts(ctx context.Context, db DB, base, current int64) (DiffCounts
 
 // DoneCount counts the targets of list listID (0: none) already done at
 // their key's current epoch: a run of the list sends them nothing.
-func DoneCount(ctx context.Context, db DB, listID int64) (int, error) {
+func DoneCount(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	if listID == 0 {
 		return 0, nil
 	}
 	var n int
-	err := withoutJIT(ctx, db, func(q DB) error { return q.QueryRow(ctx, doneCountSQL, listID).Scan(&n) })
+	err := withoutJIT(ctx, db, func(q onceplan.DB) error { return q.QueryRow(ctx, doneCountSQL, listID).Scan(&n) })
 	return n, err
 }
 
 // withoutJIT runs f in a transaction with JIT off (and settings, each a
 // SET LOCAL statement), when db can begin one (a pool, or a transaction:
 // a savepoint); else on db as it is.
-func withoutJIT(ctx context.Context, db DB, f func(DB) error, settings ...string) error {
+func withoutJIT(ctx context.Context, db onceplan.DB, f func(onceplan.DB) error, settings ...string) error {
 	b, ok := db.(interface {
 		Begin(context.Context) (pgx.Tx, error)
 	})
@@ -708,7 +709,7 @@ type DiffPage struct {
 // DiffTargets returns one page of the rows of kind q.Kind, in key order
 // (see diffWalkSQL for how it is found). Done rows are the current list's
 // (Base is not read).
-func DiffTargets(ctx context.Context, db DB, q DiffRowsQuery) (DiffPage, error) {
+func DiffTargets(ctx context.Context, db onceplan.DB, q DiffRowsQuery) (DiffPage, error) {
 	if err := q.Validate(); err != nil {
 		return DiffPage{}, err
 	}
@@ -741,7 +742,7 @@ func DiffTargets(ctx context.Context, db DB, q DiffRowsQuery) (DiffPage, error) 
 	if len(page.Rows) <= q.Limit && last != "" {
 		// The window ended before the page did: the rest by a join.
 		args["after"], args["last"], args["limit"] = last, diffPastLastKey, q.Limit+1-len(page.Rows)
-		err := withoutJIT(ctx, db, func(tx DB) error {
+		err := withoutJIT(ctx, db, func(tx onceplan.DB) error {
 			var err error
 			page.Rows, err = diffRows(ctx, tx, diffJoinSQL[q.Kind], args, q.Kind, page.Rows)
 			return err
@@ -762,7 +763,7 @@ func DiffTargets(ctx context.Context, db DB, q DiffRowsQuery) (DiffPage, error) 
 // current lists. With no base there are no added, removed or changed rows
 // (an empty page, not read); done rows are the current list's whatever
 // the base. The query is validated first, with or without a base.
-func (cmp Comparison) Rows(ctx context.Context, db DB, kind RowChange, after string, limit int) (DiffPage, error) {
+func (cmp Comparison) Rows(ctx context.Context, db onceplan.DB, kind RowChange, after string, limit int) (DiffPage, error) {
 	q := DiffRowsQuery{Current: cmp.Current.ListID, Kind: kind, After: after, Limit: limit}
 	if err := q.Validate(); err != nil {
 		return DiffPage{}, err
@@ -778,7 +779,7 @@ func (cmp Comparison) Rows(ctx context.Context, db DB, kind RowChange, after str
 }
 
 // diffRows appends the rows sql selects to out.
-func diffRows(ctx context.Context, db DB, sql string, args pgx.NamedArgs, kind RowChange, out []DiffRow) ([]DiffRow, error) {
+func diffRows(ctx context.Context, db onceplan.DB, sql string, args pgx.NamedArgs, kind RowChange, out []DiffRow) ([]DiffRow, error) {
 	rows, err := db.Query(ctx, sql, args)
 	if err != nil {
 		return out, err
@@ -803,7 +804,7 @@ func diffRows(ctx context.Context, db DB, sql string, args pgx.NamedArgs, kind R
 // FirstPages returns the first page (limit rows) of every kind of row of
 // d that has any, keyed by kind; a kind with none has an empty page, and
 // is not read.
-func FirstPages(ctx context.Context, db DB, d Diff, limit int) (map[RowChange]DiffPage, error) {
+func FirstPages(ctx context.Context, db onceplan.DB, d Diff, limit int) (map[RowChange]DiffPage, error) {
 	out := map[RowChange]DiffPage{}
 	for _, k := range RowChanges {
 		n := d.Targets.Count(k)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Plan is an approved draft, frozen: its payload and its list never change.
@@ -37,13 +38,13 @@ func scanPlan(row pgx.Row) (Plan, error) {
 	err := row.Scan(&p.ID, &p.CampaignID, &p.Version, &p.Provider, &p.Tool, &p.ListUnsubscribe, &p.Payload.From, &p.Payload.Subject,
 		&p.Payload.Text, &p.Payload.HTML, &p.ListID, &p.TargetCount, &p.Hash, &p.ProposedBy, &p.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return p, ErrNotFound
+		return p, onceplan.ErrNotFound
 	}
 	return p, err
 }
 
 // GetPlan reads a frozen plan.
-func GetPlan(ctx context.Context, db DB, id int64) (Plan, error) {
+func GetPlan(ctx context.Context, db onceplan.DB, id int64) (Plan, error) {
 	return scanPlan(db.QueryRow(ctx, `SELECT `+planCols+` FROM plan WHERE id = $1`, id))
 }
 
@@ -129,7 +130,7 @@ func scanEvent(r pgx.Row) (Event, error) {
 }
 
 // Events returns a campaign's audit trail, oldest first.
-func Events(ctx context.Context, db DB, campaignID string) ([]Event, error) {
+func Events(ctx context.Context, db onceplan.DB, campaignID string) ([]Event, error) {
 	rows, err := db.Query(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
 	if err != nil {
 		return nil, err
@@ -138,10 +139,10 @@ func Events(ctx context.Context, db DB, campaignID string) ([]Event, error) {
 }
 
 // GetEvent reads one entry of a trail by its id.
-func GetEvent(ctx context.Context, db DB, id int64) (Event, error) {
+func GetEvent(ctx context.Context, db onceplan.DB, id int64) (Event, error) {
 	e, err := scanEvent(db.QueryRow(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("%w: no trail entry %d", ErrNotFound, id)
+		return e, fmt.Errorf("%w: no trail entry %d", onceplan.ErrNotFound, id)
 	}
 	return e, err
 }
@@ -197,7 +198,7 @@ const checkListMax = 100
 // refused as a *ListError naming the first line). It reports the targets
 // that lack variables the templates read and those whose variables are
 // blank.
-func Check(ctx context.Context, db DB, d Draft) (CheckReport, error) {
+func Check(ctx context.Context, db onceplan.DB, d Draft) (CheckReport, error) {
 	var r CheckReport
 	t, err := d.Payload.Compile()
 	if err != nil {
@@ -235,7 +236,7 @@ func Check(ctx context.Context, db DB, d Draft) (CheckReport, error) {
 // EmptyVars lists the targets of a list, past ordinal after, whose
 // variables among fields are present but blank (the first limit of them,
 // and how many in all): the import's report and Check both ask it.
-func EmptyVars(ctx context.Context, db DB, listID int64, fields []string, after, limit int) ([]EmptyVar, int, error) {
+func EmptyVars(ctx context.Context, db onceplan.DB, listID int64, fields []string, after, limit int) ([]EmptyVar, int, error) {
 	if len(fields) == 0 {
 		return nil, 0, nil
 	}
@@ -268,7 +269,7 @@ type varProblem struct {
 // varProblems lists, in list order, the targets of list listID past
 // ordinal after with a variable among fields for which cond holds: the
 // first limit of them with those variables, and how many targets in all.
-func varProblems(ctx context.Context, db DB, listID int64, fields []string, cond varCond, after, limit int) ([]varProblem, int, error) {
+func varProblems(ctx context.Context, db onceplan.DB, listID int64, fields []string, cond varCond, after, limit int) ([]varProblem, int, error) {
 	if len(fields) == 0 {
 		return nil, 0, nil
 	}
@@ -303,13 +304,13 @@ const SampleUnsubscribeURL = "https://onceplan.invalid/u/sample"
 // Preview renders the exact message one target of a draft would get: by
 // ordinal (1-based) or by address, with SampleUnsubscribeURL as its
 // unsubscribe link (PreviewWithLink).
-func Preview(ctx context.Context, db DB, d Draft, address string, ordinal int) (Message, error) {
+func Preview(ctx context.Context, db onceplan.DB, d Draft, address string, ordinal int) (Message, error) {
 	return PreviewWithLink(ctx, db, d, address, ordinal, SampleUnsubscribeURL)
 }
 
 // PreviewWithLink is Preview with the unsubscribe link unsubscribeURL (""
 // for none: a transactional campaign's message).
-func PreviewWithLink(ctx context.Context, db DB, d Draft, address string, ordinal int, unsubscribeURL string) (Message, error) {
+func PreviewWithLink(ctx context.Context, db onceplan.DB, d Draft, address string, ordinal int, unsubscribeURL string) (Message, error) {
 	t, err := d.Payload.Compile()
 	if err != nil {
 		return Message{}, err
@@ -324,7 +325,7 @@ func PreviewWithLink(ctx context.Context, db DB, d Draft, address string, ordina
 		err = db.QueryRow(ctx, `SELECT target, vars FROM target WHERE list_id = $1 AND ordinal = $2`, d.ListID, ordinal).Scan(&to, &vars)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Message{}, fmt.Errorf("%w: the draft has no such target", ErrNotFound)
+		return Message{}, fmt.Errorf("%w: the draft has no such target", onceplan.ErrNotFound)
 	}
 	if err != nil {
 		return Message{}, err

@@ -28,6 +28,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
@@ -438,7 +439,7 @@ func (h *hostile) editRefused(t *testing.T, p plan.Payload, want string) {
 	before := h.snapshot(t)
 	_, err := h.svc.Edit(h.ctx, h.proposer, h.id, p)
 	requireOneClearError(t, err, want)
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Equal(t, before, h.snapshot(t), "a refused edit changes nothing")
 }
 
@@ -515,7 +516,7 @@ func TestHostilePayloadAbsentVariable(t *testing.T) {
 	before := h.snapshot(t)
 	_, err = h.svc.Submit(h.ctx, h.proposer, h.id)
 	requireOneClearError(t, err, "2 targets lack merge variables the draft uses; first: line 2 (ann@example.com) has no nickname")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Equal(t, before, h.snapshot(t), "the draft stays a draft")
 }
 
@@ -675,7 +676,7 @@ func FuzzPayloadTemplates(f *testing.F) {
 		p := plan.Payload{From: "news@example.com", Subject: subject, Text: text, HTML: html}
 		tpl, err := p.Compile()
 		if err != nil {
-			var fe *plan.FieldError
+			var fe *onceplan.FieldError
 			require.True(t, errors.As(err, &fe), "%T %v", err, err)
 			require.Contains(t, []string{"subject", "text", "html"}, fe.Field)
 			require.NotContains(t, err.Error(), "\n")
@@ -690,7 +691,7 @@ func FuzzPayloadTemplates(f *testing.F) {
 		require.Equal(t, err, err2, "deterministic")
 		require.Equal(t, m, again, "deterministic")
 		if err != nil {
-			require.ErrorIs(t, err, plan.ErrInvalid)
+			require.ErrorIs(t, err, onceplan.ErrInvalid)
 			return
 		}
 		for _, part := range []string{m.Subject, m.Text, m.HTML} {

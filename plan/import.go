@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -271,7 +272,7 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	if err := tx.QueryRow(ctx, `SELECT list_id FROM draft WHERE campaign_id = $1 AND version = $2 FOR UPDATE`,
 		p.CampaignID, p.Version).Scan(&oldList); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return report, fmt.Errorf("%w: campaign %s has no draft version %d", ErrNotFound, p.CampaignID, p.Version)
+			return report, fmt.Errorf("%w: campaign %s has no draft version %d", onceplan.ErrNotFound, p.CampaignID, p.Version)
 		}
 		return report, err
 	}

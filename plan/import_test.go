@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -185,5 +186,5 @@ func TestPreviewRendersForAnyTarget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Hello Ann", m.Text)
 	_, err = plan.Preview(b.ctx, b.pool, d, "", 3)
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // CampaignCursor is a position in the newest-first campaign listing.
@@ -37,7 +38,7 @@ func ParseCampaignCursor(s string) (CampaignCursor, error) {
 
 // PageCampaigns lists campaigns newest first, limit at a time, after the
 // cursor (nil: from the start). next is nil on the last page.
-func PageCampaigns(ctx context.Context, db DB, after *CampaignCursor, limit int) ([]Campaign, *CampaignCursor, error) {
+func PageCampaigns(ctx context.Context, db onceplan.DB, after *CampaignCursor, limit int) ([]Campaign, *CampaignCursor, error) {
 	var rows pgx.Rows
 	var err error
 	if after == nil {

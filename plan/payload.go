@@ -12,6 +12,8 @@ import (
 	texttemplate "text/template"
 	"text/template/parse"
 	"unicode/utf8"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Limits on a payload. A subject is a header line: RFC 5322 caps a line at
@@ -26,23 +28,8 @@ const (
 	MaxRenderedBytes = 4 * MaxBodyBytes
 )
 
-// ErrInvalid marks validation errors: bad input, reported to the user with
-// the field (or list line) and the reason.
-var ErrInvalid = errors.New("invalid")
-
-// FieldError is a validation error naming the field at fault.
-type FieldError struct {
-	Field  string
-	Reason string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
-
-// Is makes errors.Is(err, ErrInvalid) true for field errors.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
-
 func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return onceplan.FieldErrorf(field, format, args...)
 }
 
 // noNUL refuses a NUL character in a field: PostgreSQL's text cannot hold

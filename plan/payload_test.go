@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -34,8 +35,8 @@ func TestPayloadValidation(t *testing.T) {
 		p := good
 		tc.mutate(&p)
 		err := p.Validate()
-		require.ErrorIs(t, err, plan.ErrInvalid, name)
-		var fe *plan.FieldError
+		require.ErrorIs(t, err, onceplan.ErrInvalid, name)
+		var fe *onceplan.FieldError
 		require.True(t, errors.As(err, &fe), name)
 		require.Equal(t, tc.field, fe.Field, name)
 		require.Contains(t, fe.Reason, tc.reason, name)
@@ -65,12 +66,12 @@ func TestRenderExactMessage(t *testing.T) {
 
 	// A missing variable is an error, never an empty string.
 	_, err = tpl.Render("bob@example.com", map[string]string{"invoice": "INV-8", "vip": ""})
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Contains(t, err.Error(), `no variable "name"`)
 
 	// A variable cannot inject a header through the subject.
 	_, err = tpl.Render("eve@example.com", map[string]string{"invoice": "1\r\nBcc: all@example.com", "name": "x", "vip": ""})
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.Contains(t, err.Error(), "line break")
 }
 

@@ -8,18 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
-
-// ErrNotFound: no such campaign, draft, plan or target.
-var ErrNotFound = errors.New("not found")
-
-// DB is what the store functions need: a pool or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
 
 // State is a campaign's place in its life (the transitions are package
 // approval's).
@@ -125,7 +115,7 @@ func scanCampaign(row pgx.Row) (Campaign, error) {
 		&state, &c.Version, &c.PlanID, &c.CreatedBy, &c.CreatedByAgent, &c.CreatedAt, &c.UpdatedAt)
 	c.State = State(state)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return c, ErrNotFound
+		return c, onceplan.ErrNotFound
 	}
 	return c, err
 }
@@ -152,11 +142,11 @@ func CreateCampaign(ctx context.Context, tx pgx.Tx, n NewCampaign) (Campaign, er
 	return c, err
 }
 
-// GetCampaign reads a campaign; ErrNotFound when there is none (or the id
+// GetCampaign reads a campaign; onceplan.ErrNotFound when there is none (or the id
 // is not a campaign id at all).
-func GetCampaign(ctx context.Context, db DB, id string) (Campaign, error) {
+func GetCampaign(ctx context.Context, db onceplan.DB, id string) (Campaign, error) {
 	if !validUUID(id) {
-		return Campaign{}, ErrNotFound
+		return Campaign{}, onceplan.ErrNotFound
 	}
 	return scanCampaign(db.QueryRow(ctx, `SELECT `+campaignCols+` FROM campaign WHERE id = $1`, id))
 }
@@ -165,13 +155,13 @@ func GetCampaign(ctx context.Context, db DB, id string) (Campaign, error) {
 // change goes through it, so decisions on one campaign are serialised.
 func LockCampaign(ctx context.Context, tx pgx.Tx, id string) (Campaign, error) {
 	if !validUUID(id) {
-		return Campaign{}, ErrNotFound
+		return Campaign{}, onceplan.ErrNotFound
 	}
 	return scanCampaign(tx.QueryRow(ctx, `SELECT `+campaignCols+` FROM campaign WHERE id = $1 FOR UPDATE`, id))
 }
 
 // ListCampaigns lists campaigns, most recently changed first.
-func ListCampaigns(ctx context.Context, db DB, limit int) ([]Campaign, error) {
+func ListCampaigns(ctx context.Context, db onceplan.DB, limit int) ([]Campaign, error) {
 	rows, err := db.Query(ctx, `SELECT `+campaignCols+` FROM campaign ORDER BY updated_at DESC, id LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
@@ -215,10 +205,10 @@ type Draft struct {
 }
 
 // GetDraft reads a draft version with its list's size and digest.
-func GetDraft(ctx context.Context, db DB, campaignID string, version int) (Draft, error) {
+func GetDraft(ctx context.Context, db onceplan.DB, campaignID string, version int) (Draft, error) {
 	var d Draft
 	if !validUUID(campaignID) {
-		return d, ErrNotFound
+		return d, onceplan.ErrNotFound
 	}
 	err := db.QueryRow(ctx, `
 		SELECT d.campaign_id, d.version, d.from_addr, d.subject, d.text_body, d.html_body,
@@ -229,7 +219,7 @@ func GetDraft(ctx context.Context, db DB, campaignID string, version int) (Draft
 		&d.CampaignID, &d.Version, &d.Payload.From, &d.Payload.Subject, &d.Payload.Text, &d.Payload.HTML,
 		&d.ListID, &d.TargetCount, &d.ListDigest, &d.ProposedBy, &d.LastEditedBy, &d.CreatedAt, &d.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("%w: campaign %s has no draft version %d", ErrNotFound, campaignID, version)
+		return d, fmt.Errorf("%w: campaign %s has no draft version %d", onceplan.ErrNotFound, campaignID, version)
 	}
 	return d, err
 }
@@ -254,7 +244,7 @@ func UpdatePayload(ctx context.Context, tx pgx.Tx, campaignID string, version in
 		UPDATE draft SET from_addr = $3, subject = $4, text_body = $5, html_body = $6, last_edited_by = $7, updated_at = now()
 		WHERE campaign_id = $1 AND version = $2`, campaignID, version, p.From, p.Subject, p.Text, p.HTML, editor)
 	if err == nil && tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: campaign %s has no draft version %d", ErrNotFound, campaignID, version)
+		return fmt.Errorf("%w: campaign %s has no draft version %d", onceplan.ErrNotFound, campaignID, version)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Submission is what was asked to be approved: a draft version, its plan
@@ -61,12 +62,12 @@ func Submit(ctx context.Context, tx pgx.Tx, campaignID string, version int, hash
 }
 
 // LatestSubmission reads a campaign's latest submission: the one an
-// approval now answers. ErrNotFound when the campaign was never submitted.
-func LatestSubmission(ctx context.Context, db DB, campaignID string) (Submission, error) {
+// approval now answers. onceplan.ErrNotFound when the campaign was never submitted.
+func LatestSubmission(ctx context.Context, db onceplan.DB, campaignID string) (Submission, error) {
 	s, err := scanSubmission(db.QueryRow(ctx, `SELECT `+submissionCols+` FROM submission
 		WHERE campaign_id = $1 ORDER BY id DESC LIMIT 1`, campaignID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: campaign %s was never submitted for approval", ErrNotFound, campaignID)
+		return s, fmt.Errorf("%w: campaign %s was never submitted for approval", onceplan.ErrNotFound, campaignID)
 	}
 	return s, err
 }

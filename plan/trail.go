@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Reads that tell, after the fact, what a trail entry was about: the
@@ -20,12 +21,12 @@ import (
 // SubmissionOf is the submission trail entry e answers: the latest
 // submission of e's version and hash recorded no later than e (for a
 // submit entry, the submission of the same transaction).
-func SubmissionOf(ctx context.Context, db DB, e Event) (Submission, error) {
+func SubmissionOf(ctx context.Context, db onceplan.DB, e Event) (Submission, error) {
 	s, err := scanSubmission(db.QueryRow(ctx, `SELECT `+submissionCols+` FROM submission
 		WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3 AND created_at <= $4
 		ORDER BY id DESC LIMIT 1`, e.CampaignID, e.Version, e.PlanHash, e.CreatedAt))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return s, fmt.Errorf("%w: no submission of version %d of campaign %s before trail entry %d", ErrNotFound, e.Version, e.CampaignID, e.ID)
+		return s, fmt.Errorf("%w: no submission of version %d of campaign %s before trail entry %d", onceplan.ErrNotFound, e.Version, e.CampaignID, e.ID)
 	}
 	return s, err
 }
@@ -44,13 +45,13 @@ type Run struct {
 
 // RunBefore is the campaign's latest run started no later than at: the
 // run a completion recorded at at ended.
-func RunBefore(ctx context.Context, db DB, campaignID string, at time.Time) (Run, error) {
+func RunBefore(ctx context.Context, db onceplan.DB, campaignID string, at time.Time) (Run, error) {
 	var r Run
 	err := db.QueryRow(ctx, `SELECT id, campaign_id, plan_id, coalesce(started_by, 0), job_count, created_at FROM run
 		WHERE campaign_id = $1 AND created_at <= $2 ORDER BY id DESC LIMIT 1`, campaignID, at).
 		Scan(&r.ID, &r.CampaignID, &r.PlanID, &r.StartedBy, &r.JobCount, &r.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("%w: campaign %s has no run before %s", ErrNotFound, campaignID, at.Format(time.RFC3339))
+		return r, fmt.Errorf("%w: campaign %s has no run before %s", onceplan.ErrNotFound, campaignID, at.Format(time.RFC3339))
 	}
 	return r, err
 }
@@ -61,7 +62,7 @@ const approvalsOf = `FROM approval a WHERE a.campaign_id = $1 AND a.version = $2
 
 // Approvers lists who approved a campaign's version with hash, in the
 // order they did.
-func Approvers(ctx context.Context, db DB, campaignID string, version int, hash string) ([]int64, error) {
+func Approvers(ctx context.Context, db onceplan.DB, campaignID string, version int, hash string) ([]int64, error) {
 	rows, err := db.Query(ctx, `SELECT a.approver_id `+approvalsOf+` ORDER BY a.id`, campaignID, version, hash)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func Approvers(ctx context.Context, db DB, campaignID string, version int, hash 
 }
 
 // ApproverEmails is Approvers by email.
-func ApproverEmails(ctx context.Context, db DB, campaignID string, version int, hash string) ([]string, error) {
+func ApproverEmails(ctx context.Context, db onceplan.DB, campaignID string, version int, hash string) ([]string, error) {
 	rows, err := db.Query(ctx, `SELECT (SELECT u.email FROM app_user u WHERE u.id = a.approver_id) `+approvalsOf+` ORDER BY a.id`,
 		campaignID, version, hash)
 	if err != nil {

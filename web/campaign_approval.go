@@ -8,8 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -25,7 +24,7 @@ const sampleCount = 3
 // without its kind, as a sentence.
 func whyNot(err error) string {
 	msg := err.Error()
-	for _, kind := range []error{auth.ErrForbidden, approval.ErrConflict} {
+	for _, kind := range []error{onceplan.ErrForbidden, onceplan.ErrConflict} {
 		msg = strings.TrimPrefix(msg, kind.Error()+": ")
 	}
 	if msg == "" {
@@ -37,7 +36,7 @@ func whyNot(err error) string {
 // errIsRefusal reports whether err is the workflow saying no (the role,
 // the state, authorship), rather than failing.
 func errIsRefusal(err error) bool {
-	return errors.Is(err, auth.ErrForbidden) || errors.Is(err, approval.ErrConflict)
+	return errors.Is(err, onceplan.ErrForbidden) || errors.Is(err, onceplan.ErrConflict)
 }
 
 // approvalPage gathers what an approver is shown: the hash the approve

@@ -22,6 +22,7 @@ import (
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/inbound"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -52,7 +53,7 @@ type evidenceSet struct {
 
 // unknownTargets lists every unknown target of a plan, by ordinal, from
 // the read model.
-func unknownTargets(ctx context.Context, db plan.DB, pl plan.Plan) ([]inbound.Unknown, error) {
+func unknownTargets(ctx context.Context, db onceplan.DB, pl plan.Plan) ([]inbound.Unknown, error) {
 	var (
 		out   []inbound.Unknown
 		after string
@@ -115,7 +116,7 @@ func (s *Server) handleEvidenceUpload(c echo.Context) error {
 		if err != nil {
 			var ee *inbound.ExportError
 			if errors.As(err, &ee) {
-				return &plan.FieldError{Field: "evidence", Reason: ee.Error()}
+				return &onceplan.FieldError{Field: "evidence", Reason: ee.Error()}
 			}
 			return err
 		}
@@ -124,7 +125,7 @@ func (s *Server) handleEvidenceUpload(c echo.Context) error {
 	case !errors.Is(ferr, http.ErrMissingFile) && !errors.Is(ferr, http.ErrNotMultipart):
 		return ferr
 	case !received:
-		return &plan.FieldError{Field: "evidence", Reason: "choose an event export to upload, or tick the provider events already received"}
+		return &onceplan.FieldError{Field: "evidence", Reason: "choose an event export to upload, or tick the provider events already received"}
 	}
 	unknowns, err := unknownTargets(ctx, s.cfg.Pool, pl)
 	if err != nil {
@@ -213,14 +214,14 @@ func (s *Server) handleEvidenceConfirm(c echo.Context) error {
 	for _, v := range form["ordinal"] {
 		n, err := strconv.Atoi(v)
 		if _, ok := set.byOrdinal[n]; err != nil || !ok {
-			return &plan.FieldError{Field: "ordinal", Reason: "target " + strconv.Quote(v) + " is not one of the proposals"}
+			return &onceplan.FieldError{Field: "ordinal", Reason: "target " + strconv.Quote(v) + " is not one of the proposals"}
 		}
 		if !slices.Contains(chosen, n) {
 			chosen = append(chosen, n)
 		}
 	}
 	if len(chosen) == 0 {
-		return &plan.FieldError{Field: "ordinal", Reason: "select at least one proposal to resolve"}
+		return &onceplan.FieldError{Field: "ordinal", Reason: "select at least one proposal to resolve"}
 	}
 	ctx := c.Request().Context()
 	a := mustActor(c)
@@ -230,9 +231,9 @@ func (s *Server) handleEvidenceConfirm(c echo.Context) error {
 		_, err := s.cfg.Approval.ResolveEffect(ctx, a, camp.ID, p.Key, p.Outcome, p.Reason())
 		switch {
 		case err == nil:
-		case errors.Is(err, auth.ErrForbidden):
+		case errors.Is(err, onceplan.ErrForbidden):
 			return err
-		case errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrIllegalTransition):
+		case errors.Is(err, onceplan.ErrNotFound) || errors.Is(err, ledger.ErrIllegalTransition):
 			skipped++ // resolved (or settled) meanwhile: left as it is
 		default:
 			s.counts.Forget(pl.ListID)

@@ -10,6 +10,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/inbound"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -113,7 +114,7 @@ func (s *Server) handleResolve(c echo.Context) error {
 	}
 	outcome := ledger.Outcome(c.FormValue("outcome"))
 	if outcome != ledger.Delivered && outcome != ledger.NotDelivered {
-		return &plan.FieldError{Field: "outcome", Reason: "choose delivered or not delivered"}
+		return &onceplan.FieldError{Field: "outcome", Reason: "choose delivered or not delivered"}
 	}
 	if _, err := s.cfg.Approval.ResolveEffect(c.Request().Context(), mustActor(c), camp.ID, t.Key, outcome, f.Reason); err != nil {
 		return err

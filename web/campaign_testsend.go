@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -48,7 +49,7 @@ func (s *Server) handleTestSend(c echo.Context) error {
 	ordinal := 0
 	if v := strings.TrimSpace(c.FormValue("ordinal")); v != "" {
 		if ordinal, err = strconv.Atoi(v); err != nil {
-			return &plan.FieldError{Field: "ordinal", Reason: "must be a target's number"}
+			return &onceplan.FieldError{Field: "ordinal", Reason: "must be a target's number"}
 		}
 	}
 	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), approval.TestSendParams{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {

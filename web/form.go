@@ -11,13 +11,14 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
 // Forms: one struct per form, read from the request and validated before
 // anything is written. Validation errors name the field, as the domain's
-// *plan.FieldError does.
+// *onceplan.FieldError does.
 
 // payloadForm is a draft's message.
 type payloadForm struct {
@@ -83,11 +84,11 @@ func (f newCampaignForm) hash(listSize int64) string {
 func (f newCampaignForm) Validate(providers []string) error {
 	switch {
 	case f.Name == "" || len(f.Name) > 200:
-		return &plan.FieldError{Field: "name", Reason: "is required (at most 200 characters)"}
+		return &onceplan.FieldError{Field: "name", Reason: "is required (at most 200 characters)"}
 	case !contains(providers, f.Provider):
-		return &plan.FieldError{Field: "provider", Reason: "choose one of the configured providers: " + strings.Join(providers, ", ")}
+		return &onceplan.FieldError{Field: "provider", Reason: "choose one of the configured providers: " + strings.Join(providers, ", ")}
 	case f.RequiredApprovals < 1 || f.RequiredApprovals > 10:
-		return &plan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
+		return &onceplan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
 	}
 	return f.Payload.Validate()
 }
@@ -103,9 +104,9 @@ func readReasonForm(c echo.Context) reasonForm {
 func (f reasonForm) Validate() error {
 	switch {
 	case f.Reason == "":
-		return &plan.FieldError{Field: "reason", Reason: "is required: say why"}
+		return &onceplan.FieldError{Field: "reason", Reason: "is required: say why"}
 	case len(f.Reason) > 2000:
-		return &plan.FieldError{Field: "reason", Reason: "is too long (at most 2,000 characters)"}
+		return &onceplan.FieldError{Field: "reason", Reason: "is too long (at most 2,000 characters)"}
 	}
 	return nil
 }
@@ -113,7 +114,7 @@ func (f reasonForm) Validate() error {
 // fieldErrors turns a validation error into the form's per-field messages;
 // ok is false when err is not a validation error.
 func fieldErrors(err error) (map[string]string, bool) {
-	var fe *plan.FieldError
+	var fe *onceplan.FieldError
 	if errors.As(err, &fe) {
 		return map[string]string{fe.Field: fe.Reason}, true
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Cookie names. The session cookie holds the session's secret (the
@@ -116,7 +117,7 @@ func (s *Server) loadSession(next echo.HandlerFunc) echo.HandlerFunc {
 				c.Set(ctxSession, ck.Value)
 				c.Set(ctxCSRF, csrfFromSession(ck.Value))
 				return next(c)
-			case errors.Is(err, auth.ErrUnauthenticated):
+			case errors.Is(err, onceplan.ErrUnauthenticated):
 				s.clearCookie(c, sessionCookie)
 			default:
 				return err

@@ -13,12 +13,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/audit"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
 // queryCounts is audit.ListCounts (view.Counts is audit.Counts).
-func queryCounts(ctx context.Context, db plan.DB, listID int64, planned int) (view.Counts, error) {
+func queryCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (view.Counts, error) {
 	return audit.ListCounts(ctx, db, listID, planned)
 }
 
@@ -44,7 +44,7 @@ func toView(rs []audit.TargetRow) []targetRow {
 }
 
 // targetByOrdinal reads one target of a list with its current state.
-func targetByOrdinal(ctx context.Context, db plan.DB, listID int64, ordinal int) (targetRow, error) {
+func targetByOrdinal(ctx context.Context, db onceplan.DB, listID int64, ordinal int) (targetRow, error) {
 	r, err := audit.TargetByOrdinal(ctx, db, listID, ordinal)
 	if err != nil {
 		return targetRow{}, err
@@ -62,7 +62,7 @@ type TargetPage struct {
 // queryTargets reads a page of a plan's targets (audit.QueryTargets) in
 // the view's shape. counts, when known, let a rare state be found from the
 // ledger's side (they set q.StateCount).
-func queryTargets(ctx context.Context, db plan.DB, q audit.TargetQuery, counts *view.Counts) (TargetPage, error) {
+func queryTargets(ctx context.Context, db onceplan.DB, q audit.TargetQuery, counts *view.Counts) (TargetPage, error) {
 	q.StateCount = -1
 	if counts != nil && q.State != "" {
 		q.StateCount = counts.Get(q.State)
@@ -72,7 +72,7 @@ func queryTargets(ctx context.Context, db plan.DB, q audit.TargetQuery, counts *
 }
 
 // draftTargets lists a list's targets with their variables, by ordinal.
-func draftTargets(ctx context.Context, db plan.DB, listID int64, after, limit int) ([]view.DraftTarget, error) {
+func draftTargets(ctx context.Context, db onceplan.DB, listID int64, after, limit int) ([]view.DraftTarget, error) {
 	if listID == 0 {
 		return nil, nil
 	}
@@ -90,7 +90,7 @@ func draftTargets(ctx context.Context, db plan.DB, listID int64, after, limit in
 }
 
 // userEmails maps user ids to emails.
-func userEmails(ctx context.Context, db plan.DB, ids []int64) (map[int64]string, error) {
+func userEmails(ctx context.Context, db onceplan.DB, ids []int64) (map[int64]string, error) {
 	out := map[int64]string{}
 	if len(ids) == 0 {
 		return out, nil
@@ -109,7 +109,7 @@ func userEmails(ctx context.Context, db plan.DB, ids []int64) (map[int64]string,
 }
 
 // lastActivity returns each campaign's latest audit event time.
-func lastActivity(ctx context.Context, db plan.DB, ids []string) (map[string]time.Time, error) {
+func lastActivity(ctx context.Context, db onceplan.DB, ids []string) (map[string]time.Time, error) {
 	out := map[string]time.Time{}
 	if len(ids) == 0 {
 		return out, nil
@@ -132,7 +132,7 @@ func lastActivity(ctx context.Context, db plan.DB, ids []string) (map[string]tim
 }
 
 // bumps lists a key's recorded epoch bumps.
-func bumps(ctx context.Context, db plan.DB, key string) ([]view.Bump, error) {
+func bumps(ctx context.Context, db onceplan.DB, key string) ([]view.Bump, error) {
 	rows, err := db.Query(ctx, `SELECT epoch, actor_kind || ':' || actor, reason, created_at FROM effect_bump WHERE key = $1 ORDER BY epoch`, key)
 	if err != nil {
 		return nil, err

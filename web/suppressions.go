@@ -9,8 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -35,9 +35,9 @@ func readSuppressionForm(c echo.Context) suppressionForm {
 func (f suppressionForm) Validate() error {
 	switch {
 	case f.Address == "":
-		return &plan.FieldError{Field: "address", Reason: "is required"}
+		return &onceplan.FieldError{Field: "address", Reason: "is required"}
 	case f.Reason == "":
-		return &plan.FieldError{Field: "reason", Reason: "is required"}
+		return &onceplan.FieldError{Field: "reason", Reason: "is required"}
 	}
 	return nil
 }

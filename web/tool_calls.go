@@ -12,9 +12,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -61,7 +61,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 	p := view.ToolCallsPage{Page: s.page(c, "Tool calls", "tool-calls"), States: toolStates,
 		Tool: strings.TrimSpace(c.QueryParam("tool")), Event: strings.TrimSpace(c.QueryParam("event")), State: c.QueryParam("state")}
 	if p.State != "" && !slices.Contains(toolStates, p.State) {
-		return &plan.FieldError{Field: "state", Reason: "is not a state of a tool call (" + strings.Join(toolStates, ", ") + ")"}
+		return &onceplan.FieldError{Field: "state", Reason: "is not a state of a tool call (" + strings.Join(toolStates, ", ") + ")"}
 	}
 	policies, err := toolcall.Policies(ctx, s.cfg.Pool)
 	if err != nil {
@@ -269,7 +269,7 @@ func (s *Server) handleToolResolve(c echo.Context) error {
 	}
 	outcome := ledger.Outcome(c.FormValue("outcome"))
 	if outcome != ledger.Delivered && outcome != ledger.NotDelivered {
-		return &plan.FieldError{Field: "outcome", Reason: "choose whether it happened or not"}
+		return &onceplan.FieldError{Field: "outcome", Reason: "choose whether it happened or not"}
 	}
 	if _, err := s.tools().Resolve(c.Request().Context(), mustActor(c), key, outcome, f.Reason); err != nil {
 		return err

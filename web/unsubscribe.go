@@ -93,9 +93,9 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 		sub, err = s.unsub.links.Check(ctx, token)
 	}
 	switch {
-	case errors.Is(err, suppression.ErrMalformed):
+	case errors.Is(err, suppression.ErrMalformedLink):
 		return refuse(http.StatusBadRequest, err)
-	case errors.Is(err, suppression.ErrUnknown):
+	case errors.Is(err, suppression.ErrUnknownLink):
 		return refuse(http.StatusNotFound, err)
 	case err != nil:
 		return err

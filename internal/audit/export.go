@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // ExportFormat is the encoding of [Export].
@@ -46,7 +48,7 @@ var exportColumns = []string{
 // starting with =, +, -, @, a tab or a carriage return) is prefixed with a
 // single quote. Nothing is written before the first page has been read,
 // so an error there leaves w untouched.
-func Export(ctx context.Context, db DB, planID int64, format ExportFormat, w io.Writer) error {
+func Export(ctx context.Context, db onceplan.DB, planID int64, format ExportFormat, w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var err error
 	switch format {
@@ -63,7 +65,7 @@ func Export(ctx context.Context, db DB, planID int64, format ExportFormat, w io.
 	return bw.Flush()
 }
 
-func exportCSV(ctx context.Context, db DB, planID int64, w io.Writer) error {
+func exportCSV(ctx context.Context, db onceplan.DB, planID int64, w io.Writer) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(exportColumns); err != nil {
 		return err
@@ -82,7 +84,7 @@ func exportCSV(ctx context.Context, db DB, planID int64, w io.Writer) error {
 	return cw.Error()
 }
 
-func exportJSON(ctx context.Context, db DB, planID int64, w io.Writer) error {
+func exportJSON(ctx context.Context, db onceplan.DB, planID int64, w io.Writer) error {
 	sep := "[\n"
 	err := eachTarget(ctx, db, planID, func(r TargetRow) error {
 		b, err := json.Marshal(r)

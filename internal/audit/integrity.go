@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -87,7 +88,7 @@ type frozenPlan struct {
 
 // readIntegrity recomputes a plan's hash and checks its rows' keys from the
 // rows themselves, in db's snapshot.
-func readIntegrity(ctx context.Context, db DB, planID int64) (Integrity, error) {
+func readIntegrity(ctx context.Context, db onceplan.DB, planID int64) (Integrity, error) {
 	var fp frozenPlan
 	in := &fp.hashInput
 	err := db.QueryRow(ctx, frozenPlanSQL, planID).Scan(&fp.campaignID, &in.Provider, &fp.tool,

@@ -9,32 +9,20 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // Errors callers test with errors.Is.
 var (
-	// ErrNotFound: no such campaign or plan. It is plan.ErrNotFound, so
-	// code that maps the plan package's errors maps this one too.
-	ErrNotFound = plan.ErrNotFound
 	// ErrNoPlan: the campaign has no frozen plan yet, so there is nothing
 	// to audit.
-	ErrNoPlan = errors.New("no approved plan")
+	ErrNoPlan = onceplan.New(onceplan.CodeNotApproved, "no approved plan")
 	// ErrAmbiguous: a campaign name names more than one campaign.
 	ErrAmbiguous = errors.New("ambiguous campaign name")
 )
-
-// DB is what the audit needs: a pool, a connection or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Evidence sources, as [Metric.Evidence] names them.
 const (
@@ -270,7 +258,7 @@ func (m Metric) Headline() string {
 // see [Integrity]) and counts its targets in one snapshot: a transaction
 // of its own under REPEATABLE READ, or a savepoint when db is a
 // transaction, with PostgreSQL's JIT compilation off.
-func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
+func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) {
 	m := Metric{PlanID: planID}
 	var raw int
 	count := func(tx pgx.Tx) error {
@@ -308,7 +296,7 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 	}
 	err := inSnapshot(ctx, db, count, check, gate)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return m, fmt.Errorf("%w: there is no plan %d", ErrNotFound, planID)
+		return m, fmt.Errorf("%w: there is no plan %d", onceplan.ErrNotFound, planID)
 	}
 	if err != nil {
 		return m, fmt.Errorf("auditing plan %d: %w", planID, err)
@@ -334,7 +322,7 @@ func ForPlan(ctx context.Context, db DB, planID int64) (Metric, error) {
 // million frozen rows and counting a million targets then take as long as
 // the longer of the two, not their sum. Given a transaction (or a pool
 // too small for that), they run one after the other in it (a savepoint).
-func inSnapshot(ctx context.Context, db DB, fns ...func(pgx.Tx) error) error {
+func inSnapshot(ctx context.Context, db onceplan.DB, fns ...func(pgx.Tx) error) error {
 	pool, ok := db.(*pgxpool.Pool)
 	if !ok || len(fns) < 2 || pool.Config().MaxConns < int32(len(fns))+1 {
 		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -382,7 +370,7 @@ func inSnapshot(ctx context.Context, db DB, fns ...func(pgx.Tx) error) error {
 // ForCampaign computes the metric of a campaign's current plan: the latest
 // frozen one (a version being drafted after it does not count until it is
 // approved). ErrNoPlan when nothing was approved yet.
-func ForCampaign(ctx context.Context, db DB, campaignID string) (Metric, error) {
+func ForCampaign(ctx context.Context, db onceplan.DB, campaignID string) (Metric, error) {
 	planID, err := currentPlan(ctx, db, campaignID)
 	if err != nil {
 		return Metric{CampaignID: campaignID}, err
@@ -390,15 +378,15 @@ func ForCampaign(ctx context.Context, db DB, campaignID string) (Metric, error) 
 	return ForPlan(ctx, db, planID)
 }
 
-func currentPlan(ctx context.Context, db DB, campaignID string) (int64, error) {
+func currentPlan(ctx context.Context, db onceplan.DB, campaignID string) (int64, error) {
 	if !isUUID(campaignID) {
-		return 0, fmt.Errorf("%w: there is no campaign %q", ErrNotFound, campaignID)
+		return 0, fmt.Errorf("%w: there is no campaign %q", onceplan.ErrNotFound, campaignID)
 	}
 	var planID int64
 	err := db.QueryRow(ctx, campaignPlan, campaignID).Scan(&planID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return 0, fmt.Errorf("%w: there is no campaign %s", ErrNotFound, campaignID)
+		return 0, fmt.Errorf("%w: there is no campaign %s", onceplan.ErrNotFound, campaignID)
 	case err != nil:
 		return 0, err
 	case planID == 0:
@@ -416,7 +404,7 @@ type Campaign struct {
 
 // FindCampaign resolves what an operator typed: a campaign id, or a
 // campaign name that exactly one campaign has.
-func FindCampaign(ctx context.Context, db DB, idOrName string) (Campaign, error) {
+func FindCampaign(ctx context.Context, db onceplan.DB, idOrName string) (Campaign, error) {
 	var c Campaign
 	if isUUID(idOrName) {
 		err := db.QueryRow(ctx, campaignByID, idOrName).Scan(&c.ID, &c.Name, &c.PlanID)
@@ -440,7 +428,7 @@ func FindCampaign(ctx context.Context, db DB, idOrName string) (Campaign, error)
 	case err != nil:
 		return c, err
 	case len(found) == 0:
-		return c, fmt.Errorf("%w: there is no campaign with the id or name %q", ErrNotFound, idOrName)
+		return c, fmt.Errorf("%w: there is no campaign with the id or name %q", onceplan.ErrNotFound, idOrName)
 	case len(found) > 1:
 		return c, fmt.Errorf("%w: more than one campaign is named %q (%s, %s…): give the campaign's id", ErrAmbiguous, idOrName, found[0].ID, found[1].ID)
 	}

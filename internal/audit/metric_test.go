@@ -11,6 +11,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -195,11 +196,11 @@ func TestMetricErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := audit.ForPlan(b.ctx, b.f.Pool, 424242)
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = audit.ForCampaign(b.ctx, b.f.Pool, "not-a-uuid")
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = audit.ForCampaign(b.ctx, b.f.Pool, "0b6f6f0e-0000-4000-8000-000000000000")
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	res, err := b.f.Service.Create(b.ctx, b.f.Proposer, approval.CreateParams{
 		Name: "draft only", Provider: "outbox", Payload: plan.Payload{From: "a@example.com", Subject: "S", Text: "T"},
@@ -226,7 +227,7 @@ func TestFindCampaign(t *testing.T) {
 	require.Equal(t, c.ID, got.ID)
 
 	_, err = audit.FindCampaign(b.ctx, b.f.Pool, "December")
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	require.EqualError(t, err, `not found: there is no campaign with the id or name "December"`)
 
 	b.f.Campaign("November invoices", audittest.Addresses(1))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 )
@@ -140,7 +141,7 @@ type Report struct {
 // keys) against the maildir files, log lines and probe answers that name
 // it. Evidence no target accounts for is looked up in the whole ledger to
 // tell another campaign's effects from strays. The ledger is only read.
-func Reconcile(ctx context.Context, db DB, p ReconcileParams) (Report, error) {
+func Reconcile(ctx context.Context, db onceplan.DB, p ReconcileParams) (Report, error) {
 	ev := p.Evidence
 	if ev == nil {
 		ev = NewEvidence()
@@ -456,7 +457,7 @@ type leftover struct {
 
 // strays names the evidence no target used: another campaign's (counted),
 // or a stray (listed).
-func (r *reconciler) strays(ctx context.Context, db DB, campaign string) error {
+func (r *reconciler) strays(ctx context.Context, db onceplan.DB, campaign string) error {
 	byHash := map[effectHash]*leftover{}
 	for h, t := range r.ev.byEffect {
 		if !t.used {

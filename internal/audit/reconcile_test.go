@@ -14,6 +14,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
@@ -323,7 +324,7 @@ func TestReconcileNeedsEvidence(t *testing.T) {
 	_, err := audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: c.PlanID, Evidence: audit.NewEvidence()})
 	require.EqualError(t, err, "a reconciliation needs evidence: a maildir, a provider log or a provider to probe")
 	_, err = audit.Reconcile(b.ctx, b.f.Pool, audit.ReconcileParams{PlanID: 4242, Probe: &audit.ProbeOpts{Provider: must(outbox(t))}})
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 func must(p provider.Provider, _ string) provider.Provider { return p }

@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // StateNotStarted is the state of a target with no attempt at its key's
@@ -147,7 +146,7 @@ var (
 )
 
 // queryRows reads the targets of one shape.
-func queryRows(ctx context.Context, db plan.DB, s shape, args ...any) ([]TargetRow, error) {
+func queryRows(ctx context.Context, db onceplan.DB, s shape, args ...any) ([]TargetRow, error) {
 	rows, err := db.Query(ctx, fmt.Sprintf(targetRowSQL, s.from, s.where, s.order, s.limit), args...)
 	if err != nil {
 		return nil, err
@@ -175,13 +174,13 @@ func utc(t *time.Time) *time.Time {
 }
 
 // TargetByOrdinal reads one target of a list with its current state.
-func TargetByOrdinal(ctx context.Context, db plan.DB, listID int64, ordinal int) (TargetRow, error) {
+func TargetByOrdinal(ctx context.Context, db onceplan.DB, listID int64, ordinal int) (TargetRow, error) {
 	rs, err := queryRows(ctx, db, oneOrdinal, listID, ordinal)
 	if err != nil {
 		return TargetRow{}, err
 	}
 	if len(rs) == 0 {
-		return TargetRow{}, fmt.Errorf("%w: the plan has no target #%d", ErrNotFound, ordinal)
+		return TargetRow{}, fmt.Errorf("%w: the plan has no target #%d", onceplan.ErrNotFound, ordinal)
 	}
 	return rs[0], nil
 }
@@ -200,7 +199,7 @@ const scanWindow = 5000
 //   - a common state: ordinal windows of the primary key, filtered, until
 //     the page is full or the time budget is spent (matches are dense);
 //   - an address prefix: the (list_id, target) index from the cursor.
-func QueryTargets(ctx context.Context, db plan.DB, q TargetQuery) (TargetPage, error) {
+func QueryTargets(ctx context.Context, db onceplan.DB, q TargetQuery) (TargetPage, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
@@ -232,7 +231,7 @@ func ordinalCursor(r TargetRow) string { return strconv.Itoa(r.Ordinal) }
 // onePage reads a page of one shape, asking for one row more than limit to
 // tell whether a next page exists, and names that page's cursor by the
 // last row shown.
-func onePage(ctx context.Context, db plan.DB, limit int, s shape, cursor func(TargetRow) string, args ...any) (TargetPage, error) {
+func onePage(ctx context.Context, db onceplan.DB, limit int, s shape, cursor func(TargetRow) string, args ...any) (TargetPage, error) {
 	var page TargetPage
 	var err error
 	if page.Rows, err = queryRows(ctx, db, s, args...); err != nil {
@@ -247,7 +246,7 @@ func onePage(ctx context.Context, db plan.DB, limit int, s shape, cursor func(Ta
 
 // scanWindows serves a state without an index of its own: ordinal windows
 // from after, until the page is full, the list ends or the budget is spent.
-func scanWindows(ctx context.Context, db plan.DB, q TargetQuery, after int) (TargetPage, error) {
+func scanWindows(ctx context.Context, db onceplan.DB, q TargetQuery, after int) (TargetPage, error) {
 	var page TargetPage
 	deadline := time.Now().Add(q.Budget)
 	for after < q.Count {
@@ -342,7 +341,7 @@ func (c *Counts) of(state string) *int {
 // statement that decides each target as TargetRow does (listCountsSQL).
 // Keys, not plan ids, join the ledger, so a target done under an earlier
 // version of the campaign counts as done.
-func ListCounts(ctx context.Context, db plan.DB, listID int64, planned int) (Counts, error) {
+func ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (Counts, error) {
 	rows, err := db.Query(ctx, listCountsSQL, listID)
 	if err != nil {
 		return Counts{}, err
@@ -365,11 +364,11 @@ const pageSize = 5000
 // at a time: memory does not grow with the plan, and no query stays open
 // for the length of an export or a reconciliation (each page is read whole
 // before fn runs, so a slow consumer — a probe, a pipe — holds none).
-func eachTarget(ctx context.Context, db plan.DB, planID int64, fn func(TargetRow) error) error {
+func eachTarget(ctx context.Context, db onceplan.DB, planID int64, fn func(TargetRow) error) error {
 	q := TargetQuery{Limit: pageSize}
 	if err := db.QueryRow(ctx, planList, planID).Scan(&q.ListID, &q.Count); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: there is no plan %d", ErrNotFound, planID)
+			return fmt.Errorf("%w: there is no plan %d", onceplan.ErrNotFound, planID)
 		}
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -61,7 +62,7 @@ func TestTargetStateOutside(t *testing.T) {
 		require.Equal(t, []any{want, attempts[o]}, []any{r.State, r.Attempts}, "target %d", o)
 	}
 	_, err := audit.TargetByOrdinal(b.ctx, b.f.Pool, p.ListID, 7)
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	// Every page shape reads the same state.
 	base := audit.TargetQuery{ListID: p.ListID, Count: p.TargetCount, StateCount: -1}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -108,7 +109,7 @@ func TestExportErrors(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	err := audit.Export(b.ctx, b.f.Pool, 4242, audit.ExportCSV, &bytes.Buffer{})
-	require.ErrorIs(t, err, audit.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = audit.ParseExportFormat("xml")
 	require.EqualError(t, err, `export format "xml" is not csv or json`)
 }

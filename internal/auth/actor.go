@@ -1,10 +1,11 @@
 package auth
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Role is a permission a user holds; a user may hold several.
@@ -56,10 +57,7 @@ func (a Actor) String() string {
 }
 
 // Errors callers test with errors.Is.
-var (
-	// ErrForbidden: the actor may not do this.
-	ErrForbidden = errors.New("forbidden")
-)
+var ()
 
 // Action is a decision on a campaign, as recorded in the audit trail.
 type Action string
@@ -140,10 +138,10 @@ var alsoRoles = map[Action][]Role{
 func Authorize(a Actor, action Action) error {
 	p, ok := permission[action]
 	if !ok {
-		return fmt.Errorf("%w: unknown action %q", ErrForbidden, action)
+		return fmt.Errorf("%w: unknown action %q", onceplan.ErrForbidden, action)
 	}
 	if a.Agent && !p.agentMayDo {
-		return fmt.Errorf("%w: an agent token may not %s a campaign; a person must", ErrForbidden, action)
+		return fmt.Errorf("%w: an agent token may not %s a campaign; a person must", onceplan.ErrForbidden, action)
 	}
 	if a.Has(p.role) || slices.ContainsFunc(alsoRoles[action], a.Has) {
 		return nil
@@ -153,7 +151,7 @@ func Authorize(a Actor, action Action) error {
 		for _, r := range also {
 			names = append(names, string(r))
 		}
-		return fmt.Errorf("%w: %s needs one of the roles %s", ErrForbidden, action, strings.Join(names, ", "))
+		return fmt.Errorf("%w: %s needs one of the roles %s", onceplan.ErrForbidden, action, strings.Join(names, ", "))
 	}
-	return fmt.Errorf("%w: %s needs the %s role", ErrForbidden, action, p.role)
+	return fmt.Errorf("%w: %s needs the %s role", onceplan.ErrForbidden, action, p.role)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // DefaultAdminEmail is the first admin's email when none is configured.
@@ -18,7 +19,7 @@ const DefaultAdminEmail = "admin@onceplan.local"
 // turns, so at most one creates. The creation is recorded in the
 // administration trail as done by who (the account and host of the
 // process that started: nobody is signed in yet).
-func EnsureAdmin(ctx context.Context, db DB, who, email, password string) (created bool, generatedPassword string, err error) {
+func EnsureAdmin(ctx context.Context, db onceplan.DB, who, email, password string) (created bool, generatedPassword string, err error) {
 	if email == "" {
 		email = DefaultAdminEmail
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 func TestEnsureAdmin(t *testing.T) {
@@ -50,7 +50,7 @@ func TestEnsureAdminGiven(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, _, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "root@example.com", "short")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 
 	created, generated, err := auth.EnsureAdmin(b.ctx, b.pool, "ops@host", "Root@Example.com", goodPassword)
 	require.NoError(t, err)

@@ -29,11 +29,11 @@
 //     so [Authorize] refuses it every decision;
 //   - the last enabled admin can be neither demoted nor disabled.
 //
-// Errors are typed: [ErrNotFound], [ErrConflict], [ErrBadCredentials],
+// Errors are typed: [onceplan.ErrNotFound], [onceplan.ErrConflict], [ErrBadCredentials],
 // [ErrThrottled] (a [ThrottledError] says until when), [ErrDisabled],
-// [ErrUnauthenticated], and validation errors that satisfy
-// errors.Is(err, plan.ErrInvalid) and name the field at fault.
+// [onceplan.ErrUnauthenticated], and validation errors that satisfy
+// errors.Is(err, onceplan.ErrInvalid) and name the field at fault.
 //
-// Every function takes a [DB]: a pool or a transaction. Functions that need
+// Every function takes a [onceplan.DB]: a pool or a transaction. Functions that need
 // several statements to agree open a transaction (or a savepoint) on it.
 package auth

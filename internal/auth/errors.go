@@ -1,30 +1,21 @@
 package auth
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Errors callers test with errors.Is.
 var (
-	// ErrNotFound: no such user or token.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: the change would break a rule (an email already taken,
-	// the last admin demoted).
-	ErrConflict = errors.New("conflict")
 	// ErrBadCredentials: a sign-in with an unknown email or a wrong
 	// password; which of the two is deliberately not said.
-	ErrBadCredentials = errors.New("the email or password is wrong")
+	ErrBadCredentials = onceplan.New(onceplan.CodeBadCredentials, "the email or password is wrong")
 	// ErrThrottled: too many failed sign-ins; see [ThrottledError].
-	ErrThrottled = errors.New("too many failed sign-in attempts")
+	ErrThrottled = onceplan.New(onceplan.CodeThrottled, "too many failed sign-in attempts")
 	// ErrDisabled: the right password for a disabled account.
-	ErrDisabled = errors.New("this account is disabled: ask an administrator")
-	// ErrUnauthenticated: no valid session or token (unknown, expired,
-	// revoked, or its user disabled).
-	ErrUnauthenticated = errors.New("not signed in")
+	ErrDisabled = onceplan.New(onceplan.CodeDisabled, "this account is disabled: ask an administrator")
 )
 
 // kindError is an error with its own sentence that errors.Is matches
@@ -42,7 +33,7 @@ func errorf(kind error, format string, args ...any) error {
 }
 
 func fieldErr(field, format string, args ...any) error {
-	return &plan.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+	return &onceplan.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
 // ThrottledError refuses a sign-in until a time. It matches ErrThrottled.
@@ -75,3 +66,6 @@ func (e *ThrottledError) Error() string {
 
 // Is makes errors.Is(err, ErrThrottled) true.
 func (e *ThrottledError) Is(target error) bool { return target == ErrThrottled }
+
+// ErrorCode makes a throttled sign-in a [onceplan.CodeThrottled].
+func (e *ThrottledError) ErrorCode() onceplan.Code { return onceplan.CodeThrottled }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Administrative actions, as the admin audit trail names them.
@@ -44,18 +46,18 @@ func (e Event) Who() string {
 // RecordEvent appends an administrative action of the signed-in user
 // actorID to the audit trail (write-once: the database refuses UPDATE and
 // DELETE). Call it in the transaction of the action it records.
-func RecordEvent(ctx context.Context, db DB, actorID int64, action, subject string, detail any) error {
+func RecordEvent(ctx context.Context, db onceplan.DB, actorID int64, action, subject string, detail any) error {
 	return recordEvent(ctx, db, actorID, "", action, subject, detail)
 }
 
 // RecordCLIEvent appends an administrative action taken on the command
 // line, where nobody is signed in: who names the operating-system account
 // and host that ran it. Call it in the transaction of the action.
-func RecordCLIEvent(ctx context.Context, db DB, who, action, subject string, detail any) error {
+func RecordCLIEvent(ctx context.Context, db onceplan.DB, who, action, subject string, detail any) error {
 	return recordEvent(ctx, db, 0, who, action, subject, detail)
 }
 
-func recordEvent(ctx context.Context, db DB, actorID int64, cli, action, subject string, detail any) error {
+func recordEvent(ctx context.Context, db onceplan.DB, actorID int64, cli, action, subject string, detail any) error {
 	b := []byte("{}")
 	if detail != nil {
 		var err error
@@ -71,7 +73,7 @@ func recordEvent(ctx context.Context, db DB, actorID int64, cli, action, subject
 }
 
 // RecentEvents lists the latest administrative actions, newest first.
-func RecentEvents(ctx context.Context, db DB, limit int) ([]Event, error) {
+func RecentEvents(ctx context.Context, db onceplan.DB, limit int) ([]Event, error) {
 	rows, err := db.Query(ctx, `
 		SELECT e.id, coalesce(e.actor_id, 0), coalesce(u.email, ''), coalesce(e.actor_cli, ''), e.action, e.subject, e.detail::text, e.created_at
 		FROM admin_event e LEFT JOIN app_user u ON u.id = e.actor_id

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/stretchr/testify/require"
-
-	"github.com/onceplan/onceplan/plan"
 )
 
 func TestHashPasswordRoundTrip(t *testing.T) {
@@ -112,7 +111,7 @@ func TestValidatePassword(t *testing.T) {
 	t.Parallel()
 	err := ValidatePassword("elevenchars")
 	require.Error(t, err)
-	require.True(t, errors.Is(err, plan.ErrInvalid))
+	require.True(t, errors.Is(err, onceplan.ErrInvalid))
 	require.Equal(t, "password: must be at least 12 characters (it has 11)", err.Error())
 
 	require.NoError(t, ValidatePassword("twelve chars"))

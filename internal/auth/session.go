@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Session lifetimes. The web layer gives the cookie SessionMaxAge.
@@ -57,7 +58,7 @@ const sessionTokenLength = 43
 // account and the client address; when too many recent ones failed (see
 // [FailuresBeforeDelay]), Login refuses with a *ThrottledError before
 // looking at the password.
-func Login(ctx context.Context, db DB, email, password string, meta LoginMeta) (string, User, error) {
+func Login(ctx context.Context, db onceplan.DB, email, password string, meta LoginMeta) (string, User, error) {
 	key, emailErr := normalizeEmail(email)
 	if emailErr != nil {
 		// Still count (and throttle) it, under the text as typed.
@@ -166,10 +167,10 @@ func truncate(s string, n int) string {
 
 // SessionActor resolves a session token to its user, acting in person. An
 // unknown token, an ended session (idle or too old) or a disabled user is
-// ErrUnauthenticated. Use refreshes last_seen_at at most once a minute.
-func SessionActor(ctx context.Context, db DB, token string) (Actor, User, error) {
+// onceplan.ErrUnauthenticated. Use refreshes last_seen_at at most once a minute.
+func SessionActor(ctx context.Context, db onceplan.DB, token string) (Actor, User, error) {
 	if len(token) != sessionTokenLength {
-		return Actor{}, User{}, errorf(ErrUnauthenticated, "the session is not valid: sign in again")
+		return Actor{}, User{}, errorf(onceplan.ErrUnauthenticated, "the session is not valid: sign in again")
 	}
 	id := secretHash(token)
 	var (
@@ -186,7 +187,7 @@ func SessionActor(ctx context.Context, db DB, token string) (Actor, User, error)
 		id, SessionIdleTimeout.Seconds(), touchEvery.Seconds()).
 		Scan(&u.ID, &u.Email, &u.Name, &roles, &u.CreatedAt, &u.DisabledAt, &touch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Actor{}, User{}, errorf(ErrUnauthenticated, "the session has ended or is not valid: sign in again")
+		return Actor{}, User{}, errorf(onceplan.ErrUnauthenticated, "the session has ended or is not valid: sign in again")
 	}
 	if err != nil {
 		return Actor{}, User{}, err
@@ -204,7 +205,7 @@ func SessionActor(ctx context.Context, db DB, token string) (Actor, User, error)
 
 // Logout ends the session with token. An unknown token is not an error:
 // the session is over either way.
-func Logout(ctx context.Context, db DB, token string) error {
+func Logout(ctx context.Context, db onceplan.DB, token string) error {
 	_, err := db.Exec(ctx, `DELETE FROM session WHERE id = $1`, secretHash(token))
 	return err
 }
@@ -212,7 +213,7 @@ func Logout(ctx context.Context, db DB, token string) error {
 // Prune deletes ended sessions and sign-in attempts too old to count
 // towards throttling (a day); run it now and then. It returns how many
 // rows went.
-func Prune(ctx context.Context, db DB) (int64, error) {
+func Prune(ctx context.Context, db onceplan.DB) (int64, error) {
 	a, err := db.Exec(ctx, `
 		DELETE FROM session
 		WHERE expires_at <= now() OR last_seen_at <= now() - make_interval(secs => $1)`,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 func TestLogin(t *testing.T) {
@@ -41,11 +42,11 @@ func TestLogin(t *testing.T) {
 	require.Equal(t, auth.Actor{UserID: u.ID, Email: "ann@example.com", Roles: []auth.Role{auth.RoleProposer, auth.RoleOperator}}, actor)
 	require.Equal(t, u, su)
 	require.NoError(t, auth.Authorize(actor, auth.ActionStart))
-	require.ErrorIs(t, auth.Authorize(actor, auth.ActionApprove), auth.ErrForbidden)
+	require.ErrorIs(t, auth.Authorize(actor, auth.ActionApprove), onceplan.ErrForbidden)
 
 	require.NoError(t, auth.Logout(b.ctx, b.pool, token))
 	_, _, err = auth.SessionActor(b.ctx, b.pool, token)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 	require.NoError(t, auth.Logout(b.ctx, b.pool, token), "logging out twice is fine")
 }
 
@@ -224,7 +225,7 @@ func TestLoginDisabledUser(t *testing.T) {
 	_, err = auth.DisableUser(b.ctx, b.pool, u.Email)
 	require.NoError(t, err)
 	_, _, err = auth.SessionActor(b.ctx, b.pool, token)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated, "disabling ends the sessions")
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated, "disabling ends the sessions")
 
 	_, _, err = auth.Login(b.ctx, b.pool, u.Email, goodPassword, auth.LoginMeta{})
 	require.ErrorIs(t, err, auth.ErrDisabled)
@@ -246,13 +247,13 @@ func TestSessionExpiry(t *testing.T) {
 	_, err := b.pool.Exec(b.ctx, `UPDATE session SET expires_at = now() - interval '1 second' WHERE id = sha256(convert_to($1, 'UTF8'))`, absolute)
 	require.NoError(t, err)
 	_, _, err = auth.SessionActor(b.ctx, b.pool, absolute)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 
 	idle := login()
 	_, err = b.pool.Exec(b.ctx, `UPDATE session SET last_seen_at = now() - interval '12 hours 1 second' WHERE id = sha256(convert_to($1, 'UTF8'))`, idle)
 	require.NoError(t, err)
 	_, _, err = auth.SessionActor(b.ctx, b.pool, idle)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 
 	pruned, err := auth.Prune(b.ctx, b.pool)
 	require.NoError(t, err)
@@ -260,7 +261,7 @@ func TestSessionExpiry(t *testing.T) {
 
 	for _, bogus := range []string{"", "x", absolute + "x"} {
 		_, _, err = auth.SessionActor(b.ctx, b.pool, bogus)
-		require.ErrorIs(t, err, auth.ErrUnauthenticated)
+		require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 	}
 }
 

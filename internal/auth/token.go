@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // API token format: a type prefix, then 32 random bytes in unpadded
@@ -57,7 +58,7 @@ func scanToken(row pgx.Row) (Token, error) {
 
 func tokenNotFound(err error, what string) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errorf(ErrNotFound, "there is no API token %s", what)
+		return errorf(onceplan.ErrNotFound, "there is no API token %s", what)
 	}
 	return err
 }
@@ -66,7 +67,7 @@ func tokenNotFound(err error, what string) error {
 // its secret, which is not kept anywhere and cannot be shown again. An
 // agent token acts with the user's roles but may never decide (see
 // Authorize).
-func CreateToken(ctx context.Context, db DB, userEmail, name string, agent bool) (string, Token, error) {
+func CreateToken(ctx context.Context, db onceplan.DB, userEmail, name string, agent bool) (string, Token, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > MaxTokenNameLength {
 		return "", Token{}, fieldErr("name", "a token needs a name of 1 to %d characters saying what uses it", MaxTokenNameLength)
@@ -76,7 +77,7 @@ func CreateToken(ctx context.Context, db DB, userEmail, name string, agent bool)
 		return "", Token{}, err
 	}
 	if u.Disabled() {
-		return "", Token{}, errorf(ErrConflict, "user %s is disabled: enable it before making it a token", u.Email)
+		return "", Token{}, errorf(onceplan.ErrConflict, "user %s is disabled: enable it before making it a token", u.Email)
 	}
 	secret := PersonalTokenPrefix + newSecret()
 	if agent {
@@ -109,10 +110,10 @@ func looksLikeToken(secret string) bool {
 // TokenActor resolves a bearer token to the actor it acts as: its user,
 // with the user's current roles, and Agent set for an agent token. An
 // unknown or revoked token, or one whose user is disabled, is
-// ErrUnauthenticated. Use sets last_used_at, at most once a minute.
-func TokenActor(ctx context.Context, db DB, secret string) (Actor, Token, error) {
+// onceplan.ErrUnauthenticated. Use sets last_used_at, at most once a minute.
+func TokenActor(ctx context.Context, db onceplan.DB, secret string) (Actor, Token, error) {
 	if !looksLikeToken(secret) {
-		return Actor{}, Token{}, errorf(ErrUnauthenticated, "the API token is not valid")
+		return Actor{}, Token{}, errorf(onceplan.ErrUnauthenticated, "the API token is not valid")
 	}
 	var (
 		t     Token
@@ -128,7 +129,7 @@ func TokenActor(ctx context.Context, db DB, secret string) (Actor, Token, error)
 		Scan(&t.ID, &t.UserID, &t.UserEmail, &t.Name, &t.Agent, &t.Prefix, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt,
 			&roles, &touch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Actor{}, Token{}, errorf(ErrUnauthenticated, "the API token is not valid, was revoked, or its user is disabled")
+		return Actor{}, Token{}, errorf(onceplan.ErrUnauthenticated, "the API token is not valid, was revoked, or its user is disabled")
 	}
 	if err != nil {
 		return Actor{}, Token{}, err
@@ -148,7 +149,7 @@ func TokenActor(ctx context.Context, db DB, secret string) (Actor, Token, error)
 
 // RevokeToken stops the token with id working, for good. Revoking a
 // revoked token changes nothing.
-func RevokeToken(ctx context.Context, db DB, id int64) (Token, error) {
+func RevokeToken(ctx context.Context, db onceplan.DB, id int64) (Token, error) {
 	t, err := scanToken(db.QueryRow(ctx, `
 		WITH t AS (
 			UPDATE api_token SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 RETURNING *
@@ -159,8 +160,8 @@ func RevokeToken(ctx context.Context, db DB, id int64) (Token, error) {
 
 // RevokeTokenByPrefix revokes the token whose secret starts with prefix
 // (its first TokenPrefixLength characters, as listed). A prefix shared by
-// several tokens is an ErrConflict: revoke by id.
-func RevokeTokenByPrefix(ctx context.Context, db DB, prefix string) (Token, error) {
+// several tokens is an onceplan.ErrConflict: revoke by id.
+func RevokeTokenByPrefix(ctx context.Context, db onceplan.DB, prefix string) (Token, error) {
 	prefix = strings.TrimSpace(prefix)
 	if len(prefix) != TokenPrefixLength {
 		return Token{}, fieldErr("prefix", "must be the token's first %d characters, as `token list` shows them", TokenPrefixLength)
@@ -175,17 +176,17 @@ func RevokeTokenByPrefix(ctx context.Context, db DB, prefix string) (Token, erro
 	}
 	switch len(ids) {
 	case 0:
-		return Token{}, errorf(ErrNotFound, "there is no API token with the prefix %s", prefix)
+		return Token{}, errorf(onceplan.ErrNotFound, "there is no API token with the prefix %s", prefix)
 	case 1:
 		return RevokeToken(ctx, db, ids[0])
 	default:
-		return Token{}, errorf(ErrConflict, "%d API tokens start with %s: revoke by id instead", len(ids), prefix)
+		return Token{}, errorf(onceplan.ErrConflict, "%d API tokens start with %s: revoke by id instead", len(ids), prefix)
 	}
 }
 
 // ListTokens returns the tokens of the user with userEmail, revoked ones
 // included, oldest first.
-func ListTokens(ctx context.Context, db DB, userEmail string) ([]Token, error) {
+func ListTokens(ctx context.Context, db onceplan.DB, userEmail string) ([]Token, error) {
 	u, err := GetUserByEmail(ctx, db, userEmail)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // requireNotStored fails if secret appears in any column of any row of
@@ -67,13 +67,13 @@ func TestCreateTokenValidation(t *testing.T) {
 	b := setup(t)
 	u := b.user(t, userOpts{})
 	_, _, err := auth.CreateToken(b.ctx, b.pool, u.Email, "  ", false)
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	_, _, err = auth.CreateToken(b.ctx, b.pool, "nobody@example.com", "x", false)
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = auth.DisableUser(b.ctx, b.pool, u.Email)
 	require.NoError(t, err)
 	_, _, err = auth.CreateToken(b.ctx, b.pool, u.Email, "x", false)
-	require.ErrorIs(t, err, auth.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 }
 
 func TestAgentToken(t *testing.T) {
@@ -94,13 +94,13 @@ func TestAgentToken(t *testing.T) {
 	require.Equal(t, "agent:"+u.Email, actor.String())
 	require.NoError(t, auth.Authorize(actor, auth.ActionCreate))
 	for _, decision := range []auth.Action{auth.ActionApprove, auth.ActionReject, auth.ActionStart, auth.ActionResolve} {
-		require.ErrorIs(t, auth.Authorize(actor, decision), auth.ErrForbidden, decision)
+		require.ErrorIs(t, auth.Authorize(actor, decision), onceplan.ErrForbidden, decision)
 	}
 
 	// The kind comes from the row, not from the text: an agent secret
 	// relabelled as personal is just an unknown token.
 	_, _, err = auth.TokenActor(b.ctx, b.pool, "op_"+secret[len("opa_"):])
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 }
 
 func TestTokenActorRoles(t *testing.T) {
@@ -118,7 +118,7 @@ func TestTokenActorRoles(t *testing.T) {
 	_, err = auth.DisableUser(b.ctx, b.pool, u.Email)
 	require.NoError(t, err)
 	_, _, err = auth.TokenActor(b.ctx, b.pool, secret)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated, "a disabled user's tokens stop working")
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated, "a disabled user's tokens stop working")
 	_, err = auth.EnableUser(b.ctx, b.pool, u.Email)
 	require.NoError(t, err)
 	_, _, err = auth.TokenActor(b.ctx, b.pool, secret)
@@ -141,7 +141,7 @@ func TestRevokeToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, r.RevokedAt, again.RevokedAt, "revoking twice keeps the first time")
 	_, _, err = auth.TokenActor(b.ctx, b.pool, byID)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 
 	_, _, err = auth.TokenActor(b.ctx, b.pool, byPrefix)
 	require.NoError(t, err)
@@ -149,20 +149,20 @@ func TestRevokeToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, t2.ID, r.ID)
 	_, _, err = auth.TokenActor(b.ctx, b.pool, byPrefix)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 
 	_, err = auth.RevokeToken(b.ctx, b.pool, 424242)
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = auth.RevokeTokenByPrefix(b.ctx, b.pool, "op_zzzzz")
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = auth.RevokeTokenByPrefix(b.ctx, b.pool, "op_")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 
 	// A prefix two tokens share is refused rather than guessed.
 	_, err = b.pool.Exec(b.ctx, `UPDATE api_token SET prefix = 'op_same0'`)
 	require.NoError(t, err)
 	_, err = auth.RevokeTokenByPrefix(b.ctx, b.pool, "op_same0")
-	require.ErrorIs(t, err, auth.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 
 	list, err := auth.ListTokens(b.ctx, b.pool, u.Email)
 	require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestTokenActorRefusesGarbage(t *testing.T) {
 	b := setup(t)
 	for _, s := range []string{"", "op_", "Bearer op_x", "opa_short", "op_" + string(make([]byte, 43))} {
 		_, _, err := auth.TokenActor(b.ctx, b.pool, s)
-		require.ErrorIs(t, err, auth.ErrUnauthenticated, "%q", s)
+		require.ErrorIs(t, err, onceplan.ErrUnauthenticated, "%q", s)
 	}
 }
 

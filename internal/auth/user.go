@@ -11,16 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
-
-// DB is what the functions here need: a pool or a transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // MaxNameLength bounds a user's display name, in characters.
 const MaxNameLength = 200
@@ -53,7 +46,7 @@ type NewUser struct {
 }
 
 // Validate checks every field, returning the first fault as a
-// *plan.FieldError (errors.Is(err, plan.ErrInvalid)).
+// *onceplan.FieldError (errors.Is(err, onceplan.ErrInvalid)).
 func (n NewUser) Validate() error {
 	_, err := n.normalize()
 	return err
@@ -132,7 +125,7 @@ func scanUser(row pgx.Row) (User, error) {
 
 func userNotFound(err error, what string) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errorf(ErrNotFound, "there is no user %s", what)
+		return errorf(onceplan.ErrNotFound, "there is no user %s", what)
 	}
 	return err
 }
@@ -143,8 +136,8 @@ func isUniqueViolation(err error) bool {
 }
 
 // CreateUser validates n, hashes the password and inserts the user. An
-// email already taken is an ErrConflict.
-func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
+// email already taken is an onceplan.ErrConflict.
+func CreateUser(ctx context.Context, db onceplan.DB, n NewUser) (User, error) {
 	n, err := n.normalize()
 	if err != nil {
 		return User{}, err
@@ -157,20 +150,20 @@ func CreateUser(ctx context.Context, db DB, n NewUser) (User, error) {
 		INSERT INTO app_user (email, name, roles, password_hash) VALUES ($1, $2, $3, $4)
 		RETURNING `+userCols, n.Email, n.Name, roleStrings(n.Roles), hash))
 	if isUniqueViolation(err) {
-		return User{}, errorf(ErrConflict, "a user with the email %s already exists", n.Email)
+		return User{}, errorf(onceplan.ErrConflict, "a user with the email %s already exists", n.Email)
 	}
 	return u, err
 }
 
 // GetUser returns the user with id.
-func GetUser(ctx context.Context, db DB, id int64) (User, error) {
+func GetUser(ctx context.Context, db onceplan.DB, id int64) (User, error) {
 	u, err := scanUser(db.QueryRow(ctx, `SELECT `+userCols+` FROM app_user WHERE id = $1`, id))
 	return u, userNotFound(err, "with that id")
 }
 
 // GetUserByEmail returns the user with email (normalised first, so
 // " Ann@Example.COM" finds ann@example.com).
-func GetUserByEmail(ctx context.Context, db DB, email string) (User, error) {
+func GetUserByEmail(ctx context.Context, db onceplan.DB, email string) (User, error) {
 	norm, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, err
@@ -180,7 +173,7 @@ func GetUserByEmail(ctx context.Context, db DB, email string) (User, error) {
 }
 
 // ListUsers returns every user, disabled ones included, by email.
-func ListUsers(ctx context.Context, db DB) ([]User, error) {
+func ListUsers(ctx context.Context, db onceplan.DB) ([]User, error) {
 	rows, err := db.Query(ctx, `SELECT `+userCols+` FROM app_user ORDER BY email`)
 	if err != nil {
 		return nil, err
@@ -189,8 +182,8 @@ func ListUsers(ctx context.Context, db DB) ([]User, error) {
 }
 
 // SetRoles replaces the user's roles. Taking the admin role from the last
-// enabled admin is an ErrConflict: nobody could manage users after it.
-func SetRoles(ctx context.Context, db DB, email string, roles []Role) (User, error) {
+// enabled admin is an onceplan.ErrConflict: nobody could manage users after it.
+func SetRoles(ctx context.Context, db onceplan.DB, email string, roles []Role) (User, error) {
 	norm, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, err
@@ -228,7 +221,7 @@ func keepAnAdmin(ctx context.Context, tx pgx.Tx, email, doing string) error {
 		return err
 	}
 	if slices.Contains(admins, email) && len(admins) == 1 {
-		return errorf(ErrConflict, "cannot %s %s: it is the last enabled admin (give another user the admin role first)", doing, email)
+		return errorf(onceplan.ErrConflict, "cannot %s %s: it is the last enabled admin (give another user the admin role first)", doing, email)
 	}
 	return nil
 }
@@ -236,7 +229,7 @@ func keepAnAdmin(ctx context.Context, tx pgx.Tx, email, doing string) error {
 // SetPassword replaces the user's password and ends every session the
 // user has, so a password change locks out whoever knew the old one.
 // API tokens are left alone (revoke them separately).
-func SetPassword(ctx context.Context, db DB, email, password string) error {
+func SetPassword(ctx context.Context, db onceplan.DB, email, password string) error {
 	norm, err := normalizeEmail(email)
 	if err != nil {
 		return err
@@ -261,8 +254,8 @@ func SetPassword(ctx context.Context, db DB, email, password string) error {
 
 // DisableUser stops the user signing in, ends their sessions and makes
 // their API tokens stop working (until EnableUser). Disabling a disabled
-// user changes nothing; disabling the last enabled admin is an ErrConflict.
-func DisableUser(ctx context.Context, db DB, email string) (User, error) {
+// user changes nothing; disabling the last enabled admin is an onceplan.ErrConflict.
+func DisableUser(ctx context.Context, db onceplan.DB, email string) (User, error) {
 	norm, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, err
@@ -285,7 +278,7 @@ func DisableUser(ctx context.Context, db DB, email string) (User, error) {
 }
 
 // EnableUser undoes DisableUser. Tokens not revoked meanwhile work again.
-func EnableUser(ctx context.Context, db DB, email string) (User, error) {
+func EnableUser(ctx context.Context, db onceplan.DB, email string) (User, error) {
 	norm, err := normalizeEmail(email)
 	if err != nil {
 		return User{}, err

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 func TestCreateUser(t *testing.T) {
@@ -38,7 +38,7 @@ func TestCreateUser(t *testing.T) {
 	require.Equal(t, u, got)
 
 	_, err = auth.CreateUser(b.ctx, b.pool, auth.NewUser{Email: "ann.lee@example.com", Roles: []auth.Role{auth.RoleViewer}, Password: goodPassword})
-	require.ErrorIs(t, err, auth.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Equal(t, "a user with the email ann.lee@example.com already exists", err.Error())
 }
 
@@ -64,8 +64,8 @@ func TestCreateUserValidation(t *testing.T) {
 	} {
 		_, err := auth.CreateUser(b.ctx, b.pool, tc.n)
 		require.Error(t, err, tc.name)
-		require.True(t, errors.Is(err, plan.ErrInvalid), tc.name)
-		var fe *plan.FieldError
+		require.True(t, errors.Is(err, onceplan.ErrInvalid), tc.name)
+		var fe *onceplan.FieldError
 		require.ErrorAs(t, err, &fe, tc.name)
 		require.Equal(t, tc.field, fe.Field, tc.name)
 		require.Equal(t, tc.msg, err.Error(), tc.name)
@@ -79,10 +79,10 @@ func TestGetUserNotFound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := auth.GetUserByEmail(b.ctx, b.pool, "nobody@example.com")
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	require.Equal(t, "there is no user nobody@example.com", err.Error())
 	_, err = auth.GetUser(b.ctx, b.pool, 424242)
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 func TestListUsersAndSetRoles(t *testing.T) {
@@ -102,16 +102,16 @@ func TestListUsersAndSetRoles(t *testing.T) {
 	require.Equal(t, []auth.Role{auth.RoleOperator, auth.RoleViewer}, u.Roles)
 
 	_, err = auth.SetRoles(b.ctx, b.pool, "zed@example.com", []auth.Role{"root"})
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	_, err = auth.SetRoles(b.ctx, b.pool, "nobody@example.com", []auth.Role{auth.RoleViewer})
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 
 	// The last enabled admin keeps the role and cannot be disabled.
 	_, err = auth.SetRoles(b.ctx, b.pool, "amy@example.com", []auth.Role{auth.RoleViewer})
-	require.ErrorIs(t, err, auth.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Contains(t, err.Error(), "last enabled admin")
 	_, err = auth.DisableUser(b.ctx, b.pool, "amy@example.com")
-	require.ErrorIs(t, err, auth.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 
 	// With a second admin, the first may step down.
 	_, err = auth.SetRoles(b.ctx, b.pool, "zed@example.com", []auth.Role{auth.RoleAdmin})
@@ -136,7 +136,7 @@ func TestDisableAndEnableUser(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, e.Disabled())
 	_, err = auth.DisableUser(b.ctx, b.pool, "nobody@example.com")
-	require.ErrorIs(t, err, auth.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }
 
 func TestSetPassword(t *testing.T) {
@@ -147,15 +147,15 @@ func TestSetPassword(t *testing.T) {
 	require.NoError(t, err)
 
 	err = auth.SetPassword(b.ctx, b.pool, u.Email, "short")
-	require.ErrorIs(t, err, plan.ErrInvalid)
+	require.ErrorIs(t, err, onceplan.ErrInvalid)
 	require.NoError(t, auth.SetPassword(b.ctx, b.pool, u.Email, "a brand new passphrase"))
 
 	_, _, err = auth.SessionActor(b.ctx, b.pool, token)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated, "a password change ends the sessions")
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated, "a password change ends the sessions")
 	_, _, err = auth.Login(b.ctx, b.pool, u.Email, goodPassword, auth.LoginMeta{})
 	require.ErrorIs(t, err, auth.ErrBadCredentials)
 	_, _, err = auth.Login(b.ctx, b.pool, u.Email, "a brand new passphrase", auth.LoginMeta{})
 	require.NoError(t, err)
 
-	require.ErrorIs(t, auth.SetPassword(b.ctx, b.pool, "nobody@example.com", goodPassword), auth.ErrNotFound)
+	require.ErrorIs(t, auth.SetPassword(b.ctx, b.pool, "nobody@example.com", goodPassword), onceplan.ErrNotFound)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/audit"
-	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -101,7 +101,7 @@ func auditCommand(ctx context.Context, env Env, args []string) error {
 		summary = env.Stderr
 	}
 	var holds bool
-	err = withDB(ctx, env, db, func(pool auth.DB) error {
+	err = withDB(ctx, env, db, func(pool onceplan.DB) error {
 		c, err := audit.FindCampaign(ctx, pool, campaign)
 		if err != nil {
 			return err
@@ -207,7 +207,7 @@ func importLog(ev *audit.Evidence, env Env, name string) error {
 }
 
 // probeProvider returns the plan's provider from the configured ones.
-func probeProvider(ctx context.Context, pool auth.DB, env Env, db dbFlags, flags []string, planID int64) (provider.Provider, func(), error) {
+func probeProvider(ctx context.Context, pool onceplan.DB, env Env, db dbFlags, flags []string, planID int64) (provider.Provider, func(), error) {
 	pl, err := plan.GetPlan(ctx, pool, planID)
 	if err != nil {
 		return nil, nil, err

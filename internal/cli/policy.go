@@ -14,10 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceplan/onceplan/internal/app"
-	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // sqlstateInsufficientPrivilege is PostgreSQL's answer to a statement the
@@ -85,7 +84,7 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ledger.ErrConflict):
+	case errors.Is(err, onceplan.ErrConflict):
 		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
 		return notOwnerErr(ctx, d.Pool, "policy add", "bump policies")
@@ -95,7 +94,7 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 
 // notOwnerErr says that the role db connects as may not register what
 // (only the schema's owner does: `policy add`, `tool add`), naming it.
-func notOwnerErr(ctx context.Context, db plan.DB, command, what string) error {
+func notOwnerErr(ctx context.Context, db onceplan.DB, command, what string) error {
 	role := "of this URL"
 	var current string
 	if db.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
@@ -123,7 +122,7 @@ func runPolicyList(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		policies, err := ledger.NewStore(pool).Policies(ctx)
 		if err != nil {
 			return fmt.Errorf("policy list: %w", err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/audit/audittest"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/web/api"
@@ -158,7 +159,7 @@ func TestResolveEvidence(t *testing.T) {
 	require.Contains(t, e.Resolution, "evidence: SendGrid processed, message id "+mid(0)+", to person1@example.com, at 2025-12-01 10:00:00 UTC")
 	require.Contains(t, e.Resolution, "sendgrid.json line 2")
 	_, err := ledger.NewStore(w.b.pool).Current(context.Background(), w.c.Targets[1].Key)
-	require.ErrorIs(t, err, ledger.ErrNotFound, "not delivered: the attempt failed and the key is free")
+	require.ErrorIs(t, err, onceplan.ErrNotFound, "not delivered: the attempt failed and the key is free")
 	require.Equal(t, ledger.StateUnknown, w.state(t, 2).State)
 	require.Equal(t, ledger.StateUnknown, w.state(t, 3).State)
 

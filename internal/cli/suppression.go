@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceplan/onceplan/internal/app"
-	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/migrations"
 )
@@ -53,7 +53,7 @@ func runSuppressionAdd(ctx context.Context, env Env, args []string) error {
 	if _, err := suppression.Normalize(*address); err != nil {
 		return fmt.Errorf("suppression add: %w", err)
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		e, added, err := suppression.Add(ctx, pool, suppression.AddParams{Address: *address, Reason: suppression.Reason(*reason),
 			Source: suppression.FromActor, Actor: cliActor(), Note: *note})
 		if err != nil {
@@ -122,7 +122,7 @@ func runSuppressionList(ctx context.Context, env Env, args []string) error {
 	if *limit < 1 || *limit > 1000 {
 		return fmt.Errorf("suppression list: --limit must be from 1 to 1000, not %d", *limit)
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		entries, _, err := suppression.List(ctx, pool, suppression.ListParams{Address: *prefix, IncludeRemoved: *removed, Limit: *limit})
 		if err != nil {
 			return fmt.Errorf("suppression list: %w", err)
@@ -270,7 +270,7 @@ func runSuppressionImport(ctx context.Context, env Env, args []string) error {
 		*note = "imported from " + name
 	}
 	rep := suppressionImport{Lines: len(lines) + len(rejected), Rejected: rejected, AlreadySuppressed: []int{}}
-	err = withDB(ctx, env, db, func(pool auth.DB) error {
+	err = withDB(ctx, env, db, func(pool onceplan.DB) error {
 		// One transaction: the file is imported whole or not at all (a
 		// refused line is reported, not a failure).
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -283,7 +283,7 @@ func runSuppressionImport(ctx context.Context, env Env, args []string) error {
 				_, added, err := suppression.Add(ctx, tx, suppression.AddParams{Address: l.Address, Reason: r,
 					Source: suppression.FromImport, Actor: who, Note: *note})
 				switch {
-				case errors.Is(err, suppression.ErrInvalid):
+				case errors.Is(err, onceplan.ErrInvalid):
 					rep.Rejected = append(rep.Rejected, lineRejection{Line: l.Line, Reason: err.Error()})
 				case err != nil:
 					return fmt.Errorf("line %d: %w", l.Line, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 func runToken(ctx context.Context, env Env, args []string) error {
@@ -36,7 +37,7 @@ func runTokenCreate(ctx context.Context, env Env, args []string) error {
 	if *name == "" {
 		return errors.New("token create: --name is required (say what will use the token)")
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var (
 			secret string
 			t      auth.Token
@@ -79,7 +80,7 @@ func runTokenList(ctx context.Context, env Env, args []string) error {
 	if *user == "" {
 		return errors.New("token list: --user is required")
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		tokens, err := auth.ListTokens(ctx, pool, *user)
 		if err != nil {
 			return fmt.Errorf("token list: %w", err)
@@ -113,7 +114,7 @@ func runTokenRevoke(ctx context.Context, env Env, args []string) error {
 	if (*prefix == "") == (*id == 0) {
 		return errors.New("token revoke: give either --prefix or --id")
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var t auth.Token
 		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
 			var err error

@@ -12,9 +12,8 @@ import (
 	"time"
 
 	"github.com/onceplan/onceplan/internal/app"
-	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/toolcall"
-	"github.com/onceplan/onceplan/plan"
 )
 
 func runTool(ctx context.Context, env Env, args []string) error {
@@ -74,7 +73,7 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 
 // flagSentence names a registration's field as its flag.
 func flagSentence(err error) string {
-	var fe *plan.FieldError
+	var fe *onceplan.FieldError
 	if errors.As(err, &fe) {
 		flag := map[string]string{"tool": "--name", "recovery": "--recovery", "probe_url": "--probe-url",
 			"settle_window": "--settle-window", "dedupe_window": "--dedupe-window", "probe_retention": "--probe-retention",
@@ -110,7 +109,7 @@ func runToolList(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		policies, err := toolcall.Policies(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("tool list: %w", err)

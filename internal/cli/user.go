@@ -19,6 +19,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // subcommand is one verb of a command group (`user add`).
@@ -84,7 +85,7 @@ func roleNames(roles []auth.Role) []string {
 // withDB opens the database the flags name, runs f on it and closes it.
 // On the embedded default it applies migrations first (as serve does);
 // against a given URL it requires `onceplan migrate` to have been run.
-func withDB(ctx context.Context, env Env, db dbFlags, f func(pool auth.DB) error) error {
+func withDB(ctx context.Context, env Env, db dbFlags, f func(pool onceplan.DB) error) error {
 	// Only warnings: these commands' output is their result, and the
 	// embedded cluster's start-up notes would drown it.
 	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -107,7 +108,7 @@ func withDB(ctx context.Context, env Env, db dbFlags, f func(pool auth.DB) error
 // administration trail in one transaction: nobody is signed in on the
 // command line, so the entry names the operating-system account and host
 // that ran the command.
-func administer(ctx context.Context, pool auth.DB, action func(tx pgx.Tx, who string) error) error {
+func administer(ctx context.Context, pool onceplan.DB, action func(tx pgx.Tx, who string) error) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return action(tx, cliActor()) })
 }
 
@@ -185,7 +186,7 @@ func runUserAdd(ctx context.Context, env Env, args []string) error {
 	if err := n.Validate(); err != nil {
 		return fmt.Errorf("user add: %w", err)
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var u auth.User
 		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
 			var err error
@@ -213,7 +214,7 @@ func runUserList(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		users, err := auth.ListUsers(ctx, pool)
 		if err != nil {
 			return fmt.Errorf("user list: %w", err)
@@ -248,7 +249,7 @@ func runUserSetRoles(ctx context.Context, env Env, args []string) error {
 	if len(roles) == 0 {
 		return errors.New("user set-roles: give at least one --role (admin, proposer, approver, operator, viewer)")
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var u auth.User
 		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
 			before, err := auth.GetUserByEmail(ctx, tx, *email)
@@ -294,7 +295,7 @@ func runUserSetPassword(ctx context.Context, env Env, args []string) error {
 	if err := auth.ValidatePassword(password); err != nil {
 		return fmt.Errorf("user set-password: %w", err)
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var u auth.User
 		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
 			var err error
@@ -327,7 +328,7 @@ func runUserEnable(ctx context.Context, env Env, args []string) error {
 }
 
 func runUserToggle(ctx context.Context, env Env, args []string, verb, event string,
-	f func(context.Context, auth.DB, string) (auth.User, error),
+	f func(context.Context, onceplan.DB, string) (auth.User, error),
 ) error {
 	fs := flag.NewFlagSet("user "+verb, flag.ContinueOnError)
 	var db dbFlags
@@ -339,7 +340,7 @@ func runUserToggle(ctx context.Context, env Env, args []string, verb, event stri
 	if *email == "" {
 		return fmt.Errorf("user %s: --email is required", verb)
 	}
-	return withDB(ctx, env, db, func(pool auth.DB) error {
+	return withDB(ctx, env, db, func(pool onceplan.DB) error {
 		var u auth.User
 		err := administer(ctx, pool, func(tx pgx.Tx, who string) error {
 			var err error

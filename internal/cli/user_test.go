@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 )
 
@@ -166,7 +167,7 @@ func TestTokenCreate(t *testing.T) {
 	actor, _, err = auth.TokenActor(b.ctx, b.pool, agentSecret)
 	require.NoError(t, err)
 	require.True(t, actor.Agent)
-	require.ErrorIs(t, auth.Authorize(actor, auth.ActionApprove), auth.ErrForbidden)
+	require.ErrorIs(t, auth.Authorize(actor, auth.ActionApprove), onceplan.ErrForbidden)
 
 	r = b.run(t, runToken, "", "list", "--user", "dee@example.com")
 	require.NoError(t, r.err)
@@ -177,12 +178,12 @@ func TestTokenCreate(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Equal(t, `revoked agent token 2 "claude" of dee@example.com (prefix `+agentSecret[:8]+")\n", r.stdout)
 	_, _, err = auth.TokenActor(b.ctx, b.pool, agentSecret)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 
 	r = b.run(t, runToken, "", "revoke", "--id", "1")
 	require.NoError(t, r.err)
 	_, _, err = auth.TokenActor(b.ctx, b.pool, secret)
-	require.ErrorIs(t, err, auth.ErrUnauthenticated)
+	require.ErrorIs(t, err, onceplan.ErrUnauthenticated)
 }
 
 func TestTokenRefusesBadInput(t *testing.T) {

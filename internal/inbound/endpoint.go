@@ -16,18 +16,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Authentication errors. A request refused with one changes nothing.
 var (
-	// ErrUnauthenticated: the request carries no credentials (HTTP 401).
-	ErrUnauthenticated = errors.New("unauthenticated")
-	// ErrForbidden: credentials that are wrong (HTTP 403).
-	ErrForbidden = errors.New("forbidden")
-	// ErrUnavailable: a genuine request may be behind it, but it cannot be
-	// checked or acted on now (the SNS certificate could not be fetched):
-	// the provider should retry (HTTP 503).
-	ErrUnavailable = errors.New("unavailable")
+	// ErrUnsigned: the request carries no credentials (HTTP 401).
+	ErrUnsigned = onceplan.New(onceplan.CodeUnauthenticated, "unauthenticated")
 )
 
 // Header names.
@@ -195,8 +191,8 @@ type Request struct {
 // and returns what its signature covers, for Accept to judge its
 // freshness and, for Mailgun, its one-time token; it does not look at the
 // clock. For SES it verifies the SNS signature (fetching the
-// certificate). The error wraps ErrUnauthenticated, ErrForbidden,
-// ErrUnavailable or ErrMalformed (an SNS message that does not parse
+// certificate). The error wraps ErrUnsigned, onceplan.ErrForbidden,
+// onceplan.ErrUnavailable or ErrMalformed (an SNS message that does not parse
 // cannot be checked).
 func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) {
 	signed := Signed{Kind: e.Kind}
@@ -211,20 +207,20 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 		}
 		at, err := time.Parse(time.RFC3339Nano, m.Timestamp)
 		if err != nil {
-			return signed, fmt.Errorf("%w: the SNS Timestamp is not an ISO 8601 time", ErrForbidden)
+			return signed, fmt.Errorf("%w: the SNS Timestamp is not an ISO 8601 time", onceplan.ErrForbidden)
 		}
 		signed.SignedAt = at
 		return signed, nil
 	case Postmark:
 		u, p, ok := basicAuth(r.Header.Get("Authorization"))
 		if !ok {
-			return signed, fmt.Errorf("%w: HTTP basic auth is required", ErrUnauthenticated)
+			return signed, fmt.Errorf("%w: HTTP basic auth is required", ErrUnsigned)
 		}
 		// Both compared in full, whichever differs.
 		uOK := subtle.ConstantTimeCompare([]byte(u), []byte(e.user))
 		pOK := subtle.ConstantTimeCompare([]byte(p), []byte(e.password))
 		if uOK&pOK != 1 {
-			return signed, fmt.Errorf("%w: wrong user or password", ErrForbidden)
+			return signed, fmt.Errorf("%w: wrong user or password", onceplan.ErrForbidden)
 		}
 		// Basic auth signs nothing, no time either (README, "Bounces and
 		// complaints": allow Postmark's addresses only).
@@ -232,18 +228,18 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 	case SendGrid:
 		sig, ts := r.Header.Get(SendGridSignatureHeader), r.Header.Get(SendGridTimestampHeader)
 		if sig == "" || ts == "" {
-			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, SendGridSignatureHeader, SendGridTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnsigned, SendGridSignatureHeader, SendGridTimestampHeader)
 		}
 		der, err := base64.StdEncoding.DecodeString(sig)
 		if err != nil {
-			return signed, fmt.Errorf("%w: the signature is not base64", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature is not base64", onceplan.ErrForbidden)
 		}
 		sum := sha256.Sum256(append([]byte(ts), r.Body...))
 		if !ecdsa.VerifyASN1(e.sendgridKey, sum[:], der) {
-			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature does not verify", onceplan.ErrForbidden)
 		}
 		if signed.SignedAt, err = unixSeconds(ts); err != nil {
-			return signed, fmt.Errorf("%w: the %s is not a Unix time", ErrForbidden, SendGridTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s is not a Unix time", onceplan.ErrForbidden, SendGridTimestampHeader)
 		}
 		return signed, nil
 	case Mailgun:
@@ -253,20 +249,20 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 		}
 		s := b.Signature
 		if s == nil || s.Signature == "" || s.Token == "" || s.Timestamp == "" {
-			return signed, fmt.Errorf("%w: the body's signature {timestamp, token, signature} is required", ErrUnauthenticated)
+			return signed, fmt.Errorf("%w: the body's signature {timestamp, token, signature} is required", ErrUnsigned)
 		}
 		if !hmacHexEqual(e.hmacKey, []byte(s.Timestamp+s.Token), s.Signature) {
-			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature does not verify", onceplan.ErrForbidden)
 		}
 		var err error
 		if signed.SignedAt, err = unixSeconds(s.Timestamp); err != nil {
-			return signed, fmt.Errorf("%w: the signature's timestamp is not a Unix time", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature's timestamp is not a Unix time", onceplan.ErrForbidden)
 		}
 		// Mailgun's tokens are 50 characters: a much longer one, or one
 		// with a NUL (PostgreSQL's text holds none), is not Mailgun's and
 		// could not be taken.
 		if len(s.Token) > maxToken || strings.ContainsRune(s.Token, 0) {
-			return signed, fmt.Errorf("%w: the signature's token is not one Mailgun makes", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature's token is not one Mailgun makes", onceplan.ErrForbidden)
 		}
 		// The signature covers the token, not the event: the token is
 		// what binds it to this content (Accept, inbound_token).
@@ -278,28 +274,28 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 	case Generic:
 		h, ts := r.Header.Get(GenericSignatureHeader), r.Header.Get(GenericTimestampHeader)
 		if h == "" {
-			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, GenericSignatureHeader, GenericTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnsigned, GenericSignatureHeader, GenericTimestampHeader)
 		}
 		if strings.HasPrefix(h, "sha256=") {
 			// The first form signed the body alone: one captured request
 			// could be replayed for ever.
-			return signed, fmt.Errorf("%w: the %s form sha256= signs no time and is no longer taken: sign v1= over the %s, a dot and the body", ErrForbidden, GenericSignatureHeader, GenericTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s form sha256= signs no time and is no longer taken: sign v1= over the %s, a dot and the body", onceplan.ErrForbidden, GenericSignatureHeader, GenericTimestampHeader)
 		}
 		if ts == "" {
-			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnauthenticated, GenericSignatureHeader, GenericTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s and %s headers are required", ErrUnsigned, GenericSignatureHeader, GenericTimestampHeader)
 		}
 		at, err := unixSeconds(ts)
 		if err != nil {
-			return signed, fmt.Errorf("%w: the %s is not a Unix time", ErrForbidden, GenericTimestampHeader)
+			return signed, fmt.Errorf("%w: the %s is not a Unix time", onceplan.ErrForbidden, GenericTimestampHeader)
 		}
 		hexSig, ok := strings.CutPrefix(h, genericVersion)
 		if !ok || !hmacHexEqual(e.hmacKey, genericSigned(ts, r.Body), hexSig) {
-			return signed, fmt.Errorf("%w: the signature does not verify", ErrForbidden)
+			return signed, fmt.Errorf("%w: the signature does not verify", onceplan.ErrForbidden)
 		}
 		signed.SignedAt = at
 		return signed, nil
 	}
-	return signed, fmt.Errorf("%w: unknown kind", ErrForbidden)
+	return signed, fmt.Errorf("%w: unknown kind", onceplan.ErrForbidden)
 }
 
 // maxToken bounds a Mailgun token (inbound_token holds 200 characters).

@@ -30,10 +30,11 @@ package inbound
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Kind names a provider's webhook format: the {kind} of /webhooks/{kind}.
@@ -102,7 +103,7 @@ type Event struct {
 
 // ErrMalformed wraps every refusal of a payload that does not parse; its
 // message is one sentence saying what is wrong.
-var ErrMalformed = errors.New("malformed")
+var ErrMalformed = onceplan.New(onceplan.CodeInvalid, "malformed")
 
 func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // How old a signature may be when it arrives. A signature covers a time
@@ -98,7 +99,7 @@ type Signed struct {
 }
 
 // Fresh returns nil when the signature may be taken at now, or an error
-// wrapping ErrForbidden saying how far outside its window it is.
+// wrapping onceplan.ErrForbidden saying how far outside its window it is.
 func (sig Signed) Fresh(now time.Time) error {
 	if sig.SignedAt.IsZero() {
 		return nil
@@ -106,11 +107,11 @@ func (sig Signed) Fresh(now time.Time) error {
 	age := now.Sub(sig.SignedAt)
 	if window := MaxAge(sig.Kind); age > window {
 		return fmt.Errorf("%w: the signature was made %s ago, and this endpoint takes %s signatures for %s: a replay, or a server clock that is wrong",
-			ErrForbidden, age.Round(time.Second), sig.Kind, window)
+			onceplan.ErrForbidden, age.Round(time.Second), sig.Kind, window)
 	}
 	if -age > MaxAhead {
 		return fmt.Errorf("%w: the signature is dated %s ahead of this server's clock, more than the %s allowed: check both clocks",
-			ErrForbidden, (-age).Round(time.Second), MaxAhead)
+			onceplan.ErrForbidden, (-age).Round(time.Second), MaxAhead)
 	}
 	return nil
 }
@@ -119,10 +120,10 @@ func (sig Signed) Fresh(now time.Time) error {
 // one transaction, if its signature may be taken at now:
 //
 //   - fresh: a Mailgun token is taken, bound to its content's digest —
-//     refused (ErrForbidden) when it was taken already with other
+//     refused (onceplan.ErrForbidden) when it was taken already with other
 //     content, a signature put on another event — and the events are
 //     recorded, each once however often it comes;
-//   - stale, or dated too far ahead: refused (ErrForbidden), unless it is
+//   - stale, or dated too far ahead: refused (onceplan.ErrForbidden), unless it is
 //     provably a delivery already taken — its token is taken with the same
 //     content, or every event it carries is stored with the same raw
 //     bytes —, a provider's late retry: then nothing changes and its
@@ -168,7 +169,7 @@ func takeToken(ctx context.Context, tx pgx.Tx, sig Signed, now time.Time) error 
 			return err
 		}
 		if digest != sig.Digest {
-			return fmt.Errorf("%w: this signature's token was already used with other content: a signature is good for the event it came with only", ErrForbidden)
+			return fmt.Errorf("%w: this signature's token was already used with other content: a signature is good for the event it came with only", onceplan.ErrForbidden)
 		}
 	}
 	_, err = tx.Exec(ctx, `

@@ -28,6 +28,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // TestFreshWindows: each signed kind's signature is taken up to its
@@ -45,10 +46,10 @@ func TestFreshWindows(t *testing.T) {
 		require.NoError(t, at(-window).Fresh(now), kind)
 		require.NoError(t, at(inbound.MaxAhead).Fresh(now), kind)
 		err := at(-window - time.Second).Fresh(now)
-		require.ErrorIs(t, err, inbound.ErrForbidden, kind)
+		require.ErrorIs(t, err, onceplan.ErrForbidden, kind)
 		require.ErrorContains(t, err, "ago", kind)
 		err = at(inbound.MaxAhead + time.Second).Fresh(now)
-		require.ErrorIs(t, err, inbound.ErrForbidden, kind)
+		require.ErrorIs(t, err, onceplan.ErrForbidden, kind)
 		require.ErrorContains(t, err, "ahead", kind)
 	}
 	require.NoError(t, inbound.Signed{Kind: inbound.Postmark}.Fresh(now))
@@ -77,7 +78,7 @@ func TestDocumentedExamplesAuthenticate(t *testing.T) {
 		require.NoError(t, err, name)
 		require.True(t, want.Equal(s.SignedAt), "%s: signed at %s, want %s", name, s.SignedAt, want)
 		require.NoError(t, s.Fresh(want.Add(time.Minute)), name)
-		require.ErrorIs(t, s.Fresh(want.Add(inbound.MaxAge(ep.Kind)+time.Second)), inbound.ErrForbidden, name)
+		require.ErrorIs(t, s.Fresh(want.Add(inbound.MaxAge(ep.Kind)+time.Second)), onceplan.ErrForbidden, name)
 		_, err = inbound.Parse(ep.Kind, r.Body)
 		require.NoError(t, err, name)
 		return s
@@ -186,6 +187,6 @@ func TestMailgunTokenBounds(t *testing.T) {
 		{"-999999999999999", "tok"},
 	} {
 		_, err := ep.Authenticate(context.Background(), inbound.Request{Body: signed(tc.ts, tc.token)})
-		require.ErrorIs(t, err, inbound.ErrForbidden, "%q %q", tc.ts, tc.token)
+		require.ErrorIs(t, err, onceplan.ErrForbidden, "%q %q", tc.ts, tc.token)
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/onceplan/onceplan/internal/inbound"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // The fuzzers: no payload or header makes a parser or an authentication
@@ -194,8 +195,8 @@ func checkAuth(t *testing.T, kind inbound.Kind, s inbound.Signed, err error, sec
 		_ = s.Fresh(time.Now()) // whatever the signed time, judging it does not panic
 		return
 	}
-	if !errors.Is(err, inbound.ErrUnauthenticated) && !errors.Is(err, inbound.ErrForbidden) &&
-		!errors.Is(err, inbound.ErrMalformed) && !errors.Is(err, inbound.ErrUnavailable) {
+	if !errors.Is(err, inbound.ErrUnsigned) && !errors.Is(err, onceplan.ErrForbidden) &&
+		!errors.Is(err, inbound.ErrMalformed) && !errors.Is(err, onceplan.ErrUnavailable) {
 		t.Fatalf("%s: a refusal with no class: %v", kind, err)
 	}
 	msg := err.Error()

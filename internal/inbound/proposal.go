@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // Unknown is a target whose effect is unknown, as the read model shows it
@@ -152,7 +152,7 @@ func Propose(unknowns []Unknown, proofs []Proof) []Proposal {
 // /webhooks/{kind} and tied to one of the keys' effects: each is a
 // bounce or a complaint, which proves the provider accepted the message
 // (delivered, for exactly-once).
-func ReceivedProofs(ctx context.Context, db plan.DB, keys []string) ([]Proof, error) {
+func ReceivedProofs(ctx context.Context, db onceplan.DB, keys []string) ([]Proof, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}

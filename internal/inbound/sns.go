@@ -18,6 +18,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // SNS message types.
@@ -146,15 +148,15 @@ func (v *SNSVerifier) client() *http.Client {
 }
 
 // Verify checks m's signature against its signing certificate, and that
-// the topic is allowed. ErrUnauthenticated: no signature; ErrForbidden: a
+// the topic is allowed. ErrUnsigned: no signature; onceplan.ErrForbidden: a
 // certificate URL not allowed, a bad signature, a topic not allowed;
-// ErrUnavailable: the certificate could not be fetched now.
+// onceplan.ErrUnavailable: the certificate could not be fetched now.
 func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 	if m.Signature == "" || m.SigningCertURL == "" {
-		return fmt.Errorf("%w: the SNS message is not signed", ErrUnauthenticated)
+		return fmt.Errorf("%w: the SNS message is not signed", ErrUnsigned)
 	}
 	if !contains(v.TopicARNs, m.TopicArn) {
-		return fmt.Errorf("%w: the SNS topic is not one this endpoint accepts", ErrForbidden)
+		return fmt.Errorf("%w: the SNS topic is not one this endpoint accepts", onceplan.ErrForbidden)
 	}
 	var h crypto.Hash
 	switch m.SignatureVersion {
@@ -163,7 +165,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 	case "2":
 		h = crypto.SHA256
 	default:
-		return fmt.Errorf("%w: SNS SignatureVersion must be 1 or 2", ErrForbidden)
+		return fmt.Errorf("%w: SNS SignatureVersion must be 1 or 2", onceplan.ErrForbidden)
 	}
 	u, err := url.Parse(m.SigningCertURL)
 	allowed := v.CertURLAllowed
@@ -171,11 +173,11 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 		allowed = DefaultSNSCertURLAllowed
 	}
 	if err != nil || !allowed(u) {
-		return fmt.Errorf("%w: the SNS SigningCertURL is not an https URL on sns.<region>.amazonaws.com(.cn)", ErrForbidden)
+		return fmt.Errorf("%w: the SNS SigningCertURL is not an https URL on sns.<region>.amazonaws.com(.cn)", onceplan.ErrForbidden)
 	}
 	sig, err := base64.StdEncoding.DecodeString(m.Signature)
 	if err != nil {
-		return fmt.Errorf("%w: the SNS Signature is not base64", ErrForbidden)
+		return fmt.Errorf("%w: the SNS Signature is not base64", onceplan.ErrForbidden)
 	}
 	cert, err := v.cert(ctx, u.String())
 	if err != nil {
@@ -186,11 +188,11 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 		now = v.Now
 	}
 	if t := now(); t.Before(cert.NotBefore) || t.After(cert.NotAfter) {
-		return fmt.Errorf("%w: the SNS signing certificate is not valid now", ErrForbidden)
+		return fmt.Errorf("%w: the SNS signing certificate is not valid now", onceplan.ErrForbidden)
 	}
 	pub, ok := cert.PublicKey.(*rsa.PublicKey)
 	if !ok {
-		return fmt.Errorf("%w: the SNS signing certificate has no RSA key", ErrForbidden)
+		return fmt.Errorf("%w: the SNS signing certificate has no RSA key", onceplan.ErrForbidden)
 	}
 	var digest []byte
 	text := []byte(m.StringToSign())
@@ -202,7 +204,7 @@ func (v *SNSVerifier) Verify(ctx context.Context, m SNSMessage) error {
 		digest = d[:]
 	}
 	if err := rsa.VerifyPKCS1v15(pub, h, digest, sig); err != nil {
-		return fmt.Errorf("%w: the SNS signature does not verify", ErrForbidden)
+		return fmt.Errorf("%w: the SNS signature does not verify", onceplan.ErrForbidden)
 	}
 	return nil
 }
@@ -216,30 +218,30 @@ func (v *SNSVerifier) cert(ctx context.Context, raw string) (*x509.Certificate, 
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the SNS SigningCertURL is not a URL", ErrForbidden)
+		return nil, fmt.Errorf("%w: the SNS SigningCertURL is not a URL", onceplan.ErrForbidden)
 	}
 	resp, err := v.client().Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: fetching the SNS signing certificate: %v", ErrUnavailable, redactURL(err))
+		return nil, fmt.Errorf("%w: fetching the SNS signing certificate: %v", onceplan.ErrUnavailable, redactURL(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%w: fetching the SNS signing certificate: HTTP %d", ErrUnavailable, resp.StatusCode)
+		return nil, fmt.Errorf("%w: fetching the SNS signing certificate: HTTP %d", onceplan.ErrUnavailable, resp.StatusCode)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCertBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the SNS signing certificate: %v", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: reading the SNS signing certificate: %v", onceplan.ErrUnavailable, err)
 	}
 	if len(body) > maxCertBytes {
-		return nil, fmt.Errorf("%w: the SNS signing certificate is larger than %d bytes", ErrForbidden, maxCertBytes)
+		return nil, fmt.Errorf("%w: the SNS signing certificate is larger than %d bytes", onceplan.ErrForbidden, maxCertBytes)
 	}
 	block, _ := pem.Decode(body)
 	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%w: the SNS signing certificate is not a PEM certificate", ErrForbidden)
+		return nil, fmt.Errorf("%w: the SNS signing certificate is not a PEM certificate", onceplan.ErrForbidden)
 	}
 	c, err = x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the SNS signing certificate does not parse", ErrForbidden)
+		return nil, fmt.Errorf("%w: the SNS signing certificate does not parse", onceplan.ErrForbidden)
 	}
 	v.mu.Lock()
 	if v.certs == nil || len(v.certs) >= maxCachedCerts {
@@ -271,12 +273,12 @@ func (v *SNSVerifier) Confirm(ctx context.Context, m SNSMessage) error {
 	}
 	resp, err := v.client().Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: confirming the SNS subscription: %v", ErrUnavailable, redactURL(err))
+		return fmt.Errorf("%w: confirming the SNS subscription: %v", onceplan.ErrUnavailable, redactURL(err))
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%w: confirming the SNS subscription: HTTP %d", ErrUnavailable, resp.StatusCode)
+		return fmt.Errorf("%w: confirming the SNS subscription: HTTP %d", onceplan.ErrUnavailable, resp.StatusCode)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
@@ -42,7 +43,7 @@ type Result struct {
 // Beginner is a database Record can open a transaction on (a pool, or a
 // transaction for a savepoint).
 type Beginner interface {
-	plan.DB
+	onceplan.DB
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
@@ -285,7 +286,7 @@ const maxEventsShown = 200
 // EventsOf returns the events tied to an effect key (any epoch), oldest
 // first, at most the newest 200: what the target page shows, soft
 // bounces counted there.
-func EventsOf(ctx context.Context, db plan.DB, key string) ([]Recorded, error) {
+func EventsOf(ctx context.Context, db onceplan.DB, key string) ([]Recorded, error) {
 	rows, err := db.Query(ctx, `
 		SELECT * FROM (SELECT `+recordedCols+` FROM inbound_event WHERE key = $1 ORDER BY id DESC LIMIT $2) x
 		ORDER BY id`, key, maxEventsShown)
@@ -296,12 +297,12 @@ func EventsOf(ctx context.Context, db plan.DB, key string) ([]Recorded, error) {
 }
 
 // Get returns one stored event.
-func Get(ctx context.Context, db plan.DB, id int64) (Recorded, error) {
+func Get(ctx context.Context, db onceplan.DB, id int64) (Recorded, error) {
 	return scanRecorded(db.QueryRow(ctx, `SELECT `+recordedCols+` FROM inbound_event WHERE id = $1`, id))
 }
 
 // Raw returns a stored event's raw bytes.
-func Raw(ctx context.Context, db plan.DB, id int64) ([]byte, error) {
+func Raw(ctx context.Context, db onceplan.DB, id int64) ([]byte, error) {
 	var b []byte
 	err := db.QueryRow(ctx, `SELECT raw FROM inbound_event WHERE id = $1`, id).Scan(&b)
 	return b, err

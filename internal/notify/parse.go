@@ -18,14 +18,14 @@ import (
 	"github.com/onceplan/onceplan/ledger"
 )
 
-// ErrInvalid is wrapped by every error of Parse, ParseFlag and
+// ErrInvalidNotifier is wrapped by every error of Parse, ParseFlag and
 // NewRegistry's refusal of a name given twice.
-var ErrInvalid = errors.New("invalid notifier configuration")
+var ErrInvalidNotifier = errors.New("invalid notifier configuration")
 
 type parseError struct{ msg string }
 
 func (e *parseError) Error() string        { return e.msg }
-func (e *parseError) Is(target error) bool { return target == ErrInvalid }
+func (e *parseError) Is(target error) bool { return target == ErrInvalidNotifier }
 
 func errorf(name, format string, args ...any) error {
 	return &parseError{msg: fmt.Sprintf("notifier %q: ", name) + fmt.Sprintf(format, args...)}
@@ -88,7 +88,7 @@ var (
 // The URL carries no query of its own: every query parameter is an
 // option, and an unknown one is an error. Errors are one sentence naming
 // the notifier and what is wrong, never containing a secret; they wrap
-// ErrInvalid.
+// ErrInvalidNotifier.
 func Parse(name, rawURL string, o ParseOptions) (*Notifier, error) {
 	if o.Getenv == nil {
 		o.Getenv = os.Getenv

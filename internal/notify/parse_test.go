@@ -122,7 +122,7 @@ func TestParseNotifierRefusals(t *testing.T) {
 	} {
 		n, err := notify.ParseFlag(tc.item, o)
 		require.Nil(t, n, tc.item)
-		require.ErrorIs(t, err, notify.ErrInvalid, tc.item)
+		require.ErrorIs(t, err, notify.ErrInvalidNotifier, tc.item)
 		require.Contains(t, err.Error(), tc.says, tc.item)
 		require.NotContains(t, err.Error(), "\n", tc.item)
 		require.NotContains(t, err.Error(), secret, tc.item)
@@ -131,7 +131,7 @@ func TestParseNotifierRefusals(t *testing.T) {
 
 	// Two notifiers with one name.
 	_, err := notify.ParseList([]string{"ops=mailto:?provider=outbox", "ops=https://example.com/hook"}, o)
-	require.ErrorIs(t, err, notify.ErrInvalid)
+	require.ErrorIs(t, err, notify.ErrInvalidNotifier)
 	require.EqualError(t, err, `notifier "ops" is configured twice`)
 }
 
@@ -182,7 +182,7 @@ func FuzzParseFlag(f *testing.F) {
 		n, err := notify.ParseFlag(item, o)
 		if err != nil {
 			require.Nil(t, n)
-			require.ErrorIs(t, err, notify.ErrInvalid)
+			require.ErrorIs(t, err, notify.ErrInvalidNotifier)
 			require.NotContains(t, err.Error(), "\n")
 			require.NotContains(t, err.Error(), secret)
 			return

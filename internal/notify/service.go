@@ -17,6 +17,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -53,7 +54,7 @@ type Config struct {
 	// failed and that nothing will retry (package jobs knows River's
 	// jobs): attention counts only those as failed, not a target whose
 	// retry is still queued. Nil: every failed target counts.
-	FailedForGood func(ctx context.Context, db plan.DB, c plan.Campaign) (int, error)
+	FailedForGood func(ctx context.Context, db onceplan.DB, c plan.Campaign) (int, error)
 	// Owner names this process in the attempts it records.
 	Owner  string
 	Logger *slog.Logger

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // The SQL of the notification tables (migration 0020), in one place.
@@ -68,7 +68,7 @@ func clip(s string, n int) string {
 }
 
 // optedOut is the set of users who turned e off.
-func optedOut(ctx context.Context, db plan.DB, e Event, users []auth.User) (map[int64]bool, error) {
+func optedOut(ctx context.Context, db onceplan.DB, e Event, users []auth.User) (map[int64]bool, error) {
 	ids := make([]int64, len(users))
 	for i, u := range users {
 		ids[i] = u.ID
@@ -87,7 +87,7 @@ func optedOut(ctx context.Context, db plan.DB, e Event, users []auth.User) (map[
 
 // Preferences says, for every event, whether it reaches user by email
 // (true unless they turned it off).
-func Preferences(ctx context.Context, db plan.DB, user int64) (map[Event]bool, error) {
+func Preferences(ctx context.Context, db onceplan.DB, user int64) (map[Event]bool, error) {
 	out := make(map[Event]bool, len(Events))
 	for _, e := range Events {
 		out[e] = true
@@ -109,10 +109,10 @@ func Preferences(ctx context.Context, db plan.DB, user int64) (map[Event]bool, e
 
 // SetPreferences records user's choice for each event in prefs (the
 // others stay as they are).
-func SetPreferences(ctx context.Context, db plan.DB, user int64, prefs map[Event]bool) error {
+func SetPreferences(ctx context.Context, db onceplan.DB, user int64, prefs map[Event]bool) error {
 	for e, on := range prefs {
 		if _, err := ParseEvent(string(e)); err != nil {
-			return &plan.FieldError{Field: "event", Reason: err.Error()}
+			return &onceplan.FieldError{Field: "event", Reason: err.Error()}
 		}
 		if _, err := db.Exec(ctx, `
 			INSERT INTO notification_preference (user_id, event, enabled) VALUES ($1, $2, $3)
@@ -142,7 +142,7 @@ const stateSQL = `coalesce((SELECT a.status FROM notification_attempt a WHERE a.
 
 // StateCounts counts the notifications of each notifier by state (every
 // notifier that has any; notifiers of an earlier configuration too).
-func StateCounts(ctx context.Context, db plan.DB) (map[string]map[string]int, error) {
+func StateCounts(ctx context.Context, db onceplan.DB) (map[string]map[string]int, error) {
 	rows, err := db.Query(ctx, `SELECT n.notifier, `+stateSQL+`, count(*) FROM notification n GROUP BY 1, 2`)
 	if err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ type Delivery struct {
 
 // Undelivered lists the latest notifications not delivered (pending,
 // retrying or failed), newest first, at most limit.
-func Undelivered(ctx context.Context, db plan.DB, limit int) ([]Delivery, error) {
+func Undelivered(ctx context.Context, db onceplan.DB, limit int) ([]Delivery, error) {
 	rows, err := db.Query(ctx, `
 		SELECT n.id, n.created_at, n.event, n.campaign_id, c.name, n.notifier, n.recipient,
 		       coalesce(a.status, 'pending'), (SELECT count(*) FROM notification_attempt x WHERE x.notification_id = n.id),

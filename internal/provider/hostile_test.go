@@ -97,7 +97,7 @@ func FuzzParseFlag(f *testing.F) {
 		rawURL = strings.TrimSpace(rawURL)
 		if err != nil {
 			require.Nil(t, p)
-			require.ErrorIs(t, err, provider.ErrInvalid)
+			require.ErrorIs(t, err, provider.ErrInvalidProvider)
 			require.NotContains(t, err.Error(), "\n")
 			requireNoSecret(t, rawURL, err.Error())
 			return

@@ -12,8 +12,8 @@ import (
 	"unicode"
 )
 
-// ErrInvalid is wrapped by every error of [Parse] and [ParseFlag].
-var ErrInvalid = errors.New("invalid provider configuration")
+// ErrInvalidProvider is wrapped by every error of [Parse] and [ParseFlag].
+var ErrInvalidProvider = errors.New("invalid provider configuration")
 
 // Defaults of the options every kind takes.
 const (
@@ -40,7 +40,7 @@ const MaxNameLen = 40
 type parseError struct{ msg string }
 
 func (e *parseError) Error() string        { return e.msg }
-func (e *parseError) Is(target error) bool { return target == ErrInvalid }
+func (e *parseError) Is(target error) bool { return target == ErrInvalidProvider }
 
 func errorf(name, format string, args ...any) error {
 	return &parseError{msg: fmt.Sprintf("provider %q: ", name) + fmt.Sprintf(format, args...)}
@@ -138,7 +138,7 @@ var (
 // and an unknown one is an error.
 //
 // Errors are one sentence naming the provider and the option, and never
-// contain the password; they wrap [ErrInvalid].
+// contain the password; they wrap [ErrInvalidProvider].
 func Parse(name, rawURL string) (Provider, error) {
 	if name == "" {
 		return nil, &parseError{msg: "provider name is empty"}

@@ -60,7 +60,7 @@ func TestParseFlag(t *testing.T) {
 
 	_, err = provider.ParseFlag("smtp://u:topsecret@127.0.0.1:2525")
 	require.EqualError(t, err, `provider "smtp://u:xxxxx@127.0.0.1:2525" is not NAME=URL`)
-	require.ErrorIs(t, err, provider.ErrInvalid)
+	require.ErrorIs(t, err, provider.ErrInvalidProvider)
 }
 
 func TestParseBad(t *testing.T) {
@@ -103,7 +103,7 @@ func TestParseBad(t *testing.T) {
 				p.Close()
 			}
 			require.EqualError(t, err, tt.want)
-			require.True(t, errors.Is(err, provider.ErrInvalid))
+			require.True(t, errors.Is(err, provider.ErrInvalidProvider))
 		})
 	}
 }

@@ -94,7 +94,7 @@ func TestParsePostmark(t *testing.T) {
 		"postmark://tok@api.postmarkapp.com?endpoint=https://u:p@x.test": "without credentials",
 	} {
 		_, err := provider.Parse("pm", raw)
-		require.ErrorIs(t, err, provider.ErrInvalid, raw)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider, raw)
 		require.Contains(t, err.Error(), want, raw)
 		require.NotContains(t, err.Error(), "secret-tok", raw)
 		require.NotContains(t, err.Error(), "tok@", raw)
@@ -421,7 +421,7 @@ func TestSMTPProbePostmarkAndMailjet(t *testing.T) {
 		"smtp://u:p@h.test:25?probe=mailjet&probe_endpoint=x": "probe_endpoint",
 	} {
 		_, err := provider.Parse("relay", raw)
-		require.ErrorIs(t, err, provider.ErrInvalid, raw)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider, raw)
 		require.Contains(t, err.Error(), want, raw)
 	}
 }

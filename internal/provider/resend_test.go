@@ -87,7 +87,7 @@ func TestResendParseBad(t *testing.T) {
 		p, err := provider.Parse("mail", c.url)
 		require.Error(t, err, c.url)
 		require.Nil(t, p)
-		require.ErrorIs(t, err, provider.ErrInvalid)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider)
 		require.Contains(t, err.Error(), c.want, c.url)
 		require.NotContains(t, err.Error(), resendSecret, "the API key in the error for %q", c.url)
 		require.NotContains(t, err.Error(), "\n")

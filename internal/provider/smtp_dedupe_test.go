@@ -45,7 +45,7 @@ func TestSMTPIdempotencyHeaderParse(t *testing.T) {
 		p, err := provider.Parse("relay", "smtp://resend:"+resendSecret+"@smtp.resend.com:465?"+c.query)
 		require.Error(t, err, c.query)
 		require.Nil(t, p)
-		require.ErrorIs(t, err, provider.ErrInvalid)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider)
 		require.Contains(t, err.Error(), c.want)
 		require.NotContains(t, err.Error(), resendSecret)
 	}

@@ -743,7 +743,7 @@ func TestWebhookParseRejectsBadLimits(t *testing.T) {
 	} {
 		_, err := provider.Parse("hook", raw)
 		require.EqualError(t, err, want, raw)
-		require.ErrorIs(t, err, provider.ErrInvalid)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider)
 	}
 }
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // Reason is why an address is suppressed.
@@ -51,11 +51,8 @@ const (
 	FromImport        Source = "import"         // a suppression file imported by Actor
 )
 
-// ErrInvalid wraps every refusal of bad input.
-var ErrInvalid = plan.ErrInvalid
-
 // ErrNotSuppressed: Remove found no active suppression of the address.
-var ErrNotSuppressed = errors.New("the address is not suppressed")
+var ErrNotSuppressed = onceplan.New(onceplan.CodeNotSuppressed, "the address is not suppressed")
 
 // Entry is one suppression, with its removal when it was taken off.
 type Entry struct {
@@ -117,7 +114,7 @@ func ActiveIDSQL(addr string) string {
 func Normalize(address string) (string, error) {
 	a, err := ledger.NormalizeEmail(address)
 	if err != nil {
-		return "", &plan.FieldError{Field: "address", Reason: strings.TrimPrefix(err.Error(), ledger.ErrInvalidTarget.Error()+": ")}
+		return "", &onceplan.FieldError{Field: "address", Reason: strings.TrimPrefix(err.Error(), ledger.ErrInvalidTarget.Error()+": ")}
 	}
 	return a, nil
 }
@@ -140,19 +137,19 @@ func (p *AddParams) validate() error {
 	}
 	p.Address = a
 	if !slices.Contains(Reasons, p.Reason) {
-		return &plan.FieldError{Field: "reason", Reason: fmt.Sprintf("must be one of %s, not %q", ReasonNames(), p.Reason)}
+		return &onceplan.FieldError{Field: "reason", Reason: fmt.Sprintf("must be one of %s, not %q", ReasonNames(), p.Reason)}
 	}
 	switch p.Source {
 	case FromUnsubscribe, FromProviderEvent:
 	case FromActor, FromImport:
 		if strings.TrimSpace(p.Actor) == "" {
-			return &plan.FieldError{Field: "actor", Reason: "is required for a suppression a person adds"}
+			return &onceplan.FieldError{Field: "actor", Reason: "is required for a suppression a person adds"}
 		}
 	default:
-		return &plan.FieldError{Field: "source", Reason: fmt.Sprintf("unknown source %q", p.Source)}
+		return &onceplan.FieldError{Field: "source", Reason: fmt.Sprintf("unknown source %q", p.Source)}
 	}
 	if len(p.Note) > 1000 {
-		return &plan.FieldError{Field: "note", Reason: "must be at most 1000 characters"}
+		return &onceplan.FieldError{Field: "note", Reason: "must be at most 1000 characters"}
 	}
 	return nil
 }
@@ -171,7 +168,7 @@ func ReasonNames() string {
 // entry: Add returns that entry and added false (a re-delivered bounce, a
 // second press of an unsubscribe link). Two concurrent Adds of one address
 // make one entry: the address is locked for the transaction first.
-func Add(ctx context.Context, db plan.DB, p AddParams) (e Entry, added bool, err error) {
+func Add(ctx context.Context, db onceplan.DB, p AddParams) (e Entry, added bool, err error) {
 	if err := p.validate(); err != nil {
 		return Entry{}, false, err
 	}
@@ -200,16 +197,16 @@ func Add(ctx context.Context, db plan.DB, p AddParams) (e Entry, added bool, err
 
 // Remove takes an address off the list: its active entry gets a removal
 // by actor, for reason (both required). The entry itself stays, as history.
-func Remove(ctx context.Context, db plan.DB, address, actor, reason string) (Entry, error) {
+func Remove(ctx context.Context, db onceplan.DB, address, actor, reason string) (Entry, error) {
 	a, err := Normalize(address)
 	if err != nil {
 		return Entry{}, err
 	}
 	if strings.TrimSpace(reason) == "" {
-		return Entry{}, &plan.FieldError{Field: "reason", Reason: "is required: say why the address may be mailed again"}
+		return Entry{}, &onceplan.FieldError{Field: "reason", Reason: "is required: say why the address may be mailed again"}
 	}
 	if strings.TrimSpace(actor) == "" {
-		return Entry{}, &plan.FieldError{Field: "actor", Reason: "is required"}
+		return Entry{}, &onceplan.FieldError{Field: "actor", Reason: "is required"}
 	}
 	var e Entry
 	err = inTx(ctx, db, func(tx pgx.Tx) error {
@@ -239,7 +236,7 @@ func Remove(ctx context.Context, db plan.DB, address, actor, reason string) (Ent
 }
 
 // Lookup returns the active entry of an address, if any.
-func Lookup(ctx context.Context, db plan.DB, address string) (Entry, bool, error) {
+func Lookup(ctx context.Context, db onceplan.DB, address string) (Entry, bool, error) {
 	a, err := Normalize(address)
 	if err != nil {
 		return Entry{}, false, err
@@ -257,15 +254,15 @@ type ListParams struct {
 
 // List returns a page of entries, newest first, and the After of the next
 // page (0 when this is the last).
-func List(ctx context.Context, db plan.DB, p ListParams) ([]Entry, int64, error) {
+func List(ctx context.Context, db onceplan.DB, p ListParams) ([]Entry, int64, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
 	if p.Limit > 1000 {
-		return nil, 0, &plan.FieldError{Field: "limit", Reason: "must be at most 1000"}
+		return nil, 0, &onceplan.FieldError{Field: "limit", Reason: "must be at most 1000"}
 	}
 	if p.After < 0 {
-		return nil, 0, &plan.FieldError{Field: "after", Reason: "must not be negative"}
+		return nil, 0, &onceplan.FieldError{Field: "after", Reason: "must not be negative"}
 	}
 	prefix := strings.ToLower(strings.TrimSpace(p.Address))
 	rows, err := db.Query(ctx, `
@@ -291,7 +288,7 @@ func List(ctx context.Context, db plan.DB, p ListParams) ([]Entry, int64, error)
 }
 
 // Count is how many addresses are suppressed now.
-func Count(ctx context.Context, db plan.DB) (int, error) {
+func Count(ctx context.Context, db onceplan.DB) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `SELECT count(DISTINCT s.address) FROM suppression s WHERE `+notRemoved).Scan(&n)
 	return n, err
@@ -317,7 +314,7 @@ func scanEntry(row pgx.Row) (Entry, error) {
 	return e, nil
 }
 
-func active(ctx context.Context, db plan.DB, address string) (Entry, bool, error) {
+func active(ctx context.Context, db onceplan.DB, address string) (Entry, bool, error) {
 	e, err := scanEntry(db.QueryRow(ctx, `
 		SELECT `+entryCols+` FROM suppression s
 		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
@@ -329,7 +326,7 @@ func active(ctx context.Context, db plan.DB, address string) (Entry, bool, error
 	return e, err == nil, err
 }
 
-func get(ctx context.Context, db plan.DB, id int64) (Entry, error) {
+func get(ctx context.Context, db onceplan.DB, id int64) (Entry, error) {
 	return scanEntry(db.QueryRow(ctx, `
 		SELECT `+entryCols+` FROM suppression s
 		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
@@ -337,7 +334,7 @@ func get(ctx context.Context, db plan.DB, id int64) (Entry, error) {
 }
 
 // inTx runs fn in a transaction of db (a savepoint when db is one).
-func inTx(ctx context.Context, db plan.DB, fn func(pgx.Tx) error) error {
+func inTx(ctx context.Context, db onceplan.DB, fn func(pgx.Tx) error) error {
 	b, ok := db.(interface {
 		Begin(context.Context) (pgx.Tx, error)
 	})
@@ -353,7 +350,7 @@ type Set map[string]Reason
 
 // ActiveSet reads every address suppressed now (ActiveSQL's rule), with
 // the reason of its oldest active entry.
-func ActiveSet(ctx context.Context, db plan.DB) (Set, error) {
+func ActiveSet(ctx context.Context, db onceplan.DB) (Set, error) {
 	rows, err := db.Query(ctx, `
 		SELECT DISTINCT ON (s.address) s.address, s.reason FROM suppression s
 		WHERE `+notRemoved+`
@@ -381,7 +378,7 @@ func (s Set) Lookup(address string) (string, bool) {
 
 // InList counts the targets of a target list whose address is suppressed
 // now: the approval page shows it, since they will not be mailed.
-func InList(ctx context.Context, db plan.DB, listID int64) (int, error) {
+func InList(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	if listID == 0 {
 		return 0, nil
 	}

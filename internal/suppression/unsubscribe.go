@@ -38,8 +38,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/onceplan/onceplan/plan"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // DefaultPublicURL is where a worker process's links point when it is not
@@ -52,12 +51,12 @@ const PathPrefix = "/u/"
 // Errors of a token that does not check. Neither says anything about the
 // address it names.
 var (
-	// ErrMalformed: not a token at all (bad encoding, wrong length or
+	// ErrMalformedLinkLink: not a token at all (bad encoding, wrong length or
 	// version).
-	ErrMalformed = errors.New("this unsubscribe link is malformed: nothing was changed (copy the whole link from the message)")
-	// ErrUnknown: shaped like a token, but not one Onceplan made (altered,
+	ErrMalformedLink = errors.New("this unsubscribe link is malformed: nothing was changed (copy the whole link from the message)")
+	// ErrUnknownLinkLink: shaped like a token, but not one Onceplan made (altered,
 	// or from another installation).
-	ErrUnknown = errors.New("this unsubscribe link is not valid: nothing was changed")
+	ErrUnknownLink = errors.New("this unsubscribe link is not valid: nothing was changed")
 )
 
 const (
@@ -109,7 +108,7 @@ type Subscription struct {
 // the database that keeps the secret. Safe for concurrent use.
 type Links struct {
 	base string
-	db   plan.DB
+	db   onceplan.DB
 
 	mu  sync.Mutex
 	key []byte
@@ -118,7 +117,7 @@ type Links struct {
 // NewLinks returns the links under publicURL (ParsePublicURL's output; ""
 // for DefaultPublicURL), signed with db's secret, which is read (or made)
 // on first use.
-func NewLinks(db plan.DB, publicURL string) *Links {
+func NewLinks(db onceplan.DB, publicURL string) *Links {
 	if publicURL == "" {
 		publicURL = DefaultPublicURL
 	}
@@ -163,14 +162,14 @@ func (l *Links) Token(ctx context.Context, campaignID, address string) (string, 
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// Check returns what token names, or ErrMalformed or ErrUnknown.
+// Check returns what token names, or ErrMalformedLink or ErrUnknownLink.
 func (l *Links) Check(ctx context.Context, token string) (Subscription, error) {
 	if len(token) > MaxTokenLength {
-		return Subscription{}, ErrMalformed
+		return Subscription{}, ErrMalformedLink
 	}
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(b) < 1+uuidLen+1+macLen || b[0] != tokenVersion {
-		return Subscription{}, ErrMalformed
+		return Subscription{}, ErrMalformedLink
 	}
 	id := b[1 : 1+uuidLen]
 	address := string(b[1+uuidLen : len(b)-macLen])
@@ -179,7 +178,7 @@ func (l *Links) Check(ctx context.Context, token string) (Subscription, error) {
 		return Subscription{}, err
 	}
 	if !hmac.Equal(b[len(b)-macLen:], mac(key, id, address)) {
-		return Subscription{}, ErrUnknown
+		return Subscription{}, ErrUnknownLink
 	}
 	return Subscription{CampaignID: formatUUID(id), Address: address}, nil
 }
@@ -187,7 +186,7 @@ func (l *Links) Check(ctx context.Context, token string) (Subscription, error) {
 // Unsubscribe follows a link: the address token names is suppressed
 // (reason unsubscribed, source the campaign's link). A second time changes
 // nothing and is no error. A token that does not check changes nothing
-// (ErrMalformed, ErrUnknown).
+// (ErrMalformedLink, ErrUnknownLink).
 func (l *Links) Unsubscribe(ctx context.Context, token string) (Subscription, error) {
 	sub, err := l.Check(ctx, token)
 	if err != nil {

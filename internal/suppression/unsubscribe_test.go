@@ -81,9 +81,9 @@ func TestTokens(t *testing.T) {
 		"shorter":  alter(func(b []byte) []byte { return append(b[:17], b[18:]...) }),
 	} {
 		_, err := links.Check(ctx, bad)
-		require.ErrorIs(t, err, suppression.ErrUnknown, name)
+		require.ErrorIs(t, err, suppression.ErrUnknownLink, name)
 		_, err = links.Unsubscribe(ctx, bad)
-		require.ErrorIs(t, err, suppression.ErrUnknown, name)
+		require.ErrorIs(t, err, suppression.ErrUnknownLink, name)
 	}
 	for name, bad := range map[string]string{
 		"version": alter(func(b []byte) []byte { b[0] = 2; return b }),
@@ -93,7 +93,7 @@ func TestTokens(t *testing.T) {
 		"long":    strings.Repeat("A", suppression.MaxTokenLength+1),
 	} {
 		_, err := links.Check(ctx, bad)
-		require.ErrorIs(t, err, suppression.ErrMalformed, name)
+		require.ErrorIs(t, err, suppression.ErrMalformedLink, name)
 	}
 	n, err := suppression.Count(ctx, pool)
 	require.NoError(t, err)
@@ -105,7 +105,7 @@ func TestTokens(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, token, foreign)
 	_, err = links.Check(ctx, foreign)
-	require.ErrorIs(t, err, suppression.ErrUnknown)
+	require.ErrorIs(t, err, suppression.ErrUnknownLink)
 
 	for range 2 {
 		sub, err := links.Unsubscribe(ctx, token)

@@ -11,17 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // requestApproval records (once per key and digest) that a person must
 // approve these args before the call may be performed.
 func (s *Service) requestApproval(ctx context.Context, a auth.Actor, v validated, pol Policy, digest string) (Status, error) {
 	if a.UserID == 0 {
-		return Status{}, fmt.Errorf("%w: an approval request needs the user the call is begun for", auth.ErrForbidden)
+		return Status{}, fmt.Errorf("%w: an approval request needs the user the call is begun for", onceplan.ErrForbidden)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var id int64
@@ -111,7 +110,7 @@ func scanRequest(row pgx.Row) (Request, int64, error) {
 func (s *Service) GetRequest(ctx context.Context, id int64) (Request, error) {
 	r, policyID, err := scanRequest(s.pool.QueryRow(ctx, requestSelect+` WHERE r.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Request{}, fmt.Errorf("%w: there is no tool call approval request %d", plan.ErrNotFound, id)
+		return Request{}, fmt.Errorf("%w: there is no tool call approval request %d", onceplan.ErrNotFound, id)
 	}
 	if err != nil {
 		return Request{}, err
@@ -130,14 +129,14 @@ func (s *Service) Decide(ctx context.Context, a auth.Actor, id int64, digest str
 		action, decision = auth.ActionReject, "rejected"
 	}
 	if a.Agent {
-		return Request{}, fmt.Errorf("%w: an agent token may not %s a tool call; a person must", auth.ErrForbidden, action)
+		return Request{}, fmt.Errorf("%w: an agent token may not %s a tool call; a person must", onceplan.ErrForbidden, action)
 	}
 	if err := auth.Authorize(a, action); err != nil {
 		return Request{}, err
 	}
 	reason = strings.TrimSpace(reason)
 	if !approve && reason == "" {
-		return Request{}, &plan.FieldError{Field: "reason", Reason: "is required: say why the call must not be made"}
+		return Request{}, &onceplan.FieldError{Field: "reason", Reason: "is required: say why the call must not be made"}
 	}
 	r, err := s.GetRequest(ctx, id)
 	if err != nil {
@@ -145,11 +144,11 @@ func (s *Service) Decide(ctx context.Context, a auth.Actor, id int64, digest str
 	}
 	switch {
 	case digest != r.ArgsDigest:
-		return Request{}, fmt.Errorf("%w: the args you were shown (digest %s) are not this request's (digest %s): reload the page", approval.ErrConflict, digest, r.ArgsDigest)
+		return Request{}, fmt.Errorf("%w: the args you were shown (digest %s) are not this request's (digest %s): reload the page", onceplan.ErrConflict, digest, r.ArgsDigest)
 	case r.Decision != "":
-		return Request{}, fmt.Errorf("%w: this request was already %s by %s", approval.ErrConflict, r.Decision, r.DecidedBy)
+		return Request{}, fmt.Errorf("%w: this request was already %s by %s", onceplan.ErrConflict, r.Decision, r.DecidedBy)
 	case approve && r.Stale():
-		return Request{}, fmt.Errorf("%w: the call's key is bound to other args since (digest %s): approving these would perform nothing", approval.ErrConflict, r.BoundDigest)
+		return Request{}, fmt.Errorf("%w: the call's key is bound to other args since (digest %s): approving these would perform nothing", onceplan.ErrConflict, r.BoundDigest)
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO tool_approval (request_id, decision, args_digest, decided_by, reason) VALUES ($1, $2, $3, $4, $5)`,
@@ -173,11 +172,11 @@ func decisionRefusal(err error) error {
 	}
 	switch pgErr.Code {
 	case "23505":
-		return fmt.Errorf("%w: this request was decided meanwhile", approval.ErrConflict)
+		return fmt.Errorf("%w: this request was decided meanwhile", onceplan.ErrConflict)
 	case "OP006":
-		return fmt.Errorf("%w: you began this call (yourself or through your agent token): another person decides on it", auth.ErrForbidden)
+		return fmt.Errorf("%w: you began this call (yourself or through your agent token): another person decides on it", onceplan.ErrForbidden)
 	case "OP007":
-		return fmt.Errorf("%w: %s", approval.ErrConflict, pgErr.Message)
+		return fmt.Errorf("%w: %s", onceplan.ErrConflict, pgErr.Message)
 	}
 	return err
 }
@@ -272,14 +271,14 @@ func (s *Service) Revoke(ctx context.Context, a auth.Actor, key ledger.Key, reas
 func (s *Service) humanAct(ctx context.Context, a auth.Actor, key ledger.Key, action string, state ledger.State, reason string,
 	act func(*ledger.Store) (ledger.Effect, error)) (ledger.Effect, error) {
 	if strings.TrimSpace(reason) == "" {
-		return ledger.Effect{}, &plan.FieldError{Field: "reason", Reason: "is required: say how you know"}
+		return ledger.Effect{}, &onceplan.FieldError{Field: "reason", Reason: "is required: say how you know"}
 	}
 	var eff ledger.Effect
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var tool, event string
 		err := tx.QueryRow(ctx, `SELECT c.tool, c.event FROM tool_call c WHERE c.key = $1`, string(key)).Scan(&tool, &event)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w has key %s", ErrNotFound, key)
+			return fmt.Errorf("%w has key %s", ErrNoEffect, key)
 		}
 		if err != nil {
 			return err

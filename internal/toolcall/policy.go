@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // Recovery is what a tool declares about how an attempt whose lease ended
@@ -42,7 +42,7 @@ func ParseRecovery(s string) (Recovery, error) {
 	case RecoveryDedupe, RecoveryProbe:
 		return Recovery(s), nil
 	}
-	return "", &plan.FieldError{Field: "recovery", Reason: fmt.Sprintf("must be \"dedupe\", \"probe\" or \"none\", not %q", s)}
+	return "", &onceplan.FieldError{Field: "recovery", Reason: fmt.Sprintf("must be \"dedupe\", \"probe\" or \"none\", not %q", s)}
 }
 
 // Limits of a registration (migration 0021's checks).
@@ -178,13 +178,13 @@ type RegisterParams struct {
 // ASCII identifier) and the registry's length.
 func ValidateTool(tool string) error {
 	if tool == "" {
-		return &plan.FieldError{Field: "tool", Reason: "is required"}
+		return &onceplan.FieldError{Field: "tool", Reason: "is required"}
 	}
 	if _, err := ledger.NewKey(ledger.KeyInput{Event: "e", Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "t"}}); err != nil || tool != strings.TrimSpace(tool) {
-		return &plan.FieldError{Field: "tool", Reason: fmt.Sprintf("%q is not a tool name: use lower-case ASCII letters, digits, '.', '_' and '-', starting with a letter or digit", tool)}
+		return &onceplan.FieldError{Field: "tool", Reason: fmt.Sprintf("%q is not a tool name: use lower-case ASCII letters, digits, '.', '_' and '-', starting with a letter or digit", tool)}
 	}
 	if len(tool) > MaxToolLength {
-		return &plan.FieldError{Field: "tool", Reason: fmt.Sprintf("is %d characters long; at most %d", len(tool), MaxToolLength)}
+		return &onceplan.FieldError{Field: "tool", Reason: fmt.Sprintf("is %d characters long; at most %d", len(tool), MaxToolLength)}
 	}
 	return nil
 }
@@ -200,35 +200,35 @@ func (p RegisterParams) Validate() error {
 	}
 	switch {
 	case p.Recovery == RecoveryProbe && p.ProbeURL == "":
-		return &plan.FieldError{Field: "probe_url", Reason: "is required with recovery probe: the URL to GET, with " + KeyPlaceholder + " where the key goes"}
+		return &onceplan.FieldError{Field: "probe_url", Reason: "is required with recovery probe: the URL to GET, with " + KeyPlaceholder + " where the key goes"}
 	case p.Recovery != RecoveryProbe && p.ProbeURL != "":
-		return &plan.FieldError{Field: "probe_url", Reason: "applies only with recovery probe"}
+		return &onceplan.FieldError{Field: "probe_url", Reason: "applies only with recovery probe"}
 	case p.Recovery != RecoveryProbe && p.SettleWindow != 0:
-		return &plan.FieldError{Field: "settle_window", Reason: "applies only with recovery probe"}
+		return &onceplan.FieldError{Field: "settle_window", Reason: "applies only with recovery probe"}
 	case p.SettleWindow < 0 || p.SettleWindow > MaxSettleWindow:
-		return &plan.FieldError{Field: "settle_window", Reason: fmt.Sprintf("must be between 0 and %s", MaxSettleWindow)}
+		return &onceplan.FieldError{Field: "settle_window", Reason: fmt.Sprintf("must be between 0 and %s", MaxSettleWindow)}
 	case p.Recovery != RecoveryDedupe && p.DedupeWindow != 0:
-		return &plan.FieldError{Field: "dedupe_window", Reason: "applies only with recovery dedupe"}
+		return &onceplan.FieldError{Field: "dedupe_window", Reason: "applies only with recovery dedupe"}
 	case p.DedupeWindow < 0 || (p.DedupeWindow > 0 && p.DedupeWindow < time.Second):
-		return &plan.FieldError{Field: "dedupe_window", Reason: "must be at least 1s (leave it out when the outside system honours a key for ever)"}
+		return &onceplan.FieldError{Field: "dedupe_window", Reason: "must be at least 1s (leave it out when the outside system honours a key for ever)"}
 	case p.Recovery != RecoveryProbe && p.ProbeRetention != 0:
-		return &plan.FieldError{Field: "probe_retention", Reason: "applies only with recovery probe"}
+		return &onceplan.FieldError{Field: "probe_retention", Reason: "applies only with recovery probe"}
 	case p.ProbeRetention < 0 || (p.ProbeRetention > 0 && p.ProbeRetention < time.Second):
-		return &plan.FieldError{Field: "probe_retention", Reason: "must be at least 1s (leave it out when the probe can be asked for ever)"}
+		return &onceplan.FieldError{Field: "probe_retention", Reason: "must be at least 1s (leave it out when the probe can be asked for ever)"}
 	case utf8.RuneCountInString(p.Description) > MaxDescriptionLength:
-		return &plan.FieldError{Field: "description", Reason: fmt.Sprintf("is longer than %d characters", MaxDescriptionLength)}
+		return &onceplan.FieldError{Field: "description", Reason: fmt.Sprintf("is longer than %d characters", MaxDescriptionLength)}
 	case strings.TrimSpace(p.RegisteredBy) == "":
-		return &plan.FieldError{Field: "registered_by", Reason: "is required: who registers the tool"}
+		return &onceplan.FieldError{Field: "registered_by", Reason: "is required: who registers the tool"}
 	}
 	if p.Recovery == RecoveryProbe {
 		u, err := url.Parse(strings.ReplaceAll(p.ProbeURL, KeyPlaceholder, "k"))
 		switch {
 		case len(p.ProbeURL) > MaxProbeURLLength:
-			return &plan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("is longer than %d characters", MaxProbeURLLength)}
+			return &onceplan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("is longer than %d characters", MaxProbeURLLength)}
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			return &plan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("%q is not an http(s) URL", p.ProbeURL)}
+			return &onceplan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("%q is not an http(s) URL", p.ProbeURL)}
 		case !strings.Contains(p.ProbeURL, KeyPlaceholder):
-			return &plan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("%q has no %s: the probe must be asked about one key", p.ProbeURL, KeyPlaceholder)}
+			return &onceplan.FieldError{Field: "probe_url", Reason: fmt.Sprintf("%q has no %s: the probe must be asked about one key", p.ProbeURL, KeyPlaceholder)}
 		}
 	}
 	return nil
@@ -236,7 +236,7 @@ func (p RegisterParams) Validate() error {
 
 // DB is what the package's reads and single statements need: a pool, a
 // connection or a transaction — the ledger's.
-type DB = ledger.DB
+type DB = onceplan.DB
 
 // ErrNotOwner: the database role may not register a tool's policy (only
 // the schema's owner may, as `onceplan tool add` does).
@@ -303,7 +303,7 @@ func CurrentPolicy(ctx context.Context, db DB, tool string) (Policy, error) {
 }
 
 // ErrNotRegistered: no policy names the tool.
-var ErrNotRegistered = fmt.Errorf("%w: tool not registered", plan.ErrNotFound)
+var ErrNotRegistered = fmt.Errorf("%w: tool not registered", onceplan.ErrNotFound)
 
 // policyByID reads one policy.
 func policyByID(ctx context.Context, db DB, id int64) (Policy, error) {

@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // Defaults and bounds of a lease.
@@ -126,7 +126,7 @@ type ArgsMismatchError struct {
 }
 
 // ErrArgsMismatch is wrapped by ArgsMismatchError.
-var ErrArgsMismatch = errors.New("args mismatch")
+var ErrArgsMismatch = onceplan.New(onceplan.CodeArgsMismatch, "args mismatch")
 
 func (e *ArgsMismatchError) Error() string {
 	return fmt.Sprintf("key %s is bound to other args (digest %s; these have digest %s): the same event, tool and target with changed args is a different operation — give it a new event id",
@@ -136,9 +136,12 @@ func (e *ArgsMismatchError) Error() string {
 // Is makes errors.Is(err, ErrArgsMismatch) hold.
 func (e *ArgsMismatchError) Is(target error) bool { return target == ErrArgsMismatch }
 
+// ErrorCode makes a changed call a [onceplan.CodeArgsMismatch].
+func (e *ArgsMismatchError) ErrorCode() onceplan.Code { return onceplan.CodeArgsMismatch }
+
 // ErrLease: the settle's or heartbeat's lease is not the attempt's
 // current one (409).
-var ErrLease = fmt.Errorf("%w: not the current lease", ledger.ErrConflict)
+var ErrLease = fmt.Errorf("%w: not the current lease", onceplan.ErrConflict)
 
 // validated is a begin's checked input.
 type validated struct {
@@ -168,7 +171,7 @@ func (p BeginParams) validate() (validated, error) {
 		{"event", p.Identity.Event}, {"scope", p.Identity.Scope}, {"target", p.Identity.Target.Value},
 	} {
 		if len(f.value) > MaxIdentityBytes {
-			return validated{}, &plan.FieldError{Field: f.name, Reason: fmt.Sprintf("is %d bytes; at most %d", len(f.value), MaxIdentityBytes)}
+			return validated{}, &onceplan.FieldError{Field: f.name, Reason: fmt.Sprintf("is %d bytes; at most %d", len(f.value), MaxIdentityBytes)}
 		}
 	}
 	canonical, err := ledger.CanonicalJSON(p.Identity)
@@ -180,7 +183,7 @@ func (p BeginParams) validate() (validated, error) {
 				break
 			}
 		}
-		return validated{}, &plan.FieldError{Field: field, Reason: err.Error()}
+		return validated{}, &onceplan.FieldError{Field: field, Reason: err.Error()}
 	}
 	var in ledger.KeyInput
 	if err := json.Unmarshal(canonical, &in); err != nil {
@@ -193,13 +196,13 @@ func (p BeginParams) validate() (validated, error) {
 	args := bytes.TrimSpace(p.Args)
 	switch {
 	case len(args) == 0:
-		return validated{}, &plan.FieldError{Field: "args", Reason: "is required: the JSON the tool is called with (an empty object {} when it takes none)"}
+		return validated{}, &onceplan.FieldError{Field: "args", Reason: "is required: the JSON the tool is called with (an empty object {} when it takes none)"}
 	case len(args) > MaxArgsBytes:
-		return validated{}, &plan.FieldError{Field: "args", Reason: fmt.Sprintf("is %d bytes; at most %d", len(args), MaxArgsBytes)}
+		return validated{}, &onceplan.FieldError{Field: "args", Reason: fmt.Sprintf("is %d bytes; at most %d", len(args), MaxArgsBytes)}
 	case !json.Valid(args) || !utf8.Valid(args):
-		return validated{}, &plan.FieldError{Field: "args", Reason: "is not valid JSON"}
+		return validated{}, &onceplan.FieldError{Field: "args", Reason: "is not valid JSON"}
 	case bytes.Contains(args, []byte(`\u0000`)):
-		return validated{}, &plan.FieldError{Field: "args", Reason: "contains a NUL character (\\u0000), which PostgreSQL's JSON cannot hold"}
+		return validated{}, &onceplan.FieldError{Field: "args", Reason: "contains a NUL character (\\u0000), which PostgreSQL's JSON cannot hold"}
 	}
 	lease, err := leaseOrDefault(p.Lease)
 	if err != nil {
@@ -237,7 +240,7 @@ func leaseOrDefault(d time.Duration) (time.Duration, error) {
 		d = DefaultLease
 	}
 	if d < MinLease || d > MaxLease {
-		return 0, &plan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
+		return 0, &onceplan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
 	}
 	return d, nil
 }
@@ -251,7 +254,7 @@ func (s *Service) policyFor(ctx context.Context, a auth.Actor, v validated, p Be
 	switch {
 	case errors.Is(err, ErrNotRegistered):
 		if p.Recovery != "" && p.Recovery != RecoveryNone {
-			return Policy{}, false, &plan.FieldError{Field: "recovery", Reason: fmt.Sprintf(
+			return Policy{}, false, &onceplan.FieldError{Field: "recovery", Reason: fmt.Sprintf(
 				"tool %s is not registered, and a tool's first use registers it with no recovery and no approval: only an admin declares %s (onceplan tool add --name %s --recovery %s), so begin without declaring one, or have it registered first",
 				v.in.Tool, p.Recovery, v.in.Tool, p.Recovery)}
 		}
@@ -263,7 +266,7 @@ func (s *Service) policyFor(ctx context.Context, a auth.Actor, v validated, p Be
 		return Policy{}, false, err
 	}
 	if p.Recovery != "" && (p.Recovery != pol.Recovery || (p.ProbeURL != "" && p.ProbeURL != pol.ProbeURL)) {
-		return Policy{}, false, &plan.FieldError{Field: "recovery", Reason: fmt.Sprintf(
+		return Policy{}, false, &onceplan.FieldError{Field: "recovery", Reason: fmt.Sprintf(
 			"tool %s is registered with %s (by %s), not what this call declares (recovery %s): recovery follows the registration; an admin changes it with onceplan tool add",
 			pol.Tool, pol.Summary(), pol.RegisteredBy, p.Recovery)}
 	}
@@ -319,14 +322,14 @@ func (s *Service) Begin(ctx context.Context, a auth.Actor, p BeginParams) (Begin
 // whose premise another transaction changed meanwhile: a conflict, or an
 // outcome or transition that is no longer there to make.
 func changedUnder(err error) bool {
-	return errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrIllegalTransition) || errors.Is(err, ledger.ErrWriteOnce)
+	return errors.Is(err, onceplan.ErrConflict) || errors.Is(err, ledger.ErrIllegalTransition) || errors.Is(err, ledger.ErrWriteOnce)
 }
 
 // statusOrNew is the status of v's key, or the status of a key nothing
 // holds yet (under the tool's policy in force).
 func (s *Service) statusOrNew(ctx context.Context, v validated, digest string) (Status, error) {
 	st, err := getStatus(ctx, s.pool, v.key, digest)
-	if !errors.Is(err, ErrNotFound) {
+	if !errors.Is(err, ErrNoEffect) {
 		return st, err
 	}
 	pol, err := CurrentPolicy(ctx, s.pool, v.in.Tool)
@@ -480,9 +483,9 @@ func refusal(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && (pgErr.Code == "OP007" || pgErr.Code == "OP006"):
-		return fmt.Errorf("%w: %s", ledger.ErrConflict, pgErr.Message)
+		return fmt.Errorf("%w: %s", onceplan.ErrConflict, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Code == "OP008":
-		return fmt.Errorf("%w: %s", auth.ErrForbidden, pgErr.Message)
+		return fmt.Errorf("%w: %s", onceplan.ErrForbidden, pgErr.Message)
 	}
 	return err
 }
@@ -518,23 +521,23 @@ func (p SettleParams) validate() error {
 	switch p.Outcome {
 	case Done:
 		if strings.TrimSpace(p.Receipt) == "" {
-			return &plan.FieldError{Field: "receipt", Reason: "is required with outcome done: the outside system's id for the effect (or its answer's summary)"}
+			return &onceplan.FieldError{Field: "receipt", Reason: "is required with outcome done: the outside system's id for the effect (or its answer's summary)"}
 		}
 	case Failed, Unknown:
 		if strings.TrimSpace(p.Reason) == "" {
-			return &plan.FieldError{Field: "reason", Reason: fmt.Sprintf("is required with outcome %s: say why", p.Outcome)}
+			return &onceplan.FieldError{Field: "reason", Reason: fmt.Sprintf("is required with outcome %s: say why", p.Outcome)}
 		}
 	default:
-		return &plan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be \"done\", \"failed\" or \"unknown\", not %q", p.Outcome)}
+		return &onceplan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be \"done\", \"failed\" or \"unknown\", not %q", p.Outcome)}
 	}
 	if p.Raw == nil && p.Outcome != Unknown {
-		return &plan.FieldError{Field: "raw", Reason: fmt.Sprintf("is required with outcome %s: the outside system's answer as received (it may be empty)", p.Outcome)}
+		return &onceplan.FieldError{Field: "raw", Reason: fmt.Sprintf("is required with outcome %s: the outside system's answer as received (it may be empty)", p.Outcome)}
 	}
 	if len(p.Raw) > MaxRawBytes {
-		return &plan.FieldError{Field: "raw", Reason: fmt.Sprintf("is %d bytes; at most %d", len(p.Raw), MaxRawBytes)}
+		return &onceplan.FieldError{Field: "raw", Reason: fmt.Sprintf("is %d bytes; at most %d", len(p.Raw), MaxRawBytes)}
 	}
 	if strings.TrimSpace(p.Lease) == "" {
-		return &plan.FieldError{Field: "lease", Reason: "is required: the lease the begin answered"}
+		return &onceplan.FieldError{Field: "lease", Reason: "is required: the lease the begin answered"}
 	}
 	return nil
 }
@@ -653,7 +656,7 @@ func (s *Service) Settle(ctx context.Context, a auth.Actor, p SettleParams) (Sta
 			// the raw answer of the settle that settled it stays the one
 			// a replay returns.
 			return fmt.Errorf("%w: the attempt for key %s is already %s, settled before this answer came; nothing was recorded — begin again to read the outcome",
-				ledger.ErrConflict, p.Key, r.state)
+				onceplan.ErrConflict, p.Key, r.state)
 		}
 		return recordEvent(ctx, tx, ev)
 	})
@@ -676,7 +679,7 @@ func (s *Service) Heartbeat(ctx context.Context, a auth.Actor, key ledger.Key, l
 		return Status{}, err
 	}
 	if strings.TrimSpace(lease) == "" {
-		return Status{}, &plan.FieldError{Field: "lease", Reason: "is required: the lease the begin answered"}
+		return Status{}, &onceplan.FieldError{Field: "lease", Reason: "is required: the lease the begin answered"}
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		r, err := lockAttempt(ctx, tx, key, lease)
@@ -685,10 +688,10 @@ func (s *Service) Heartbeat(ctx context.Context, a auth.Actor, key ledger.Key, l
 		}
 		switch {
 		case r.state != ledger.StatePending:
-			return fmt.Errorf("%w: the attempt for key %s is %s: there is no call in hand to extend (do not perform it; read its status)", ledger.ErrConflict, key, r.state)
+			return fmt.Errorf("%w: the attempt for key %s is %s: there is no call in hand to extend (do not perform it; read its status)", onceplan.ErrConflict, key, r.state)
 		case r.leaseEnded:
 			return fmt.Errorf("%w: the lease of key %s ended at %s: the call is in doubt and no heartbeat revives it (do not start or continue it; begin again to learn its outcome)",
-				ledger.ErrConflict, key, r.leaseUntil.UTC().Format(time.RFC3339Nano))
+				onceplan.ErrConflict, key, r.leaseUntil.UTC().Format(time.RFC3339Nano))
 		}
 		_, err = tx.Exec(ctx, `UPDATE tool_attempt SET lease_until = greatest(lease_until, now() + make_interval(secs => $2)) WHERE effect_id = $1`, r.effectID, d.Seconds())
 		return refusal(err)

@@ -14,10 +14,10 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // bundle is one test database, as the application role, with an agent.
@@ -78,7 +78,7 @@ func TestBeginRefusesBadInput(t *testing.T) {
 			"tool crm.set is not registered, and a tool's first use registers it with no recovery and no approval"},
 	} {
 		_, err := b.svc.Begin(b.ctx, b.agent, tc.p)
-		var fe *plan.FieldError
+		var fe *onceplan.FieldError
 		require.ErrorAs(t, err, &fe, "%+v", tc.p)
 		require.Equal(t, tc.field, fe.Field)
 		require.Contains(t, err.Error(), tc.msg)
@@ -134,7 +134,7 @@ func TestLeaseFencing(t *testing.T) {
 	require.Equal(t, "new", string(done.Raw))
 	require.Equal(t, ledger.ResponseResend, done.RawKind)
 	_, err = b.svc.Heartbeat(b.ctx, b.agent, first.Status.Key, now.LeaseID, time.Minute)
-	require.ErrorIs(t, err, ledger.ErrConflict, "no call in hand once settled")
+	require.ErrorIs(t, err, onceplan.ErrConflict, "no call in hand once settled")
 }
 
 // TestSettledUnknownByDedupeIsPerformedAgain: the agent itself reports
@@ -183,7 +183,7 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 
 	// A person resolves it; the agent may not.
 	_, err = b.svc.Resolve(b.ctx, b.agent, first.Status.Key, ledger.Delivered, "the agent says so")
-	require.ErrorIs(t, err, auth.ErrForbidden)
+	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	_, err = b.svc.Resolve(b.ctx, b.oper, first.Status.Key, ledger.Delivered, "the CRM shows it")
 	require.NoError(t, err)
 	require.Equal(t, toolcall.AlreadyDone, b.begin(t, "crm.none", "run-1", `{}`, time.Minute).Outcome)
@@ -214,7 +214,7 @@ func TestHeartbeatOnlyExtends(t *testing.T) {
 		return err == nil && st.LeaseExpired
 	})
 	_, err = b.svc.Heartbeat(b.ctx, b.agent, short.Status.Key, short.Status.LeaseID, time.Minute)
-	require.ErrorIs(t, err, ledger.ErrConflict)
+	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Contains(t, err.Error(), "no heartbeat revives it")
 	st, err = b.svc.Get(b.ctx, short.Status.Key)
 	require.NoError(t, err)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // State is where a single effect stands: a ledger state of its latest
@@ -139,13 +139,13 @@ func (st *Status) setIdentity(canonical string) error {
 	return nil
 }
 
-// Get is the status of key: ErrNotFound when no call was begun with it.
+// Get is the status of key: ErrNoEffect when no call was begun with it.
 func (s *Service) Get(ctx context.Context, key ledger.Key) (Status, error) {
 	return getStatus(ctx, s.pool, key, "")
 }
 
-// ErrNotFound: no single effect has the key.
-var ErrNotFound = fmt.Errorf("%w: no single effect", plan.ErrNotFound)
+// ErrNoEffect: no single effect has the key.
+var ErrNoEffect = fmt.Errorf("%w: no single effect", onceplan.ErrNotFound)
 
 // getStatus reads key's status. Before the key is bound (no attempt yet),
 // digest names the args whose approval to report ("" : the latest
@@ -208,7 +208,7 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 }
 
 // requestStatus is the status of a key with no intent yet: its approval
-// request of digest (or the latest), else ErrNotFound.
+// request of digest (or the latest), else ErrNoEffect.
 func requestStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Status, error) {
 	st := Status{Key: key}
 	var canonical string
@@ -218,7 +218,7 @@ func requestStatus(ctx context.Context, db DB, key ledger.Key, digest string) (S
 		WHERE key = $1 AND ($2 = '' OR args_digest = $2) ORDER BY id DESC LIMIT 1`, string(key), digest).
 		Scan(&canonical, &st.Args, &st.ArgsDigest, &policyID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Status{}, fmt.Errorf("%w has key %s", ErrNotFound, key)
+		return Status{}, fmt.Errorf("%w has key %s", ErrNoEffect, key)
 	}
 	if err != nil {
 		return Status{}, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // QueueOpen is the SQL condition that the queue named by the SQL
@@ -39,15 +40,10 @@ type QueueState struct {
 	Available, Scheduled, Running, Retryable int
 }
 
-// DB is what the reads need: a pool, a connection or a transaction.
-type DB interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // QueueStates reads every queue River knows and every queue with jobs
 // waiting, running or retrying: paused or not, until when, and its jobs by
 // state. Read only.
-func QueueStates(ctx context.Context, db DB) (map[string]QueueState, error) {
+func QueueStates(ctx context.Context, db onceplan.DB) (map[string]QueueState, error) {
 	out := map[string]QueueState{}
 	rows, err := db.Query(ctx, `
 		SELECT q.name, q.paused_at IS NOT NULL,

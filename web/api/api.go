@@ -26,6 +26,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/web/httperr"
 )
@@ -175,7 +176,7 @@ func (a *API) authenticated(h func(*API, echo.Context, auth.Actor) error) echo.H
 		}
 		actor, tok, err := auth.TokenActor(c.Request().Context(), a.cfg.Pool, strings.TrimSpace(secret))
 		if err != nil {
-			if errors.Is(err, auth.ErrUnauthenticated) {
+			if errors.Is(err, onceplan.ErrUnauthenticated) {
 				c.Response().Header().Set("WWW-Authenticate", `Bearer realm="onceplan", error="invalid_token"`)
 				return writeError(c, http.StatusUnauthorized, "unauthenticated", err.Error())
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -285,7 +286,7 @@ func boolParam(c echo.Context, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, &plan.FieldError{Field: name, Reason: fmt.Sprintf("must be true or false, not %q", v)}
+		return false, &onceplan.FieldError{Field: name, Reason: fmt.Sprintf("must be true or false, not %q", v)}
 	}
 	return b, nil
 }
@@ -323,7 +324,7 @@ func decodeCursor(s string) (string, error) {
 			return rest, nil
 		}
 	}
-	return "", &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"}
+	return "", &onceplan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"}
 }
 
 func intParam(c echo.Context, name string) (int, error) {
@@ -333,7 +334,7 @@ func intParam(c echo.Context, name string) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return 0, &plan.FieldError{Field: name, Reason: fmt.Sprintf("must be an integer, not %q", v)}
+		return 0, &onceplan.FieldError{Field: name, Reason: fmt.Sprintf("must be an integer, not %q", v)}
 	}
 	return n, nil
 }
@@ -352,19 +353,19 @@ func (a *API) listTargets(c echo.Context, _ auth.Actor) error {
 		return a.fail(c, err)
 	}
 	if c.QueryParams().Has("limit") && (limit < 1 || limit > 1000) {
-		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
+		return a.fail(c, &onceplan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
 	}
 	if limit == 0 {
 		limit = 100
 	}
 	state := c.QueryParam("state")
 	if state != "" && !slices.Contains(audit.ValidStates, state) {
-		return a.fail(c, &plan.FieldError{Field: "state", Reason: fmt.Sprintf("%q is not one of %v", state, audit.ValidStates)})
+		return a.fail(c, &onceplan.FieldError{Field: "state", Reason: fmt.Sprintf("%q is not one of %v", state, audit.ValidStates)})
 	}
 	prefix := strings.ToLower(strings.TrimSpace(c.QueryParam("q")))
 	if prefix == "" {
 		if _, err := strconv.Atoi(after); after != "" && err != nil {
-			return a.fail(c, &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"})
+			return a.fail(c, &onceplan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"})
 		}
 	}
 	cur, err := a.current(c)
@@ -418,7 +419,7 @@ func (a *API) listCampaigns(c echo.Context, _ auth.Actor) error {
 		return a.fail(c, err)
 	}
 	if c.QueryParams().Has("limit") && (limit < 1 || limit > 200) {
-		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 200, not %d", limit)})
+		return a.fail(c, &onceplan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 200, not %d", limit)})
 	}
 	if limit == 0 {
 		limit = 50
@@ -464,7 +465,7 @@ func (a *API) approve(c echo.Context, actor auth.Actor) error {
 		return a.fail(c, err)
 	}
 	if req.PlanHash == "" {
-		return a.fail(c, &plan.FieldError{Field: "plan_hash", Reason: "is required: send the plan hash you reviewed"})
+		return a.fail(c, &onceplan.FieldError{Field: "plan_hash", Reason: "is required: send the plan hash you reviewed"})
 	}
 	res, err := a.cfg.Approval.Approve(c.Request().Context(), actor, c.Param("id"), req.PlanHash)
 	return a.answer(c, http.StatusOK, res, err)
@@ -483,7 +484,7 @@ func (a *API) reason(c echo.Context, required bool) (string, error) {
 		return "", err
 	}
 	if required && strings.TrimSpace(req.Reason) == "" {
-		return "", &plan.FieldError{Field: "reason", Reason: "is required"}
+		return "", &onceplan.FieldError{Field: "reason", Reason: "is required"}
 	}
 	return req.Reason, nil
 }
@@ -583,10 +584,10 @@ func (a *API) resolve(c echo.Context, actor auth.Actor) error {
 	case "not_delivered":
 		outcome = ledger.NotDelivered
 	default:
-		return a.fail(c, &plan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be \"delivered\" or \"not_delivered\", not %q", req.Outcome)})
+		return a.fail(c, &onceplan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be \"delivered\" or \"not_delivered\", not %q", req.Outcome)})
 	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: say how you know"})
+		return a.fail(c, &onceplan.FieldError{Field: "reason", Reason: "is required: say how you know"})
 	}
 	if tool, err := a.toolKey(c); err != nil || tool {
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -112,12 +113,12 @@ func waitParam(c echo.Context) (time.Duration, error) {
 	if err != nil {
 		n, nerr := strconv.Atoi(v)
 		if nerr != nil {
-			return 0, &plan.FieldError{Field: "wait", Reason: fmt.Sprintf("must be a duration like 30s or a number of seconds, at most %ds; not %q", maxWait, v)}
+			return 0, &onceplan.FieldError{Field: "wait", Reason: fmt.Sprintf("must be a duration like 30s or a number of seconds, at most %ds; not %q", maxWait, v)}
 		}
 		d = time.Duration(n) * time.Second
 	}
 	if d < 0 || d > approval.DecisionWaitMax {
-		return 0, &plan.FieldError{Field: "wait", Reason: fmt.Sprintf("must be between 0s and %ds, not %s", maxWait, v)}
+		return 0, &onceplan.FieldError{Field: "wait", Reason: fmt.Sprintf("must be between 0s and %ds, not %s", maxWait, v)}
 	}
 	return d, nil
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/web/httperr"
@@ -328,4 +328,4 @@ func (a *API) revokeTool(c echo.Context, actor auth.Actor, reason string) error 
 
 // errSupersedeTool: a single effect is not superseded; a deliberate second
 // effect is a call with a new event id.
-var errSupersedeTool = fmt.Errorf("%w: a single effect is not superseded: a deliberate second call is a begin with a new event id", approval.ErrConflict)
+var errSupersedeTool = fmt.Errorf("%w: a single effect is not superseded: a deliberate second call is a begin with a new event id", onceplan.ErrConflict)

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
@@ -230,9 +230,9 @@ func TestEffectApprovalOfExactArgs(t *testing.T) {
 	require.Zero(t, attempts(key), "nothing is performed, not even claimed, before a person approves")
 
 	// Nobody but a person who did not begin it approves.
-	require.ErrorIs(t, s.decide(agent, a.body["approval_url"].(string), digestA, true), auth.ErrForbidden)
-	require.ErrorIs(t, s.decide(owner, a.body["approval_url"].(string), digestA, true), auth.ErrForbidden)
-	require.ErrorIs(t, s.decide(approver, a.body["approval_url"].(string), strings.Repeat("0", 64), true), approval.ErrConflict,
+	require.ErrorIs(t, s.decide(agent, a.body["approval_url"].(string), digestA, true), onceplan.ErrForbidden)
+	require.ErrorIs(t, s.decide(owner, a.body["approval_url"].(string), digestA, true), onceplan.ErrForbidden)
+	require.ErrorIs(t, s.decide(approver, a.body["approval_url"].(string), strings.Repeat("0", 64), true), onceplan.ErrConflict,
 		"the approval names the digest the person was shown")
 	require.Equal(t, http.StatusAccepted, pay(5000).status)
 	require.NoError(t, s.decide(approver, a.body["approval_url"].(string), digestA, true))

@@ -2,12 +2,14 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -17,6 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/inbound"
+	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web"
@@ -38,24 +46,54 @@ type errorCase struct {
 	internal bool
 }
 
-// errorCases is every row of httperr's table (each error wrapped, as
-// handlers return them), then the typed errors classified before it.
-func errorCases() []errorCase {
+// codedErrors is every error the project defines with a code: the kinds
+// of the vocabulary and each package's own refusals.
+var codedErrors = []error{
+	onceplan.ErrInvalid, onceplan.ErrNotFound, onceplan.ErrConflict, onceplan.ErrForbidden,
+	onceplan.ErrUnauthenticated, onceplan.ErrUnavailable,
+	auth.ErrBadCredentials, auth.ErrThrottled, auth.ErrDisabled,
+	approval.ErrIdempotencyMismatch, approval.ErrTestSendRateLimited,
+	toolcall.ErrArgsMismatch, audit.ErrNoPlan, suppression.ErrNotSuppressed,
+	ledger.ErrIllegalTransition, ledger.ErrWriteOnce, ledger.ErrMissingEvidence, ledger.ErrInvalidTarget,
+	inbound.ErrUnsigned,
+}
+
+// errorCases is every coded error (each wrapped, as handlers return them)
+// classified by httperr's table — which must have a row for each error's
+// code, and no row no error uses — then the errors classified otherwise.
+func errorCases(t *testing.T) []errorCase {
 	var cases []errorCase
-	for _, e := range httperr.Table() {
-		err := fmt.Errorf("campaign c1: %w", e.Err)
-		c := errorCase{name: e.Err.Error(), err: err, status: e.Status, code: e.Code, msg: e.Message, internal: e.Status >= 500}
+	used := map[onceplan.Code]bool{}
+	for _, sentinel := range codedErrors {
+		code := onceplan.ErrorCode(sentinel)
+		i := slices.IndexFunc(httperr.Table(), func(e httperr.Entry) bool { return e.Code == code })
+		if i < 0 {
+			t.Fatalf("httperr's table has no row for code %q (of %q)", code, sentinel)
+		}
+		e := httperr.Table()[i]
+		used[code] = true
+		err := fmt.Errorf("campaign c1: %w", sentinel)
+		c := errorCase{name: sentinel.Error(), err: err, status: e.Status, code: string(e.Code), msg: e.Message, internal: e.Status >= 500}
 		if c.msg == "" {
 			c.msg = err.Error()
 		}
 		cases = append(cases, c)
 	}
+	for _, e := range httperr.Table() {
+		if !used[e.Code] {
+			t.Errorf("httperr's table has a row for code %q, which no error carries", e.Code)
+		}
+	}
+	cases = append(cases,
+		errorCase{name: "cancelled", err: fmt.Errorf("reading: %w", context.Canceled), status: 499, code: "cancelled", msg: "the request was cancelled"},
+		errorCase{name: "deadline", err: fmt.Errorf("reading: %w", context.DeadlineExceeded), status: 503, code: "timeout", msg: "the database did not answer in time: try again", internal: true},
+	)
 	// What approval.frozenRuleErr makes of PostgreSQL's refusal.
 	op007 := &pgconn.PgError{Code: "OP007", Message: "approval refused: version 2 with hash ab is not what was submitted for approval"}
-	refused := fmt.Errorf("%w: %s", approval.ErrConflict, op007.Message)
+	refused := fmt.Errorf("%w: %s", onceplan.ErrConflict, op007.Message)
 	return append(cases,
 		errorCase{name: "OP007 refusal", err: refused, status: 409, code: "conflict", msg: refused.Error()},
-		errorCase{name: "field", err: &plan.FieldError{Field: "subject", Reason: "is required"}, status: 400, code: "invalid", msg: "subject: is required", field: "subject"},
+		errorCase{name: "field", err: &onceplan.FieldError{Field: "subject", Reason: "is required"}, status: 400, code: "invalid", msg: "subject: is required", field: "subject"},
 		errorCase{name: "list", err: &plan.ListError{Line: 3, Reason: "bare quote"}, status: 400, code: "invalid_list", msg: "the target list was refused: line 3: bare quote", line: 3},
 		errorCase{name: "list too large", err: &plan.ListError{Reason: "over 10 targets", TooLarge: true}, status: 413, code: "too_large", msg: "the target list was refused: over 10 targets"},
 		errorCase{name: "status error", err: echo.NewHTTPError(http.StatusNotFound, "no such target"), status: 404, code: "not_found", msg: "no such target"},
@@ -73,7 +111,7 @@ func TestErrorTableOneAnswerInUIAndAPI(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
-	cases := errorCases()
+	cases := errorCases(t)
 	errAt := func(c echo.Context) error {
 		i, _ := strconv.Atoi(c.Param("i"))
 		return cases[i].err
@@ -143,13 +181,13 @@ func TestErrorTableKeepsTheAPIContract(t *testing.T) {
 		err    error
 		status int
 	}{
-		{plan.ErrInvalid, http.StatusBadRequest},
+		{onceplan.ErrInvalid, http.StatusBadRequest},
 		{ledger.ErrInvalidTarget, http.StatusBadRequest},
 		{ledger.ErrMissingEvidence, http.StatusBadRequest},
 		{approval.ErrIdempotencyMismatch, http.StatusUnprocessableEntity},
 		{ledger.ErrWriteOnce, http.StatusConflict},
 		{ledger.ErrIllegalTransition, http.StatusConflict},
-		{approval.ErrConflict, http.StatusConflict},
+		{onceplan.ErrConflict, http.StatusConflict},
 		{&plan.ListError{Reason: "no header"}, http.StatusBadRequest},
 	} {
 		require.Equal(t, tc.status, httperr.Classify(fmt.Errorf("x: %w", tc.err)).Status, "%v", tc.err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -339,12 +340,12 @@ func TestHostileAPIEffectOfAnotherCampaign(t *testing.T) {
 	before := snapshot(t, w.server)
 	operator := auth.Actor{UserID: w.decider.UserID, Email: w.decider.Email, Roles: []auth.Role{auth.RoleApprover, auth.RoleOperator}}
 	_, err = w.svc.ResolveEffect(w.ctx, operator, a.id, b.key, ledger.NotDelivered, "bounced")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	require.Contains(t, err.Error(), "is not a target of campaign "+a.id)
 	_, err = w.svc.SupersedeEffect(w.ctx, operator, b.id, a.key, a.target, "again")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	_, err = w.svc.RevokeEffect(w.ctx, operator, b.id, a.key, "reversed")
-	require.ErrorIs(t, err, plan.ErrNotFound)
+	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	require.Equal(t, before, snapshot(t, w.server))
 }
 

@@ -10,8 +10,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // The suppression list (package suppression): any signed-in caller may
@@ -30,7 +30,7 @@ func (a *API) listSuppressions(c echo.Context, _ auth.Actor) error {
 	if s := c.QueryParam("after"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 1 {
-			return a.fail(c, &plan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"})
+			return a.fail(c, &onceplan.FieldError{Field: "after", Reason: "is not a cursor this API gave out (use the previous page's \"next\")"})
 		}
 		p.After = n
 	}
@@ -39,7 +39,7 @@ func (a *API) listSuppressions(c echo.Context, _ auth.Actor) error {
 		return a.fail(c, err)
 	}
 	if c.QueryParams().Has("limit") && (limit < 1 || limit > 1000) {
-		return a.fail(c, &plan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
+		return a.fail(c, &onceplan.FieldError{Field: "limit", Reason: fmt.Sprintf("must be between 1 and 1000, not %d", limit)})
 	}
 	p.Limit = limit
 	if p.IncludeRemoved, err = boolParam(c, "include_removed"); err != nil {
@@ -82,10 +82,10 @@ func (a *API) addSuppression(c echo.Context, actor auth.Actor) error {
 		return a.fail(c, err)
 	}
 	if strings.TrimSpace(req.Address) == "" {
-		return a.fail(c, &plan.FieldError{Field: "address", Reason: "is required"})
+		return a.fail(c, &onceplan.FieldError{Field: "address", Reason: "is required"})
 	}
 	if strings.TrimSpace(req.Reason) == "" {
-		return a.fail(c, &plan.FieldError{Field: "reason", Reason: "is required: one of " + suppression.ReasonNames()})
+		return a.fail(c, &onceplan.FieldError{Field: "reason", Reason: "is required: one of " + suppression.ReasonNames()})
 	}
 	e, added, err := suppression.Add(c.Request().Context(), a.cfg.Pool, suppression.AddParams{
 		Address: req.Address, Reason: suppression.Reason(req.Reason), Source: suppression.FromActor,
@@ -111,7 +111,7 @@ func (a *API) removeSuppression(c echo.Context, actor auth.Actor) error {
 	}
 	addr, err := url.PathUnescape(c.Param("address"))
 	if err != nil {
-		return a.fail(c, &plan.FieldError{Field: "address", Reason: "is not a valid path segment"})
+		return a.fail(c, &onceplan.FieldError{Field: "address", Reason: "is not a valid path segment"})
 	}
 	e, err := suppression.Remove(c.Request().Context(), a.cfg.Pool, addr, actor.Email, why)
 	if err != nil {

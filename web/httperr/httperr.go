@@ -20,61 +20,54 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/internal/audit"
-	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/internal/toolcall"
-	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
-// Entry is one row of the table: an error for which errors.Is(err, Err)
-// holds is answered with Status and Code.
+// Entry is one row of the table: an error whose [onceplan.ErrorCode] is
+// Code is answered with Status.
 type Entry struct {
-	Err    error
+	Code   onceplan.Code
 	Status int
-	Code   string
 	// Message, when set, is shown instead of the error's own text (which,
 	// for these errors, says nothing a client can act on).
 	Message string
 }
 
-// table is checked in order: the first match wins. The statuses are the
-// API's contract (openapi.yaml): 400 invalid input, 409 a refusal by the
-// campaign's or the ledger's rules (a stale hash, an illegal transition, a
-// write-once record), 422 only an idempotency key reused for a different
-// request, or a single effect's key begun again with other args.
+// table gives each code its status. The statuses are the API's contract
+// (openapi.yaml): 400 invalid input, 409 a refusal by the campaign's or
+// the ledger's rules (a stale hash, an illegal transition, a write-once
+// record; also PostgreSQL's own refusal of what was not submitted or
+// approved, SQLSTATE OP007), 422 only an idempotency key reused for a
+// different request, or a single effect's key begun again with other args.
 var table = []Entry{
-	{Err: auth.ErrThrottled, Status: http.StatusTooManyRequests, Code: "throttled"},
-	{Err: auth.ErrBadCredentials, Status: http.StatusUnauthorized, Code: "bad_credentials"},
-	{Err: auth.ErrUnauthenticated, Status: http.StatusUnauthorized, Code: "unauthenticated"},
-	{Err: auth.ErrDisabled, Status: http.StatusForbidden, Code: "disabled"},
-	{Err: auth.ErrForbidden, Status: http.StatusForbidden, Code: "forbidden"},
-	{Err: plan.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"}, // also audit.ErrNotFound
-	{Err: auth.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
-	{Err: ledger.ErrNotFound, Status: http.StatusNotFound, Code: "not_found"},
-	{Err: approval.ErrIdempotencyMismatch, Status: http.StatusUnprocessableEntity, Code: "idempotency_mismatch"},
-	// A single effect's key begun again with other args (toolcall).
-	{Err: toolcall.ErrArgsMismatch, Status: http.StatusUnprocessableEntity, Code: "args_mismatch"},
-	{Err: plan.ErrInvalid, Status: http.StatusBadRequest, Code: "invalid"},
-	{Err: ledger.ErrInvalidTarget, Status: http.StatusBadRequest, Code: "invalid"},
-	{Err: ledger.ErrMissingEvidence, Status: http.StatusBadRequest, Code: "invalid"},
-	{Err: audit.ErrNoPlan, Status: http.StatusConflict, Code: "not_approved"},
-	// approval.ErrConflict also wraps PostgreSQL's own refusal of what was
-	// not submitted or approved (SQLSTATE OP007, approval.frozenRuleErr).
-	{Err: approval.ErrConflict, Status: http.StatusConflict, Code: "conflict"},
-	{Err: auth.ErrConflict, Status: http.StatusConflict, Code: "conflict"},
-	{Err: ledger.ErrConflict, Status: http.StatusConflict, Code: "conflict"},
-	{Err: ledger.ErrIllegalTransition, Status: http.StatusConflict, Code: "conflict"},
-	{Err: ledger.ErrWriteOnce, Status: http.StatusConflict, Code: "conflict"},
-	{Err: suppression.ErrNotSuppressed, Status: http.StatusNotFound, Code: "not_suppressed"},
-	{Err: approval.ErrTestSendRateLimited, Status: http.StatusTooManyRequests, Code: "rate_limited"},
-	{Err: context.Canceled, Status: 499, Code: "cancelled", Message: "the request was cancelled"},
-	{Err: context.DeadlineExceeded, Status: http.StatusServiceUnavailable, Code: "timeout", Message: "the database did not answer in time: try again"},
+	{Code: onceplan.CodeInvalid, Status: http.StatusBadRequest},
+	{Code: onceplan.CodeNotFound, Status: http.StatusNotFound},
+	{Code: onceplan.CodeConflict, Status: http.StatusConflict},
+	{Code: onceplan.CodeForbidden, Status: http.StatusForbidden},
+	{Code: onceplan.CodeUnauthenticated, Status: http.StatusUnauthorized},
+	{Code: onceplan.CodeBadCredentials, Status: http.StatusUnauthorized},
+	{Code: onceplan.CodeDisabled, Status: http.StatusForbidden},
+	{Code: onceplan.CodeThrottled, Status: http.StatusTooManyRequests},
+	{Code: onceplan.CodeRateLimited, Status: http.StatusTooManyRequests},
+	{Code: onceplan.CodeIdempotencyMismatch, Status: http.StatusUnprocessableEntity},
+	{Code: onceplan.CodeArgsMismatch, Status: http.StatusUnprocessableEntity},
+	{Code: onceplan.CodeNotApproved, Status: http.StatusConflict},
+	{Code: onceplan.CodeNotSuppressed, Status: http.StatusNotFound},
+	{Code: onceplan.CodeUnavailable, Status: http.StatusServiceUnavailable, Message: "the request cannot be checked or done now: try again later"},
 }
 
-// Table returns a copy of the table, in the order it is checked.
+// contextTable answers a request whose context ended before it did; these
+// errors carry no code.
+var contextTable = []struct {
+	err     error
+	problem Problem
+}{
+	{context.Canceled, Problem{Status: 499, Code: "cancelled", Message: "the request was cancelled"}},
+	{context.DeadlineExceeded, Problem{Status: http.StatusServiceUnavailable, Code: "timeout", Message: "the database did not answer in time: try again"}},
+}
+
+// Table returns a copy of the table.
 func Table() []Entry { return slices.Clone(table) }
 
 // InternalMessage is what a client is told of an error the table does not
@@ -117,7 +110,7 @@ func Classify(err error) Problem {
 		he     *echo.HTTPError
 		tooBig *http.MaxBytesError
 		list   *plan.ListError
-		field  *plan.FieldError
+		field  *onceplan.FieldError
 	)
 	switch {
 	case errors.As(err, &own):
@@ -138,9 +131,12 @@ func Classify(err error) Problem {
 		}
 		return p
 	}
-	for _, e := range table {
-		if errors.Is(err, e.Err) {
-			p := Problem{Status: e.Status, Code: e.Code, Message: e.Message}
+	if code := onceplan.ErrorCode(err); code != "" {
+		for _, e := range table {
+			if e.Code != code {
+				continue
+			}
+			p := Problem{Status: e.Status, Code: string(e.Code), Message: e.Message}
 			if p.Message == "" {
 				p.Message = err.Error()
 			}
@@ -148,6 +144,11 @@ func Classify(err error) Problem {
 				p.Field = field.Field
 			}
 			return p
+		}
+	}
+	for _, e := range contextTable {
+		if errors.Is(err, e.err) {
+			return e.problem
 		}
 	}
 	return Problem{Status: http.StatusInternalServerError, Code: "internal", Message: InternalMessage}

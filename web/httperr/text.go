@@ -41,7 +41,7 @@ func badText(s, as string) (string, bool) {
 
 // textError is the one answer to bad text: 400, code "invalid", the field,
 // and a sentence in the shape of the domain's own field errors
-// (plan.FieldError: "subject: contains a NUL character (\u0000); remove
+// (onceplan.FieldError: "subject: contains a NUL character (\u0000); remove
 // it"); where says where the field is when it is not the JSON body.
 func textError(field, where, what string) *Error {
 	return &Error{Status: http.StatusBadRequest, Code: "invalid", Field: field,

@@ -26,6 +26,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/keyedrate"
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Path is the route, with the kind as its parameter.
@@ -154,7 +155,7 @@ func (h *Handler) Serve(c echo.Context) error {
 		return h.refuse(c, log, err)
 	}
 	res, err := inbound.Accept(ctx, h.cfg.Pool, signed, events, now)
-	if errors.Is(err, inbound.ErrForbidden) {
+	if errors.Is(err, onceplan.ErrForbidden) {
 		return h.refuse(c, log, err) // stale, or a token taken with other content
 	}
 	if err != nil {
@@ -172,16 +173,16 @@ func (h *Handler) Serve(c echo.Context) error {
 func (h *Handler) refuse(c echo.Context, log *slog.Logger, err error) error {
 	msg := sentence(err)
 	switch {
-	case errors.Is(err, inbound.ErrUnauthenticated):
+	case errors.Is(err, inbound.ErrUnsigned):
 		log.Warn("webhook: refused, no credentials", "err", err)
 		return fail(c, http.StatusUnauthorized, "unauthenticated", msg)
-	case errors.Is(err, inbound.ErrForbidden):
+	case errors.Is(err, onceplan.ErrForbidden):
 		log.Warn("webhook: refused, wrong credentials", "err", err)
 		return fail(c, http.StatusForbidden, "forbidden", msg)
 	case errors.Is(err, inbound.ErrMalformed):
 		log.Info("webhook: refused, malformed", "err", err)
 		return fail(c, http.StatusBadRequest, "invalid", msg)
-	case errors.Is(err, inbound.ErrUnavailable):
+	case errors.Is(err, onceplan.ErrUnavailable):
 		log.Warn("webhook: cannot act now", "err", err)
 		return fail(c, http.StatusServiceUnavailable, "unavailable", "The request cannot be checked now; retry later.")
 	}

@@ -19,20 +19,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
-
-// DB is what seeding needs: a pool or a connection.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Seeded is a campaign made by Seed and the metric its ledger must give.
 type Seeded struct {
@@ -54,7 +47,7 @@ type Seeded struct {
 //
 // Each step is one set-based statement, so the triggers that guard the
 // ledger run for every row.
-func Seed(ctx context.Context, db DB, n int) (Seeded, error) {
+func Seed(ctx context.Context, db onceplan.DB, n int) (Seeded, error) {
 	var s Seeded
 	if n < 1 {
 		return s, fmt.Errorf("audittest: a plan needs at least one target, not %d", n)
