@@ -45,10 +45,11 @@ test-race: postgres ## the test suite under the race detector (slower)
 	$(GO) run ./internal/tools/withpg -- $(GO) test -race $(GOTEST_FLAGS) ./...
 
 .PHONY: lint
-lint: templ-check ## gofmt and go vet must be clean, generated templ code current
+lint: templ-check ## gofmt, go vet and staticcheck must be clean, generated templ code current
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 .PHONY: generate
 generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod

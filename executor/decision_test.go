@@ -40,10 +40,8 @@ type scripted struct {
 	err   error // Send's "could not even try"
 	probe *provider.ProbeResult
 
-	mu            sync.Mutex
-	sent, probed  int
-	kinds         []string
-	paused, queue bool
+	mu           sync.Mutex
+	sent, probed int
 }
 
 func (p *scripted) Name() string                        { return "outbox" }

@@ -107,13 +107,6 @@ type ImportReport struct {
 	Elapsed     time.Duration `json:"-"`
 }
 
-// ListError refuses an import as a whole (see targetlist.go); nothing is
-// written.
-func isListError(err error) bool {
-	var le *ListError
-	return errors.As(err, &le)
-}
-
 // importSource streams accepted rows into COPY: it reads, normalises,
 // keys, de-duplicates and hashes one row at a time, so memory does not grow
 // with the list beyond one small map entry per accepted target.

@@ -139,7 +139,7 @@ func (s *Server) handleAuditJSON(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.exportHeaders(c, camp, "json", echo.MIMEApplicationJSONCharsetUTF8)
+	s.exportHeaders(c, camp, "json", "application/json; charset=UTF-8")
 	w := c.Response()
 	if _, err := io.WriteString(w, `{"campaign_id":`+strconv.Quote(camp.ID)+`,"plan_hash":`+strconv.Quote(pl.Hash)+`,"metric":`+string(mb)+`,"targets":`); err != nil {
 		return s.exportFailed(c, camp, err)

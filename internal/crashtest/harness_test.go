@@ -182,17 +182,6 @@ func (w *worker) waitExit(t *testing.T, timeout time.Duration) {
 	}
 }
 
-// stop stops a worker cleanly (SIGTERM), as an operator would.
-func (w *worker) stop(t *testing.T) {
-	t.Helper()
-	w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the worker did not stop:\n%s", w.Logs())
-	}
-}
-
 // states counts the campaign's targets by their ledger state at the
 // current epoch ("" for targets with no attempt).
 func (e *env) states(t *testing.T, campaign string) map[string]int {

@@ -332,7 +332,7 @@ func parseSendGrid(body []byte) ([]Event, error) {
 			return nil, malformed("SendGrid event %d is not an event object (%s)", i+1, jsonProblem(err))
 		}
 		var t Type
-		detail := s.Reason
+		var detail string
 		switch s.Event {
 		case "bounce":
 			t = HardBounce

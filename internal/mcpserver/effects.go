@@ -87,6 +87,7 @@ func effectError(err error) error {
 	var ae *toolclient.Error
 	switch {
 	case errors.As(err, &np) && np.API != nil:
+		//lint:ignore ST1005 Onceplan is a proper noun (the product's name)
 		return fmt.Errorf("Onceplan refused (HTTP %d, %s): %s — do not perform the call with these args; a changed call needs a new event id", np.API.Status, np.API.Code, np.API.Message)
 	case errors.As(err, &ae):
 		msg := fmt.Sprintf("Onceplan refused (HTTP %d, %s): %s", ae.Status, ae.Code, ae.Message)

@@ -432,10 +432,12 @@ func decodePostmarkSearch(raw []byte, id string) (matches int, receipt string, e
 		return 0, "", errors.New("unrecognised answer")
 	}
 	if f.code != http.StatusOK {
+		//lint:ignore ST1005 Postmark is a proper noun (the provider's name)
 		return 0, "", fmt.Errorf("Postmark answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
 	}
 	var s postmarkSearch
 	if err := json.Unmarshal(f.body, &s); err != nil || s.TotalCount == nil {
+		//lint:ignore ST1005 Postmark is a proper noun (the provider's name)
 		return 0, "", fmt.Errorf("Postmark's search answer is not {TotalCount, Messages}%s", bodySnippet(f.body))
 	}
 	for _, m := range s.Messages {
@@ -450,6 +452,7 @@ func decodePostmarkSearch(raw []byte, id string) (matches int, receipt string, e
 		matches++
 	}
 	if matches == 0 && len(s.Messages) > 0 {
+		//lint:ignore ST1005 Postmark is a proper noun (the provider's name)
 		return 0, "", errors.New("Postmark's search listed only messages of other effects")
 	}
 	if unlisted := *s.TotalCount - len(s.Messages); unlisted > 0 {

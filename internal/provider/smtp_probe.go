@@ -177,10 +177,12 @@ func decodeMailjetMessages(raw []byte) (matches int, receipt string, err error) 
 		return 0, "", errors.New("unrecognised answer")
 	}
 	if f.code != http.StatusOK {
+		//lint:ignore ST1005 Mailjet is a proper noun (the provider's name)
 		return 0, "", fmt.Errorf("Mailjet answered HTTP %s%s", oneLine(f.status), bodySnippet(f.body))
 	}
 	var m mailjetMessages
 	if err := json.Unmarshal(f.body, &m); err != nil || m.Count == nil {
+		//lint:ignore ST1005 Mailjet is a proper noun (the provider's name)
 		return 0, "", fmt.Errorf("Mailjet's answer is not {Count, Data, Total}%s", bodySnippet(f.body))
 	}
 	// Count is one page's, Total the filter's: take whichever says more,

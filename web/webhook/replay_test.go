@@ -272,7 +272,7 @@ func TestMailgunStaleRedeliveryTaken(t *testing.T) {
 
 	for _, later := range []time.Duration{20 * time.Minute, 3 * time.Hour} {
 		b.advance(later)
-		if b.now().Sub(time.Now()) > inbound.TokenRetention {
+		if time.Until(b.now()) > inbound.TokenRetention {
 			// Past the token's retention: a fresh delivery prunes it, and
 			// the retry is known by its event, stored with the same bytes.
 			fresh := mailgunSigned(mailgunKey, b.now(), randHex(25), map[string]any{"event": "delivered", "id": "mg-late-0", "recipient": "erin@example.com"})
