@@ -16,7 +16,8 @@ var (
 	// ErrConflict: a blocking row already holds the key at this epoch, a
 	// concurrent bump won, or an in-doubt effect must be settled first.
 	ErrConflict = errors.New("conflict")
-	// ErrIllegalTransition: the state change is not one of DESIGN §3's.
+	// ErrIllegalTransition: the state change is not a legal one (rule 2 of
+	// docs/ARCHITECTURE.md, "The ledger: exactly-once lives in PostgreSQL").
 	ErrIllegalTransition = errors.New("illegal transition")
 	// ErrWriteOnce: an attempt to change or delete something recorded.
 	ErrWriteOnce = errors.New("write-once")

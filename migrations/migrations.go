@@ -7,7 +7,8 @@
 //
 // The schema belongs to the role that applies it (OwnerRole on the embedded
 // default); the running system connects as AppRole, which owns nothing and
-// holds only the privileges 0008_privileges grants it (DESIGN §3, rule 6).
+// holds only the privileges 0008_privileges grants it
+// (docs/ARCHITECTURE.md, "Two roles").
 package migrations
 
 import (
