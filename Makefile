@@ -54,6 +54,10 @@ lint: templ-check ## gofmt and go vet must be clean, generated templ code curren
 generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod
 	$(GO) tool templ generate
 
+.PHONY: schema
+schema: postgres ## write migrations/schema.sql: pg_dump of the schema after every migration (make test fails while it is stale)
+	ONCEPLAN_WRITE_SCHEMA=1 $(GO) run ./internal/tools/withpg -- $(GO) test -count=1 -run '^TestSchemaSQLIsCurrent$$' ./migrations/
+
 .PHONY: templ-check
 templ-check: ## fail when `go tool templ generate` would change the checked-in views
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; mkdir -p "$$tmp/web"; cp -r web/view "$$tmp/web/view"; \

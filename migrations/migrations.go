@@ -28,7 +28,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed *.sql
+//go:embed [0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
 // The two database roles (README, "Database roles"). OwnerRole owns the
