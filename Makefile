@@ -55,6 +55,10 @@ lint: templ-check ## gofmt, go vet and staticcheck must be clean, generated temp
 generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod
 	$(GO) tool templ generate
 
+.PHONY: schema
+schema: postgres ## write migrations/schema.sql: pg_dump of the schema after every migration (make test fails while it is stale)
+	ONCEPLAN_WRITE_SCHEMA=1 $(GO) run ./internal/tools/withpg -- $(GO) test -count=1 -run '^TestSchemaSQLIsCurrent$$' ./migrations/
+
 .PHONY: templ-check
 templ-check: ## fail when `go tool templ generate` would change the checked-in views
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; mkdir -p "$$tmp/web"; cp -r web/view "$$tmp/web/view"; \
@@ -74,7 +78,7 @@ clean: ## remove build output (never the data dir)
 BENCH_TARGETS ?= 1000000
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: postgres ## every issue-8 benchmark against same-run baselines (30-40 min), summary written into docs/BENCHMARKS.md; BENCH_FLAGS=-h lists sizes and scenarios
+bench: postgres ## every benchmark against same-run baselines (30-40 min), summary written into docs/BENCHMARKS.md; BENCH_FLAGS=-h lists sizes and scenarios
 	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -targets $(BENCH_TARGETS) -doc docs/BENCHMARKS.md $(BENCH_FLAGS)
 
 .PHONY: bench-quick

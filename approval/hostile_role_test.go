@@ -1,12 +1,13 @@
 package approval_test
 
-// Issue 14: an adversarial review connected as onceplan_app, the role serve
-// runs as, and found five ways around DESIGN §3's rules. Each test here
-// performs that attack in plain SQL as that role, on a campaign made the
-// way the server makes it, and requires PostgreSQL to refuse it with
+// An adversarial review connected as onceplan_app, the role serve runs as,
+// and found five ways around the ledger's and the plan's rules. Each test
+// here performs that attack in plain SQL as that role, on a campaign made
+// the way the server makes it, and requires PostgreSQL to refuse it with
 // nothing changed — in every isolation level, and, where a snapshot could
 // decide, from a real second connection holding an old snapshot across the
-// approval (DESIGN §3 rule 7).
+// approval (docs/ARCHITECTURE.md, "The guarantee against the server's own
+// role").
 
 import (
 	"context"

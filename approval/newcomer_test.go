@@ -1,6 +1,6 @@
 package approval_test
 
-// Issue 16: what a newcomer trips over, as the workflow sees it — a
+// What a newcomer trips over, as the workflow sees it — a
 // campaign on a provider nobody serves, and targets whose merge variables
 // are empty.
 

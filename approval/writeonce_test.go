@@ -1,6 +1,7 @@
 package approval_test
 
-// DESIGN §3 rule 4: plans, plan targets, approvals and the audit trail are
+// Rule 4 of docs/ARCHITECTURE.md, "The ledger: exactly-once lives in
+// PostgreSQL": plans, plan targets, approvals and the audit trail are
 // write-once. Each statement below is what a buggy program or a person at
 // psql might try; PostgreSQL must refuse every one.
 

@@ -13,16 +13,16 @@ import (
 	"github.com/onceplan/onceplan/ledger"
 )
 
-// Group commit (DESIGN §4): the writes of an effect — its claim, then its
-// raw answer with its settle — each commit before the next step, but
-// nothing says each must be its own transaction. A batcher per step
-// collects what the workers of this process ask for while it is busy,
-// writes it with ONE multi-row statement per kind of row over unnest(…)
-// arrays, commits, and only then answers each worker. So every guarantee
-// holds per effect (its pending row is committed before its call; its raw
-// answer before its verdict), while a hundred workers share one round trip
-// and one commit per step. (The read of the targets before the claims is
-// batched the same way.)
+// Group commit (docs/ARCHITECTURE.md, "Group commit"). The writes of an
+// effect — its claim, then its raw answer with its settle — each commit
+// before the next step, but nothing says each must be its own transaction. A
+// batcher per step collects what the workers of this process ask for while
+// it is busy, writes it with ONE multi-row statement per kind of row over
+// unnest(…) arrays, commits, and only then answers each worker. So every
+// guarantee holds per effect (its pending row is committed before its call;
+// its raw answer before its verdict), while a hundred workers share one
+// round trip and one commit per step. (The read of the targets before the
+// claims is batched the same way.)
 //
 // The answer step's transaction is the raw answers' insert, then the
 // settles, then the claims of the jobs' next targets that came with them
@@ -170,8 +170,8 @@ func (b *batcher) close() {
 // credentials as pool, whose sessions plan once.
 //
 // Planning a batch statement costs more than running it for a handful of
-// rows (0.85 ms for the claim, with its campaign gate, epoch and attempt
-// lookups): with a few workers per queue, as in production, batches are
+// rows (the claim, with its campaign gate, epoch and attempt lookups,
+// most of all): with a few workers per queue, as in production, batches are
 // small and planning was the largest part of the database's work per
 // effect. These sessions keep each statement's generic plan
 // (plan_cache_mode = force_generic_plan) and never choose a sequential

@@ -58,7 +58,7 @@ func TestWritePlansUseIndexesOnly(t *testing.T) {
 					// Analyzed while nearly empty, campaign, plan and
 					// target_suppressed are still read whole by this plan
 					// (every index of a one-row table is as cheap as any
-					// other): left for now, see issue 19's notes. The
+					// other): left for now (docs/BENCHMARKS.md). The
 					// suppression tables, which grow with every bounce and
 					// unsubscribe, must never be.
 					if whole && (!analyzed || strings.HasPrefix(n.Index, "suppression")) {

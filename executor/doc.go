@@ -1,4 +1,5 @@
-// Package executor performs one effect: the exact order of DESIGN §4, and
+// Package executor performs one effect: the exact order of
+// docs/ARCHITECTURE.md, "Executing one effect", and
 // the recovery of attempts whose worker died.
 //
 // For one planned target it renders the message from the frozen plan,

@@ -187,11 +187,11 @@ func New(cfg Config) (*Executor, error) {
 	return e, nil
 }
 
-// gate is the claims' gate (DESIGN §4): a plan target is claimed only
-// while its campaign runs that plan and its provider's queue is not
-// paused, and never while its address is suppressed (consent overrides
-// the plan: the target is recorded as suppressed instead), all checked in
-// the statement that claims it.
+// gate is the claims' gate (docs/ARCHITECTURE.md, "The gate"): a plan target
+// is claimed only while its campaign runs that plan and its provider's queue
+// is not paused, and never while its address is suppressed (consent
+// overrides the plan: the target is recorded as suppressed instead), all
+// checked in the statement that claims it.
 var gate = ledger.Gate{
 	Open:       plan.RunsPlanSQL("r.campaign_id", "r.plan_id") + " AND " + riverdb.QueueOpen("r.queue"),
 	Suppressed: suppression.ActiveIDSQL(plan.TargetAddressSQL("r.plan_id", "r.ordinal")),
@@ -361,7 +361,8 @@ func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) 
 	}
 }
 
-// Perform executes one planned target, in DESIGN §4's order.
+// Perform executes one planned target, in the order of
+// docs/ARCHITECTURE.md, "Executing one effect".
 func (e *Executor) Perform(ctx context.Context, j Job) (Result, error) {
 	cp, prov, res, err := e.prepare(ctx, j)
 	if err != nil || prov == nil {
@@ -385,8 +386,9 @@ type handover struct {
 }
 
 // nextTarget is a job's next target, offered to call so that its claim can
-// go into the commit of this target's answer (DESIGN §4): one commit and
-// one wait per effect instead of two. call fills in got when it did.
+// go into the commit of this target's answer (docs/ARCHITECTURE.md, "A job
+// of several targets"): one commit and one wait per effect instead of two.
+// call fills in got when it did.
 //
 // The claim is made only while the job is still inside the budget for
 // starting targets (started, budget: PerformRange's): a call answered
@@ -514,10 +516,11 @@ func (e *Executor) perform(ctx context.Context, j Job, cp *cachedPlan, prov prov
 	return e.call(ctx, prov, req, claim.Effect, ledger.ResponseSend, !j.LastTry, release, next)
 }
 
-// ownAttempt reports whether attempt eff was made for the campaign of p:
-// by p, or by another version's plan of the same campaign (keys do not
-// depend on the text). Rows made outside any plan, or for another
-// campaign, never count as a target's effect (DESIGN §3 rule 7).
+// ownAttempt reports whether attempt eff was made for the campaign of p: by
+// p, or by another version's plan of the same campaign (keys do not depend
+// on the text). Rows made outside any plan, or for another campaign, never
+// count as a target's effect (docs/ARCHITECTURE.md, "The guarantee against
+// the server's own role").
 func (e *Executor) ownAttempt(ctx context.Context, p plan.Plan, eff ledger.Effect) bool {
 	if eff.PlanID == p.ID {
 		return true
@@ -613,14 +616,14 @@ func (e *Executor) render(ctx context.Context, cp *cachedPlan, ordinal int, t ta
 // call performs the provider call for a committed pending row and records
 // and settles its answer.
 //
-// The provider slot (release) is held until the answer is committed, so
-// that a crash never leaves more effects in doubt than the provider's
+// The provider slot (release) is held until the answer is committed, so that
+// a crash never leaves more effects in doubt than the provider's
 // concurrency: at most that many calls are out without a recorded answer;
 // and, when the answer is "over quota", until the provider's queue is
-// paused, so that no call of this process follows the answer that said
-// stop. The raw answer and its settle are one commit (DESIGN §4): the
-// answer is classified first, and a classification that fails still
-// commits the raw bytes, with the row unknown for a person (classify).
+// paused, so that no call of this process follows the answer that said stop.
+// The raw answer and its settle are one commit (docs/ARCHITECTURE.md, "Group
+// commit"): the answer is classified first, and a classification that fails
+// still commits the raw bytes, with the row unknown for a person (classify).
 //
 // With next (a job's next target), when this target is finished and the
 // provider lets the slot be kept for one more call now (Renew), the next
@@ -870,7 +873,8 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 		}
 	}
 	// A dedupe key, and a probe, hold only within the provider's window,
-	// measured from the first call with the effect id (DESIGN §4): past
+	// measured from the first call with the effect id (docs/ARCHITECTURE.md,
+	// "What each provider guarantees after a crash"): past
 	// it, a re-send could be a second effect and "not found" proves
 	// nothing.
 	first := eff.CreatedAt

@@ -23,14 +23,15 @@ type Progress struct {
 	Split []int
 }
 
-// PerformRange executes the consecutive targets of a job (Job.Count of
-// them, from Job.Ordinal on), one after the other, each as Perform does
-// (DESIGN §4: its pending row is committed right before its own call,
-// never ahead, so a crash leaves at most the one call in flight in doubt).
-// Reading the targets and finding the plan happen once for the range, and
-// a target's claim goes into the commit of the previous target's answer
-// when the provider lets that call's slot be kept for it (call's next):
-// one commit per effect, and no wait for a claim of its own.
+// PerformRange executes the consecutive targets of a job (Job.Count of them,
+// from Job.Ordinal on), one after the other, each as Perform does
+// (docs/ARCHITECTURE.md, "Executing one effect": its pending row is
+// committed right before its own call, never ahead, so a crash leaves at
+// most the one call in flight in doubt). Reading the targets and finding the
+// plan happen once for the range, and a target's claim goes into the commit
+// of the previous target's answer when the provider lets that call's slot be
+// kept for it (call's next): one commit per effect, and no wait for a claim
+// of its own.
 //
 // It stops at the first target that must wait (a paused campaign, a busy
 // or paused provider: Rest is that Snooze, Next that target), and once it

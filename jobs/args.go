@@ -23,10 +23,11 @@ type EffectArgs struct {
 	PlanID  int64 `json:"plan_id"`
 	Ordinal int   `json:"ordinal"`
 	// Count is how many consecutive targets of the plan the job carries,
-	// from Ordinal on (DESIGN §5), at most MaxTargetsPerJob; 0 (omitted,
-	// as every job enqueued before ranges) is one. The job works through
-	// them in order, each in DESIGN §4's order: a target's pending row is
-	// committed right before its own call, never ahead.
+	// from Ordinal on, at most MaxTargetsPerJob; 0 (omitted, as every job
+	// enqueued before ranges) is one. The job works through them in order,
+	// each in the order of one effect (docs/ARCHITECTURE.md, "Executing one
+	// effect"): a target's pending row is committed right before its own
+	// call, never ahead.
 	Count int `json:"count,omitempty"`
 	// Provider routes the job to its queue when it is inserted; it is not
 	// stored.
@@ -47,8 +48,8 @@ func QueueFor(provider string) string { return "provider_" + provider }
 
 // MaxTargetsPerJob bounds the targets one effect job carries. River's
 // fetch, completion and argument index cost the same for a job of one
-// target as for a job of a hundred: a range shares them (issue 19,
-// docs/BENCHMARKS.md). The bound keeps a job's work inside its time budget
+// target as for a job of a hundred: a range shares them
+// (docs/BENCHMARKS.md). The bound keeps a job's work inside its time budget
 // at ordinary provider speeds (a longer one hands the rest on, see
 // effectWorker) and the live-job lookup (jobCovers) a short index range.
 const MaxTargetsPerJob = 100

@@ -93,8 +93,8 @@ type Config struct {
 	// default) still bounds calls in flight, so more workers than that
 	// mostly wait for the provider. They are not free either: the ledger's
 	// group commits get bigger and cheaper per effect with more workers,
-	// at the price of latency (docs/BENCHMARKS.md: 16 → 0.13×, 100 →
-	// ≈ 0.25×, 1,000 → ≈ 0.4× bare River with a no-op provider), so raise
+	// at the price of latency (with a no-op provider the executor gained
+	// on bare River as workers were added: docs/BENCHMARKS.md), so raise
 	// it with a fast provider and a high concurrency.
 	WorkersPerQueue int
 	// PausedSnooze: how long a paused campaign's job waits before it

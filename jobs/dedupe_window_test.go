@@ -1,7 +1,7 @@
 package jobs_test
 
 // Campaigns through providers that deduplicate by the effect id for a
-// window (issue 18): resend:// to the in-repo Resend server and smtp://
+// window: resend:// to the in-repo Resend server and smtp://
 // with idempotency_header= to the in-repo SMTP server deduplicating by
 // that header. Effects are counted at the server.
 

@@ -30,7 +30,8 @@ type ClaimRequest struct {
 
 // Gate is what a claim checks in its own statement, so that a pause, a
 // cancel or a suppression committed before the claim is always seen
-// (DESIGN §4: check, then commit the pending row, as one step). Its SQL
+// (check, then commit the pending row, as one step: docs/ARCHITECTURE.md,
+// "The gate"). Its SQL
 // reads a claim request r, whose columns are key, owner, job_id, plan_id,
 // ordinal, campaign_id (uuid, NULL outside a campaign) and queue.
 type Gate struct {
@@ -345,11 +346,12 @@ func settleArrays(ps []SettleParams) (ids []int64, states, receipts, reasons, fa
 }
 
 // Answer is a raw provider answer to record and, when Settle is set, the
-// verdict it gave, to commit with it (DESIGN §4: an attempt's raw answer
-// and its settle may share one commit). The caller classifies the answer
-// before it asks; a classification that fails or panics must still give
-// an Answer, whose Settle leaves the row unknown or stranded for a person,
-// so the raw bytes are committed whatever classification does.
+// verdict it gave, to commit with it (an attempt's raw answer and its settle
+// share one commit: docs/ARCHITECTURE.md, "Group commit"). The caller
+// classifies the answer before it asks; a classification that fails or
+// panics must still give an Answer, whose Settle leaves the row unknown or
+// stranded for a person, so the raw bytes are committed whatever
+// classification does.
 type Answer struct {
 	ResponseRecord
 	Settle *SettleParams
@@ -366,7 +368,8 @@ type batchSender interface {
 // transaction (one round trip: the answers' insert, then the settles'
 // update, so PostgreSQL's rule "done, failed and stranded only after a raw
 // answer" sees the answer), and the claims given with them after that
-// (DESIGN §4: a target's settle and the next target's claim may share a
+// (docs/ARCHITECTURE.md, "A job of several targets": a target's settle
+// and the next target's claim may share a
 // transaction; a claim then sees a settle of the same batch that freed its
 // key). It returns the ids settled and the attempts claimed. Any refusal
 // rolls back all of it, raw answers included: the caller then records and

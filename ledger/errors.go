@@ -12,7 +12,8 @@ import (
 // Errors callers test with errors.Is. Each returned error wraps one of these
 // and says in its message which effect and why.
 var (
-	// ErrIllegalTransition: the state change is not one of DESIGN §3's.
+	// ErrIllegalTransition: the state change is not a legal one (rule 2 of
+	// docs/ARCHITECTURE.md, "The ledger: exactly-once lives in PostgreSQL").
 	ErrIllegalTransition = onceplan.New(onceplan.CodeConflict, "illegal transition")
 	// ErrWriteOnce: an attempt to change or delete something recorded.
 	ErrWriteOnce = onceplan.New(onceplan.CodeConflict, "write-once")

@@ -1,8 +1,9 @@
 package ledger_test
 
-// Each test here tries to break one of DESIGN §3's rules with plain SQL, as
-// a buggy program or a person at psql would, and requires PostgreSQL to
-// refuse it.
+// Each test here tries to break one of the ledger's rules
+// (docs/ARCHITECTURE.md, "The ledger: exactly-once lives in PostgreSQL")
+// with plain SQL, as a buggy program or a person at psql would, and requires
+// PostgreSQL to refuse it.
 
 import (
 	"errors"

@@ -13,7 +13,8 @@ import (
 	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
-// State is where an attempt at an effect stands (DESIGN §3).
+// State is where an attempt at an effect stands
+// (docs/ARCHITECTURE.md, "The ledger: exactly-once lives in PostgreSQL").
 type State string
 
 // The ledger states.
@@ -236,7 +237,7 @@ func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, e
 }
 
 // BlockingStates is the SQL list of the states that hold a key at its
-// epoch (DESIGN §3: pending, done, unknown, stranded), as the ledger's
+// epoch (pending, done, unknown, stranded), as the ledger's
 // unique index names them.
 const BlockingStates = `('pending', 'done', 'unknown', 'stranded')`
 

@@ -276,7 +276,7 @@ func TestClaimRejectsMalformedKeys(t *testing.T) {
 // finds the raw response through its index however much effect_response
 // has grown since the connection's first settles (migration 0010). The
 // plan PL/pgSQL cached while the table was small scanned the whole table
-// on every later settle: 48 million rows read for 20,000 settles (issue 8).
+// on every later settle (docs/BENCHMARKS.md).
 func TestSettleFindsTheResponseByIndex(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -2,7 +2,7 @@
 --
 -- Every rule below is enforced by PostgreSQL itself, so that a bug in the
 -- application, a second process or a hand-typed statement cannot break it
--- (DESIGN §3):
+-- (docs/ARCHITECTURE.md, "The ledger: exactly-once lives in PostgreSQL"):
 --   1. at most one blocking row (pending, done, unknown, stranded) per (key, epoch);
 --   2. only the legal state transitions;
 --   3. raw provider responses are written once, and a worker settles only

@@ -1,7 +1,8 @@
 -- Users, campaigns, drafts, target lists, frozen plans, approvals, runs and
--- the audit trail (DESIGN §2, §5).
+-- the audit trail (docs/ARCHITECTURE.md, "Approval and freezing").
 --
--- Rule 4 of DESIGN §3 lives here: plans, frozen target lists, approvals,
+-- Rule 4 of docs/ARCHITECTURE.md, "The ledger: exactly-once lives in
+-- PostgreSQL", lives here: plans, frozen target lists, approvals,
 -- runs and the audit trail are write-once (UPDATE, DELETE and TRUNCATE
 -- raise SQLSTATE OP001). Campaign states move only along the legal edges
 -- (OP002).
@@ -240,7 +241,7 @@ CREATE TRIGGER target_frozen_no_delete BEFORE DELETE ON target
 CREATE TRIGGER target_list_frozen_no_delete BEFORE DELETE ON target_list
     FOR EACH ROW EXECUTE FUNCTION target_list_frozen_no_delete();
 
--- The plan's targets, as DESIGN §2 names them.
+-- The plan's targets: its frozen list, in order.
 CREATE VIEW plan_target AS
     SELECT p.id AS plan_id, t.ordinal, t.target, t.key, t.vars, t.line
     FROM plan p JOIN target t ON t.list_id = p.list_id;

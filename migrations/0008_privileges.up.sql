@@ -1,9 +1,9 @@
--- Least privilege (DESIGN §3, rule 6). The running system (serve, worker,
--- user, token, audit, mcp) connects as onceplan_app, a role that owns
--- nothing: PostgreSQL itself refuses it ALTER, DROP, CREATE and TRUNCATE,
--- any UPDATE of a frozen table, any DELETE of a ledger row, and any change
--- to an attempt's identity (key, epoch, owner, job, plan target). The
--- triggers of 0001 and 0002 stay in force behind this wall, against the
+-- Least privilege (docs/ARCHITECTURE.md, "Two roles"). The running system
+-- (serve, worker, user, token, audit, mcp) connects as onceplan_app, a role
+-- that owns nothing: PostgreSQL itself refuses it ALTER, DROP, CREATE and
+-- TRUNCATE, any UPDATE of a frozen table, any DELETE of a ledger row, and
+-- any change to an attempt's identity (key, epoch, owner, job, plan target).
+-- The triggers of 0001 and 0002 stay in force behind this wall, against the
 -- owner too; the two walls are independent.
 --
 -- Migrations run as the role that owns the schema (onceplan_owner on the

@@ -1,4 +1,4 @@
--- The audit trail of administration (issue 5: every state-changing action is
+-- The audit trail of administration (every state-changing action is
 -- audited): who added a user, changed roles, disabled or enabled someone,
 -- created or revoked a token, and when. Append-only, like campaign_event.
 CREATE TABLE admin_event (

@@ -2,11 +2,10 @@
 -- recorded") looks effect_response up by effect_id. PL/pgSQL keeps a plan
 -- per session and switches to a generic one after five calls: made while
 -- effect_response was still small (a fresh ledger, a campaign's first
--- seconds), that plan scans the whole table, and it stays in use on a
--- pooled connection long after the table has grown — every settle then
--- reads every response ever recorded (issue 8: 48 million rows read for
--- 20,000 settles). The function's one query is a lookup by effect_id, for
--- which the index is right at every size: without sequential scans to
--- choose from, the cached plan is the index's from the first call on, and
--- no call pays for planning.
+-- seconds), that plan scans the whole table, and it stays in use on a pooled
+-- connection long after the table has grown — every settle then reads every
+-- response ever recorded (docs/BENCHMARKS.md). The function's one query is a
+-- lookup by effect_id, for which the index is right at every size: without
+-- sequential scans to choose from, the cached plan is the index's from the
+-- first call on, and no call pays for planning.
 ALTER FUNCTION effect_update() SET enable_seqscan = off;

@@ -4,7 +4,7 @@
 -- index the size of the work in hand rather than of every job River
 -- retains (a finished million-target plan left a million entries to wade
 -- through on every completion check), and River's completion of a job no
--- longer adds an entry to it (issue 8: one index write less per effect).
+-- longer adds an entry to it (one index write less per effect).
 -- The queries repeat the predicate, so the planner can use the index.
 --
 -- Jobs are found by plan and ordinal: a job's arguments no longer carry

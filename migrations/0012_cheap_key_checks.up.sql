@@ -3,8 +3,9 @@
 -- regular-expression engine builds its matcher's states afresh for every
 -- match, and a repetition of 64 makes that ≈ 9 µs per row — paid on every
 -- insert into effect, and on every update of it too (a row's CHECK
--- constraints are evaluated again whenever it changes): issue 8 measured
--- the executor's PostgreSQL CPU per effect 10-25% lower without it. The
+-- constraints are evaluated again whenever it changes): the executor's
+-- PostgreSQL CPU per effect was measurably lower without it
+-- (docs/BENCHMARKS.md). The
 -- same rule said as a length, and a pattern without the count, costs
 -- ≈ 1 µs: exactly 67 bytes, 'v1:', then nothing but 0-9 and a-f (a
 -- character outside them, multi-byte or not, fails the pattern; 64 of them

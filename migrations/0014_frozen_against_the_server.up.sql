@@ -1,7 +1,8 @@
 -- What the server never legitimately does, PostgreSQL refuses to the role
--- it runs as (DESIGN §3, rule 7; issue 14), whatever the isolation level,
--- the age of the snapshot or the order of the statements. An adversarial
--- review connected as onceplan_app found five ways around rules 4-6; each
+-- it runs as (docs/ARCHITECTURE.md, "The guarantee against the server's
+-- own role"), whatever the isolation level, the age of the snapshot or the
+-- order of the statements. An adversarial review connected as onceplan_app
+-- found five ways around rules 4-6; each
 -- is closed here by a constraint, a privilege or a lock, never by a
 -- snapshot read deciding alone:
 --

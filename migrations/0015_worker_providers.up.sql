@@ -1,4 +1,4 @@
--- Which providers each worker process serves (issue 16): its heartbeat
+-- Which providers each worker process serves: its heartbeat
 -- names them, so that a running campaign whose provider no live process
 -- serves can be said to wait for nothing (executor.LiveWorkers), rather
 -- than sit at "not started" with no word. A process from before this

@@ -1,4 +1,4 @@
--- The suppression list (issue 17): addresses that must not be mailed —
+-- The suppression list: addresses that must not be mailed —
 -- they unsubscribed, bounced hard, complained, or an admin said so. The
 -- history is write-once: an entry is never changed or deleted; taking an
 -- address off is a removal row of its own, with who and why. An address is

@@ -1,4 +1,4 @@
--- Bounces and complaints reported by email providers (issue 17): each event
+-- Bounces and complaints reported by email providers: each event
 -- a provider's webhook delivered, stored raw with what was parsed from it,
 -- write-once. A provider re-delivers freely (SNS, SendGrid and Mailgun
 -- retry until they see a 2xx): one row per (kind, the provider's event id —

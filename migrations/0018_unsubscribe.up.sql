@@ -1,4 +1,4 @@
--- One-click unsubscribe (issue 17, RFC 8058). Every campaign message
+-- One-click unsubscribe (RFC 8058). Every campaign message
 -- carries a List-Unsubscribe link unless its campaign was created
 -- transactional (list_unsubscribe false): a campaign's choice, fixed at
 -- create, copied into each plan it freezes and covered by the plan hash.

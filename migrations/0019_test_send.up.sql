@@ -1,4 +1,4 @@
--- Test sends (issue 17): a campaign's message, rendered for one target,
+-- Test sends: a campaign's message, rendered for one target,
 -- sent to reviewers with "[Test]" before the subject. It touches no ledger
 -- key and no effect row; the campaign's trail records who sent it, to
 -- whom, which ordinal and the provider's answer (detail), as an event of

@@ -1,4 +1,4 @@
--- Notifications (issue 20): who was told what, through which notifier,
+-- Notifications: who was told what, through which notifier,
 -- and what each notifier answered (package notify). A notification never
 -- changes a campaign; its record is write-once like the trail it reports
 -- on: one row per notifier and recipient of an event, one row per attempt

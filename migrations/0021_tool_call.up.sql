@@ -1,5 +1,5 @@
 -- Single effects begun by agent runtimes, one tool call at a time
--- (issue 21; package toolcall): the tools' recovery and approval
+-- (package toolcall): the tools' recovery and approval
 -- policies, the intent of each call (its key and the exact args it is
 -- bound to), approvals of exact args, the lease of each attempt and the
 -- audit trail. The attempts themselves are ledger rows (effect, plan_id
@@ -7,7 +7,7 @@
 -- "settle only after the raw answer" hold for them as for campaigns.
 --
 -- What the server never legitimately does, PostgreSQL refuses it
--- (DESIGN §3, rule 7):
+-- (docs/ARCHITECTURE.md, "The guarantee against the server's own role"):
 --   - register a tool with a recovery or without its approval: the
 --     application role may insert a policy row naming only the tool and
 --     who used it first, so every such row is the first-use default (no

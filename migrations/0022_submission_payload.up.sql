@@ -1,4 +1,4 @@
--- A submission keeps the text it asked to be approved (issue 20): the
+-- A submission keeps the text it asked to be approved: the
 -- approver of a resubmitted draft sees, line by line, what changed since
 -- the version that was rejected or edited while pending. Until now only
 -- its hash, list and authors were kept, and a draft edited after a

@@ -1,4 +1,4 @@
--- Issue 19: two per-row costs on the executor's hot path, each enforcing
+-- Two per-row costs on the executor's hot path, each enforcing
 -- what the schema already enforces another way. Same rules, same errors.
 --
 -- 1. effect_plan, the foreign key from an attempt's plan_id to plan,
@@ -11,7 +11,7 @@
 --    a plan, once there, stays: plan_write_once refuses its update and
 --    delete and plan_no_truncate its truncation, to every role (0002). An
 --    attempt's plan_id never changes (effect_update, OP003). Measured in
---    docs/BENCHMARKS.md (issue 19, "The plan's row lock").
+--    docs/BENCHMARKS.md.
 ALTER TABLE effect DROP CONSTRAINT effect_plan;
 
 -- 2. A raw answer's created_at is the database clock: the column's

@@ -7,7 +7,8 @@
 //
 // The schema belongs to the role that applies it (OwnerRole on the embedded
 // default); the running system connects as AppRole, which owns nothing and
-// holds only the privileges 0008_privileges grants it (DESIGN §3, rule 6).
+// holds only the privileges 0008_privileges grants it
+// (docs/ARCHITECTURE.md, "Two roles").
 package migrations
 
 import (
@@ -27,7 +28,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-//go:embed *.sql
+//go:embed [0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
 // The two database roles (README, "Database roles"). OwnerRole owns the

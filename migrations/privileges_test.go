@@ -36,9 +36,9 @@ func requireRefused(t *testing.T, pool *pgxpool.Pool, sql string) {
 	require.Equalf(t, "42501", pgErr.Code, "%s: want insufficient_privilege, got %s", sql, pgErr.Message)
 }
 
-// TestAppRoleRefused connects as the application role and tries what
-// DESIGN §3 rule 6 says it cannot do: change the schema, update a frozen
-// table, delete a ledger row.
+// TestAppRoleRefused connects as the application role and tries what it
+// cannot do (docs/ARCHITECTURE.md, "Two roles"): change the schema, update a
+// frozen table, delete a ledger row.
 func TestAppRoleRefused(t *testing.T) {
 	t.Parallel()
 	urls := pgtest.Database(t)

@@ -1,6 +1,6 @@
 package plan_test
 
-// What a newcomer trips over (issue 16): a NUL in a name or a message is a
+// What a newcomer trips over: a NUL in a name or a message is a
 // field error, not a database error; a merge variable present but empty is
 // reported, at import and at submit, so the proposer decides; a line break
 // in a variable the subject uses is refused at submit, naming the line.

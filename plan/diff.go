@@ -1,10 +1,10 @@
 package plan
 
-// What changed between two versions of a campaign (issue 20): the payload
+// What changed between two versions of a campaign: the payload
 // line by line, the settings, and the target lists — diffed by key in
 // PostgreSQL, never loaded into memory, so that two versions of a million
-// targets compare in about two seconds and their rows page by page
-// (docs/BENCHMARKS.md, "Issue 20: diff").
+// targets compare in seconds and their rows page by page
+// (docs/BENCHMARKS.md, "Diff").
 
 import (
 	"context"
@@ -54,7 +54,8 @@ const (
 	RowsRemoved RowChange = "removed" // in the base's list, not in the current version's
 	RowsChanged RowChange = "changed" // in both, with other variables
 	// RowsDone: in the current version's list with an effect already done
-	// at the key's current epoch, so not sent again (DESIGN §5).
+	// at the key's current epoch, so not sent again (docs/ARCHITECTURE.md,
+	// "Versions and epochs").
 	RowsDone RowChange = "done"
 )
 
@@ -504,18 +505,18 @@ WHERE t.list_id = $1 AND e.epoch = ` + epoch
 //   - walking: the list is read along its (list_id, key) index, and each
 //     row looked up in the other list (or the ledger) by key, until the
 //     page is full. At 1% of rows changed, a page of 100 reads about
-//     10,000 index entries (about 40 ms at 1,000,000 targets), wherever in
+//     10,000 index entries (quick at 1,000,000 targets), wherever in
 //     the list they are — in ordinal order, a page of targets appended at
 //     the end of a million would probe the whole list first. But a kind
 //     with few rows would be walked from end to end, a probe per target
-//     (5 to 9 s for one target added to a million);
-//   - joining: both lists hashed whole and what is left sorted, about a
-//     second at 1,000,000 targets whatever the number of rows.
+//     (seconds for one target added to a million);
+//   - joining: both lists hashed whole and what is left sorted, a
+//     constant cost at 1,000,000 targets whatever the number of rows.
 //
 // So a page walks a window of targets (DefaultDiffWindow), and joins only
-// for what is past it when the window did not fill the page: at most
-// about a second and a tenth a page, and about 40 ms when the kind is not
-// rare.
+// for what is past it when the window did not fill the page: at most a
+// walk plus a join a page, and only the walk when the kind is not rare
+// (docs/BENCHMARKS.md, "Diff").
 //
 // The NOT EXISTS of the walks of added and removed carry OFFSET 0, which
 // keeps PostgreSQL from turning them into an anti-join: it estimates that
@@ -580,7 +581,7 @@ WHERE t.list_id = @current AND t.key > @after AND t.key <= @last AND o.vars <> t
 ORDER BY t.key LIMIT @limit`
 
 // DefaultDiffWindow is DiffRowsQuery.Window's default: how many targets a
-// page walks before it joins instead (about 100 ms of walking).
+// page walks before it joins instead (a fraction of a join's cost).
 const DefaultDiffWindow = 20_000
 
 // diffPastLastKey is greater than every key (they all start "v1:"): the

@@ -1,6 +1,7 @@
 package plan_test
 
-// Hostile and broken input (issue 9): every bad target list or payload gets
+// Hostile and broken input (docs/RELIABILITY.md, "Hostile and broken
+// input"): every bad target list or payload gets
 // one clear error, one line naming the CSV line or the field, and a refused
 // request changes nothing in the database. The reader-level cases live in
 // targetlist_test.go (and FuzzReadCSV / FuzzReadJSON fuzz the readers);

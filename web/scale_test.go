@@ -80,7 +80,7 @@ func TestTargetPagesStayFastAtAMillion(t *testing.T) {
 		require.NoError(t, err)
 		require.Less(t, took, 2*time.Second, "%+v", q)
 		require.NotEmpty(t, page.Rows, "%+v", q)
-		// And as issue 8 measures it: the p95 of 20 more.
+		// And as make bench measures it: the p95 of 20 more.
 		var d []time.Duration
 		for range 20 {
 			start := time.Now()

@@ -53,9 +53,9 @@ func (d *DB) Embedded() bool { return d.cluster != nil }
 // when no URL is given, and checks (or applies) the schema.
 //
 // On the embedded default the cluster has two roles besides its superuser
-// (DESIGN §3, rule 6): migrations run as the owner of the schema, and the
-// pool connects as the application role, which may not alter, drop or
-// truncate tables, update frozen rows or delete ledger rows.
+// (docs/ARCHITECTURE.md, "Two roles"): migrations run as the owner of the
+// schema, and the pool connects as the application role, which may not
+// alter, drop or truncate tables, update frozen rows or delete ledger rows.
 func OpenDB(ctx context.Context, opts DBOptions) (*DB, error) {
 	logger := opts.Logger
 	if logger == nil {

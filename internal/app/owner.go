@@ -7,7 +7,8 @@ import (
 
 // OpenOwnerDB opens a short-lived DB whose Pool works as the schema's owner
 // (migrations.OwnerRole), for the few writes the application role is
-// refused (registering a bump policy: DESIGN §3, rule 7). Close it as soon
+// refused (registering a bump policy: docs/ARCHITECTURE.md, "The guarantee
+// against the server's own role"). Close it as soon
 // as the write is done.
 //
 // On the embedded default it opens the cluster as OpenDB does (applying

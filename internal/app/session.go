@@ -24,10 +24,11 @@ const IdleInTransactionTimeout = "5min"
 // sessionSettings are the session settings the server depends on, set on
 // every connection it opens, after connecting, whatever the role's or the
 // database's defaults say: the role the server runs as may change its own
-// defaults (ALTER ROLE onceplan_app SET statement_timeout = '1ms' is
-// allowed to any role), and such a default must not break every later
-// connection (issue 14). A SET after connecting rather than a startup
-// parameter, so that a pooler in front of PostgreSQL passes it on.
+// defaults (ALTER ROLE onceplan_app SET statement_timeout = '1ms' is allowed
+// to any role), and such a default must not break every later connection
+// (docs/ARCHITECTURE.md, "The guarantee against the server's own role"). A
+// SET after connecting rather than a startup parameter, so that a pooler in
+// front of PostgreSQL passes it on.
 func sessionSettings(schema string, serverVersion int) string {
 	set := []string{
 		// Starting a million-target campaign is one long transaction.

@@ -15,7 +15,8 @@ import (
 )
 
 // TestRoleDefaultsCannotBreakTheServer: the server's role may set its own
-// defaults (issue 14, finding 6); here, as that role, it sets a 1 ms
+// defaults (docs/RELIABILITY.md, "The server's own role as the
+// attacker"); here, as that role, it sets a 1 ms
 // statement timeout, a 1 ms idle-in-transaction timeout, read-only
 // transactions, a search_path without Onceplan's schema and synchronous
 // commit off, for its database. A process opening the database as

@@ -1,5 +1,5 @@
 // Package audit answers the question Onceplan exists for: did every approved
-// target get exactly one effect? (DESIGN §7.)
+// target get exactly one effect? (docs/ARCHITECTURE.md, "The audit".)
 //
 // It owns three things, all read-only (the audit never writes the ledger):
 //

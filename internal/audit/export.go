@@ -32,7 +32,7 @@ func ParseExportFormat(s string) (ExportFormat, error) {
 }
 
 // exportColumns are the CSV header, in order: TargetRow's JSON names (the
-// per-target fields of issue 7, then the ones that explain a failure or a
+// per-target fields of the audit, then the ones that explain a failure or a
 // revocation), so that both formats carry the same columns.
 var exportColumns = []string{
 	"ordinal", "target", "key", "epoch", "state", "attempts", "receipt", "first_at", "last_at",

@@ -14,11 +14,11 @@ import (
 )
 
 // Integrity is what the audit finds when it reads a plan's frozen rows
-// itself instead of trusting what was stored beside them (DESIGN §3 rule
-// 7, §7). PostgreSQL refuses the server's role every change to a frozen
-// plan; what that role could still forge when it wrote the rows — it is
-// the server: it computes the list's digest and the plan's hash, and
-// records who approved — shows here.
+// itself instead of trusting what was stored beside them
+// (docs/ARCHITECTURE.md, "The audit"). PostgreSQL refuses the server's role
+// every change to a frozen plan; what that role could still forge when it
+// wrote the rows — it is the server: it computes the list's digest and the
+// plan's hash, and records who approved — shows here.
 type Integrity struct {
 	// Rows is how many target rows the plan's list holds.
 	Rows int `json:"rows"`

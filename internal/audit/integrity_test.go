@@ -1,11 +1,11 @@
 package audit_test
 
-// What the server's role could still forge when it wrote a plan — or what
-// a database frozen before migration 0014 may hold — the audit finds from
-// the frozen rows themselves (DESIGN §3 rule 7, §7). Each test tampers as
-// the owner would have to now, with the triggers that refuse it switched
-// off, and requires the audit to say the plan is not intact, why, and
-// never to count a target twice or a missing one below zero.
+// What the server's role could still forge when it wrote a plan — or what a
+// database frozen before migration 0014 may hold — the audit finds from the
+// frozen rows themselves (docs/ARCHITECTURE.md, "The audit"). Each test
+// tampers as the owner would have to now, with the triggers that refuse it
+// switched off, and requires the audit to say the plan is not intact, why,
+// and never to count a target twice or a missing one below zero.
 
 import (
 	"context"

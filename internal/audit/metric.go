@@ -31,8 +31,8 @@ const (
 	SourceProbe       = "probe"
 )
 
-// Metric is the exactly-once audit of one plan (DESIGN §7). The JSON names
-// of approved … holds are the external contract (GET
+// Metric is the exactly-once audit of one plan (docs/ARCHITECTURE.md, "The
+// audit"). The JSON names of approved … holds are the external contract (GET
 // /api/v1/campaigns/{id}/audit, `onceplan audit --json`).
 type Metric struct {
 	CampaignID  string `json:"campaign_id"`

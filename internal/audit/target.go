@@ -25,10 +25,10 @@ const StateNotStarted = "not_started"
 
 // StateOutside is the state of a target whose key is held, at its current
 // epoch, by an attempt that is not the campaign's own: made outside any
-// plan, or for another campaign's (DESIGN §3 rule 7; migration 0014). Such
-// an attempt never counts as the target's effect (the metric counts the
-// target missing and outside), and while it holds the key the target
-// cannot get one.
+// plan, or for another campaign's (migration 0014; docs/ARCHITECTURE.md,
+// "The guarantee against the server's own role"). Such an attempt never
+// counts as the target's effect (the metric counts the target missing and
+// outside), and while it holds the key the target cannot get one.
 const StateOutside = "outside"
 
 // StateSuppressed is the state of a target whose address was suppressed
@@ -265,9 +265,9 @@ func scanWindows(ctx context.Context, db onceplan.DB, q TargetQuery, after int) 
 		after = end
 		window := time.Since(started)
 		// Stop before a window that would likely end past the budget, not
-		// only once past it: the budget bounds the whole page (issue 8:
-		// p95 ≤ 50 ms with a 40 ms budget; checking only after each
-		// window overshot by up to a window, p95 56 ms at 1,000,000).
+		// only once past it: the budget bounds the whole page (checking
+		// only after each window overshot it by up to a window; see
+		// docs/BENCHMARKS.md).
 		if after < q.Count && time.Now().Add(window).After(deadline) {
 			page.Next = strconv.Itoa(after)
 			page.ScannedTo = after

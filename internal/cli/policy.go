@@ -39,9 +39,10 @@ func runPolicy(ctx context.Context, env Env, args []string) error {
 }
 
 // runPolicyAdd registers a bump policy. The application role may read
-// policies and bump under them but never add one (DESIGN §3, rule 7;
-// migration 0014), so this connects as the schema's owner: on the embedded
-// default by itself, as migrations do; otherwise through the owner's URL.
+// policies and bump under them but never add one (migration 0014;
+// docs/ARCHITECTURE.md, "The guarantee against the server's own role"), so
+// this connects as the schema's owner: on the embedded default by itself, as
+// migrations do; otherwise through the owner's URL.
 func runPolicyAdd(ctx context.Context, env Env, args []string) error {
 	fs := flag.NewFlagSet("policy add", flag.ContinueOnError)
 	var db dbFlags

@@ -46,8 +46,8 @@ func TestWorkerFlagDefaultsAreJobs(t *testing.T) {
 	require.Equal(t, want, wf.resolved())
 }
 
-// TestWorkerFlagsRescueFollowsJobTimeout is the bug of issue 15: a fixed
-// --rescue-after default refused `serve --job-timeout 5m`.
+// TestWorkerFlagsRescueFollowsJobTimeout keeps a fixed bug fixed: a
+// fixed --rescue-after default refused `serve --job-timeout 5m`.
 func TestWorkerFlagsRescueFollowsJobTimeout(t *testing.T) {
 	t.Parallel()
 	wf := parseWorkerFlags(t, "--job-timeout", "5m")

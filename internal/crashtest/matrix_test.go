@@ -166,7 +166,7 @@ func TestCrashMatrix(t *testing.T) {
 	}
 }
 
-// emailServiceKinds are the email services' worlds (issue 18): each
+// emailServiceKinds are the email services' worlds: each
 // deduplicates or can be asked, within its window, so every crash settles
 // without a person.
 var emailServiceKinds = []string{"resend", "smtp-idempotency", "postmark", "smtp-probe-postmark"}

@@ -1,6 +1,7 @@
 package crashtest
 
-// The measured cases of issue 21, with real processes: an "agent" — this
+// Single agent effects (docs/ARCHITECTURE.md, "Single agent effects"),
+// with real processes: an "agent" — this
 // test binary run again as a child, calling a real `onceplan serve`
 // through package toolclient — killed with SIGKILL after the intent is
 // durable (before its body), after the body started (before the outside

@@ -1,4 +1,5 @@
-// Package faulttest holds the fault suite of issue 9: real `onceplan serve`
+// Package faulttest holds the fault suite (docs/RELIABILITY.md,
+// "Faults"): real `onceplan serve`
 // and `onceplan worker` processes run campaigns while PostgreSQL is
 // restarted, stopped or crashed under them, while providers are slow,
 // flapping, resetting connections, rate limiting or down, and while the
@@ -8,7 +9,8 @@
 // As in internal/crashtest, the outside world is the only judge of how many
 // effects happened: files in a maildir, the webhook receiver's applied
 // effects, the SMTP server's accepted messages (internal/sink). The ledger's
-// states are checked against DESIGN §3–4 besides.
+// states are checked against docs/ARCHITECTURE.md, "The ledger:
+// exactly-once lives in PostgreSQL", besides.
 //
 // Tests that restart PostgreSQL start a cluster of their own
 // (internal/pgcluster) and never touch the shared TEST_DATABASE_URL one.

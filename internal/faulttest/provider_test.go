@@ -150,11 +150,11 @@ func (e *env) campaignDone(id string) bool {
 	return err == nil && state == "completed"
 }
 
-// TestProviderFlapping: every third call to a deduplicating webhook
-// answers 503 — half of them after applying the effect, half without. A
-// 5xx is unknown (DESIGN §4); recovery sends again with the same effect id
-// and settles from the answer, so every target ends done, applied once,
-// with a bounded number of calls.
+// TestProviderFlapping: every third call to a deduplicating webhook answers
+// 503 — half of them after applying the effect, half without. A 5xx is
+// unknown (docs/ARCHITECTURE.md, "Executing one effect"); recovery sends
+// again with the same effect id and settles from the answer, so every target
+// ends done, applied once, with a bounded number of calls.
 func TestProviderFlapping(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -6,13 +6,13 @@
 // its tests end. Either way every test gets a fresh database cloned from a
 // migrated template, so tests run in parallel without seeing each other.
 //
-// The roles are production's (DESIGN §3, rule 6): the template is migrated
-// as the owner role (migrations.OwnerRole), and URL hands out the
-// application role (migrations.AppRole), the one a server connects as, so
-// every test that runs a server or a worker shows that role is enough.
-// Pool connects as the cluster's superuser, which no privilege stops: tests
-// of the triggers need that, as they must show the triggers hold on their
-// own.
+// The roles are production's (docs/ARCHITECTURE.md, "Two roles"): the
+// template is migrated as the owner role (migrations.OwnerRole), and URL
+// hands out the application role (migrations.AppRole), the one a server
+// connects as, so every test that runs a server or a worker shows that role
+// is enough. Pool connects as the cluster's superuser, which no privilege
+// stops: tests of the triggers need that, as they must show the triggers
+// hold on their own.
 package pgtest
 
 import (

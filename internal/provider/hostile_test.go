@@ -1,9 +1,10 @@
 package provider_test
 
-// Fuzz targets for the provider's parsers of outside input (issue 9): the
-// --provider URL and the SMTP raw answer. The webhook answer has its own
-// (FuzzClassifyWebhook, FuzzClassifyWebhookRaw in webhook_test.go); saved
-// seeds are under testdata/fuzz/<FuzzName>/.
+// Fuzz targets for the provider's parsers of outside input
+// (docs/RELIABILITY.md, "Hostile and broken input"): the --provider URL and
+// the SMTP raw answer. The webhook answer has its own (FuzzClassifyWebhook,
+// FuzzClassifyWebhookRaw in webhook_test.go); saved seeds are under
+// testdata/fuzz/<FuzzName>/.
 
 import (
 	"fmt"

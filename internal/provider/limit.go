@@ -56,6 +56,7 @@ func (l *limiter) Acquire(ctx context.Context) (func(), error) {
 // Renew keeps a slot Acquire gave for one more call, when the rate limit
 // has a token for it now; it never waits. The executor renews the slot of
 // a job's target for the job's next target, so that target's claim can
-// go into the same commit as this target's answer (DESIGN §4): false
+// go into the same commit as this target's answer (docs/ARCHITECTURE.md, "A job
+// of several targets"): false
 // means release the slot and Acquire again, waiting, before claiming.
 func (l *limiter) Renew() bool { return l.rate == nil || l.rate.Allow() }

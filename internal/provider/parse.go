@@ -22,12 +22,12 @@ const (
 	defaultConcurrency     = 4
 	defaultMaildirParallel = 16
 	// defaultSMTPConcurrency: a relay takes many connections (listmonk's
-	// default pool is 10), and with ten calls in flight rather than four
-	// the ledger's group commits are bigger and cheaper per message:
-	// 10,000 messages to Mailpit went 853-988 -> 1,065-1,125 msgs/s in one
-	// run (docs/BENCHMARKS.md, issue 19). It is also how many messages a
-	// crash can leave in doubt on a relay that can neither deduplicate
-	// nor be asked: set concurrency= lower to trade speed for fewer.
+	// default pool is 10), and with ten calls in flight rather than four the
+	// ledger's group commits are bigger and cheaper per message, and a relay
+	// took messages measurably faster (docs/BENCHMARKS.md). It is also how
+	// many messages a crash can leave in doubt on a relay that can neither
+	// deduplicate nor be asked: set concurrency= lower to trade speed for
+	// fewer.
 	defaultSMTPConcurrency  = 10
 	maxConcurrency          = 1024
 	redactedPasswordMarker  = "xxxxx"

@@ -1,5 +1,5 @@
 // Package toolcall owns single effects: an agent runtime's tool calls,
-// one at a time, through the same ledger as campaigns (issue 21).
+// one at a time, through the same ledger as campaigns.
 //
 // A call is named by its identity — the event (the run's or trigger's
 // stable occurrence id), the tool, the target, an amount and a scope —
@@ -11,14 +11,14 @@
 // refused (422, [ErrArgsMismatch]), so "set A, set B, restore A" under one
 // event id performs once, and under three event ids three times.
 //
-// [Service.Begin] commits the intent before the tool body runs: the
-// call's args (bound to the key for good), a pending ledger row (the
-// ledger's partial unique index decides between concurrent callers:
-// exactly one wins) and its lease. The winner performs the call, passing
-// the key to the outside system as its idempotency key, and settles it
-// ([Service.Settle]) with the outside system's raw answer, which is
-// committed in the same transaction as, and before, the outcome
-// (DESIGN §4). Everyone else is told what holds the key: done (replay the
+// [Service.Begin] commits the intent before the tool body runs: the call's
+// args (bound to the key for good), a pending ledger row (the ledger's
+// partial unique index decides between concurrent callers: exactly one wins)
+// and its lease. The winner performs the call, passing the key to the
+// outside system as its idempotency key, and settles it ([Service.Settle])
+// with the outside system's raw answer, which is committed in the same
+// transaction as, and before, the outcome (docs/ARCHITECTURE.md, "Executing
+// one effect"). Everyone else is told what holds the key: done (replay the
 // recorded result), pending (in flight), unknown (in doubt: a person
 // resolves it), awaiting approval.
 //

@@ -443,10 +443,10 @@ func (s *Service) claim(ctx context.Context, a auth.Actor, v validated, digest s
 	return BeginResult{Outcome: Perform, Status: st}, false, err
 }
 
-// takeover hands an attempt in doubt of a deduplicating tool to this
-// caller, who performs it again with the same key (DESIGN §4: "re-send
-// with the same key"). The attempt's row is locked, so of two takeovers
-// one wins; the other finds a live lease.
+// takeover hands an attempt in doubt of a deduplicating tool to this caller,
+// who performs it again with the same key (docs/ARCHITECTURE.md, "Executing
+// one effect": "send again with the same id"). The attempt's row is locked,
+// so of two takeovers one wins; the other finds a live lease.
 func (s *Service) takeover(ctx context.Context, a auth.Actor, st Status, lease time.Duration) (BeginResult, bool, error) {
 	var took bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -1,4 +1,4 @@
-// Package api is Onceplan's JSON API under /api/v1 (DESIGN §8): bearer
+// Package api is Onceplan's JSON API under /api/v1: bearer
 // tokens, JSON errors {"error": {"code", "message"}}, keyset pagination.
 // Agent tokens may create, edit, import, submit and read — never decide:
 // the approval package refuses them, and the route table says so too.

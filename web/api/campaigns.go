@@ -72,7 +72,7 @@ const (
 	warnEmptyVars    = "empty_vars"
 )
 
-// viewImport is an import report as DESIGN §8 names it: plan.ImportReport's
+// viewImport is an import report as the API gives it: plan.ImportReport's
 // own JSON, with its lists never null.
 func viewImport(r *plan.ImportReport) *plan.ImportReport {
 	if r == nil {

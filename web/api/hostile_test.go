@@ -1,6 +1,7 @@
 package api_test
 
-// Hostile and broken API input (issue 9), over real HTTP: each request gets
+// Hostile and broken API input (docs/RELIABILITY.md, "Hostile and
+// broken input"), over real HTTP: each request gets
 // one clear error (one line, naming the field or parameter) and a refused
 // request changes nothing in the database. api_test.go has the basic
 // malformed-JSON, unknown-field, wrong-type and 401/403/404/413/415/429

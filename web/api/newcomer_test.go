@@ -1,6 +1,6 @@
 package api_test
 
-// Issue 16, over real HTTP: what a newcomer trips over in the first hour.
+// Over real HTTP: what a newcomer trips over in the first hour.
 
 import (
 	"context"

@@ -1,6 +1,7 @@
 // Package httperr owns the one table from domain errors to HTTP statuses
 // and error codes, and the one classification of an error for a client
-// (DESIGN §8: the right status, a code, one sentence). The web UI (package
+// (the right status, a code, one sentence: docs/ARCHITECTURE.md,
+// "Errors at the edge"). The web UI (package
 // web) and the JSON API (web/api) both present what [Classify] returns —
 // the API and the UI's JSON routes as {"error": {"code", "message"}} with
 // [JSON], the UI's pages as an error page — so the two cannot answer the

@@ -9,7 +9,7 @@ package view
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
-// What changed between two versions of a campaign (issue 20): the section
+// What changed between two versions of a campaign: the section
 // the approval page shows, the same on a page of its own, and the page
 // that lists one kind of target row page by page.
 

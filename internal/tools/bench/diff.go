@@ -1,6 +1,6 @@
 package main
 
-// Scenario "diff" (issue 20): what changed between two versions of a
+// Scenario "diff": what changed between two versions of a
 // campaign of N targets. Version 1 is audittest.Seed's running plan (its
 // ledger nearly all done); version 2 is an edit of it whose list (imported
 // as JSON through the approval workflow) drops 1% of the targets, changes

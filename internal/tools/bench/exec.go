@@ -66,8 +66,7 @@ func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
 // bareRiver runs n no-op jobs with workers workers and returns jobs per
 // second. The exec scenario runs it with the executor's worker count, so
 // that each ratio compares the same River settings: bare River too is
-// faster with more workers (12,500 → 17,200 jobs/s from 100 to 1,000
-// here).
+// faster with more workers (docs/BENCHMARKS.md).
 func bareRiver(ctx context.Context, pool *pgxpool.Pool, n, workers int) (float64, cpuSample, error) {
 	var done atomic.Int64
 	ws := river.NewWorkers()

@@ -39,8 +39,8 @@ const (
 	// mailpitPoll is how often Mailpit's count is read during a run (on
 	// both sides, so that both share Mailpit with the same polling): often
 	// enough for a run of seconds, rarely enough not to load Mailpit (a
-	// count of 10,000 messages costs it about 1.7 ms of CPU and its one
-	// SQLite connection).
+	// count of 10,000 messages costs it CPU and its one SQLite
+	// connection).
 	mailpitPoll = 50 * time.Millisecond
 )
 

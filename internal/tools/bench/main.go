@@ -311,7 +311,7 @@ func benchFreeze(ctx context.Context, pool *pgxpool.Pool, n int) error {
 // benchStartAndPages starts the frozen campaign (the run record and its
 // jobs, each of up to jobs.MaxTargetsPerJob targets, in one transaction),
 // against River's InsertManyFast of one job per target (the shape before
-// issue 19), then times the per-target list at that size.
+// jobs of several targets), then times the per-target list at that size.
 func benchStartAndPages(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx.Tx], svc *approval.Service, id string, n int) error {
 	operator, err := user(ctx, pool, "bench-operator@example.com", auth.RoleOperator)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 
 // result is one figure of the summary.
 type result struct {
-	target string // issue 8's item, e.g. "1. executor throughput"
+	target string // the numbered target, e.g. "1. executor throughput"
 	figure string // what was measured, with its same-run baseline
 	goal   string // the target, e.g. "≥ 0.6× bare River"; "" when there is none
 	met    string // "yes", "no", or "" when there is no target
@@ -59,7 +59,8 @@ func printSummary() {
 	w.Flush()
 }
 
-// targetNumber is the number issue 8 gives a target ("7. memory" → 7).
+// targetNumber is the number docs/BENCHMARKS.md gives a target ("7. memory"
+// → 7).
 func targetNumber(t string) int {
 	n, _ := strconv.Atoi(strings.SplitN(t, ".", 2)[0])
 	return n

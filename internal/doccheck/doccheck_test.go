@@ -1,0 +1,456 @@
+package doccheck
+
+import (
+	"bufio"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// root is the repository's root, two directories up from this package.
+var root = sync.OnceValue(func() string {
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		panic(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		panic("doccheck: the repository root (two directories up) has no go.mod")
+	}
+	return dir
+})
+
+// line is one line of a document, numbered from 1.
+type line struct {
+	n    int
+	text string
+}
+
+func readLines(t *testing.T, rel string) []line {
+	t.Helper()
+	f, err := os.Open(filepath.Join(root(), rel))
+	if err != nil {
+		t.Fatalf("%s cannot be read: %v", rel, err)
+	}
+	defer f.Close()
+	var out []line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		out = append(out, line{n, sc.Text()})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s cannot be read: %v", rel, err)
+	}
+	return out
+}
+
+// skipDir reports whether a directory holds no package of the project:
+// hidden directories, testdata, the build output.
+func skipDir(rel string, d fs.DirEntry) bool {
+	name := d.Name()
+	return rel != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "bin" || name == "node_modules")
+}
+
+// goFiles lists the repository's .go files (slash-separated, relative to
+// the root).
+var goFiles = sync.OnceValues(func() ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(root(), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root(), path)
+		if d.IsDir() {
+			if skipDir(rel, d) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".go") {
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return out, err
+})
+
+// layoutKey is the granularity of README's Layout table: a directory under
+// cmd/, internal/ or clients/go/ is named by its first level there
+// (internal/audit covers internal/audit/audittest); any other directory by
+// its top-level directory (web covers web/api).
+func layoutKey(dir string) string {
+	parts := strings.Split(dir, "/")
+	switch {
+	case len(parts) >= 3 && parts[0] == "clients" && parts[1] == "go":
+		return strings.Join(parts[:3], "/")
+	case len(parts) >= 2 && (parts[0] == "internal" || parts[0] == "cmd"):
+		return strings.Join(parts[:2], "/")
+	}
+	return parts[0]
+}
+
+var backticked = regexp.MustCompile("`([^`]+)`")
+
+// TestReadmeLayout: README.md's Layout table names every directory that
+// holds Go packages (at layoutKey's granularity), and every path it names
+// exists.
+func TestReadmeLayout(t *testing.T) {
+	const doc = "README.md"
+	lines := readLines(t, doc)
+	listed := map[string]int{} // path → line
+	in := false
+	for _, l := range lines {
+		if strings.HasPrefix(l.text, "## ") {
+			in = l.text == "## Layout"
+			continue
+		}
+		if !in || !strings.HasPrefix(l.text, "| `") {
+			continue
+		}
+		first := strings.SplitN(strings.TrimPrefix(l.text, "|"), "|", 2)[0]
+		for _, m := range backticked.FindAllStringSubmatch(first, -1) {
+			p := strings.TrimSuffix(m[1], "/")
+			listed[p] = l.n
+			if _, err := os.Stat(filepath.Join(root(), p)); err != nil {
+				t.Errorf("%s:%d: the Layout table lists %s, which does not exist in the tree.", doc, l.n, p)
+			}
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatalf("%s has no \"## Layout\" table whose rows start with a path in backticks.", doc)
+	}
+
+	files, err := goFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := map[string]string{} // layout key → one package directory under it
+	for _, f := range files {
+		dir := filepath.ToSlash(filepath.Dir(f))
+		if dir == "." {
+			continue
+		}
+		if _, ok := need[layoutKey(dir)]; !ok {
+			need[layoutKey(dir)] = dir
+		}
+	}
+	for _, key := range slices.Sorted(func(yield func(string) bool) {
+		for k := range need {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		if _, ok := listed[key]; !ok {
+			t.Errorf("%s: the Layout table does not list %s, which holds Go packages (%s); add a row for it.", doc, key, need[key])
+		}
+	}
+}
+
+// A reference to code in docs/ARCHITECTURE.md is written in one code span
+// as `path/to/file.go (Symbol)` or `path/to/file.go (Symbol, Type.Method)`:
+// the file, relative to the repository root, and one or more names it
+// declares — a function, type, variable or constant, a method or a struct
+// field as Type.Name.
+var (
+	codeRef    = regexp.MustCompile("`([A-Za-z0-9_./-]+\\.go) \\(([^)`]*)\\)`")
+	oldCodeRef = regexp.MustCompile("`[A-Za-z0-9_./-]+\\.go` \\(`")
+	repoPath   = regexp.MustCompile(`^(cmd|plan|approval|executor|ledger|web|migrations|jobs|internal|clients|docs|scripts)/[A-Za-z0-9_./-]*$`)
+	symbolRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+)
+
+// declared returns the names file declares at the top level: functions,
+// types, variables and constants, methods as Recv.Name and struct fields
+// as Type.Field.
+func declared(path string) (map[string]bool, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil || len(d.Recv.List) == 0 {
+				names[d.Name.Name] = true
+				continue
+			}
+			typ := d.Recv.List[0].Type
+			for {
+				switch x := typ.(type) {
+				case *ast.StarExpr:
+					typ = x.X
+					continue
+				case *ast.IndexExpr:
+					typ = x.X
+					continue
+				case *ast.IndexListExpr:
+					typ = x.X
+					continue
+				}
+				break
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				names[id.Name+"."+d.Name.Name] = true
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					names[s.Name.Name] = true
+					if st, ok := s.Type.(*ast.StructType); ok {
+						for _, fld := range st.Fields.List {
+							for _, n := range fld.Names {
+								names[s.Name.Name+"."+n.Name] = true
+							}
+						}
+					}
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						names[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return names, nil
+}
+
+// TestArchitectureReferences: every `file.go (Symbol)` in
+// docs/ARCHITECTURE.md names a file that exists and declares each symbol.
+func TestArchitectureReferences(t *testing.T) {
+	const doc = "docs/ARCHITECTURE.md"
+	refs := 0
+	cache := map[string]map[string]bool{}
+	for _, l := range readLines(t, doc) {
+		if m := oldCodeRef.FindString(l.text); m != "" {
+			t.Errorf("%s:%d: %s… splits a code reference in two; write it as one code span, `file.go (Symbol)`.", doc, l.n, m)
+		}
+		for _, m := range backticked.FindAllStringSubmatch(l.text, -1) {
+			path := strings.Fields(m[1])[0]
+			if repoPath.MatchString(path) {
+				if _, err := os.Stat(filepath.Join(root(), path)); err != nil {
+					t.Errorf("%s:%d: names %s, which does not exist in the tree.", doc, l.n, path)
+				}
+			}
+		}
+		for _, m := range codeRef.FindAllStringSubmatch(l.text, -1) {
+			refs++
+			file := m[1]
+			names, ok := cache[file]
+			if !ok {
+				var err error
+				names, err = declared(filepath.Join(root(), file))
+				if os.IsNotExist(err) {
+					t.Errorf("%s:%d: %s does not exist.", doc, l.n, file)
+				} else if err != nil {
+					t.Errorf("%s:%d: %s cannot be parsed: %v.", doc, l.n, file, err)
+				}
+				cache[file] = names
+			}
+			if names == nil {
+				continue
+			}
+			for sym := range strings.SplitSeq(m[2], ",") {
+				sym = strings.TrimSpace(sym)
+				if !symbolRE.MatchString(sym) {
+					t.Errorf("%s:%d: %q in `%s (%s)` is not a Go name; the parentheses hold only names declared in the file, separated by commas.", doc, l.n, sym, file, m[2])
+					continue
+				}
+				if !names[sym] {
+					t.Errorf("%s:%d: %s does not declare %s.", doc, l.n, file, sym)
+				}
+			}
+		}
+	}
+	if refs == 0 {
+		t.Fatalf("%s has no `file.go (Symbol)` reference; the pattern this test reads has changed.", doc)
+	}
+}
+
+var nonTest = regexp.MustCompile(`(?m)^(?:type|func) ((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)\b`)
+
+var testName = regexp.MustCompile(`^((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)(/.*)?$`)
+
+// TestDocsNameExistingTests: every test, fuzz target, benchmark or example
+// the docs name in a code span (`TestClaimRace`) is declared as a function
+// in a *_test.go file of the repository.
+func TestDocsNameExistingTests(t *testing.T) {
+	files, err := goFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)\(`)
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range decl.FindAllSubmatch(b, -1) {
+			funcs[string(m[1])] = true
+		}
+	}
+	// A name the code declares outside its tests (approval's TestSender)
+	// is not a test.
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range nonTest.FindAllSubmatch(b, -1) {
+			funcs[string(m[1])] = true
+		}
+	}
+	named := 0
+	for _, doc := range []string{"docs/RELIABILITY.md", "docs/ARCHITECTURE.md", "docs/TESTING.md"} {
+		for _, l := range readLines(t, doc) {
+			for _, m := range backticked.FindAllStringSubmatch(l.text, -1) {
+				for _, word := range strings.Fields(m[1]) {
+					tm := testName.FindStringSubmatch(word)
+					if tm == nil || tm[1] == "Test" || tm[1] == "Fuzz" || tm[1] == "Benchmark" {
+						continue
+					}
+					named++
+					if !funcs[tm[1]] {
+						t.Errorf("%s:%d: names %s, but no *_test.go file declares func %s.", doc, l.n, tm[1], tm[1])
+					}
+				}
+			}
+		}
+	}
+	if named == 0 {
+		t.Fatal("docs/RELIABILITY.md names no test in a code span; the pattern this test reads has changed.")
+	}
+}
+
+// A comment that cites a document's section names the document and the
+// section's heading in quotes: (docs/ARCHITECTURE.md, "The gate"). The
+// heading may carry a parenthesis the citation leaves out ("Executing one
+// effect" for "Executing one effect (package executor)").
+var citation = regexp.MustCompile(`((?:docs/)?[A-Z]+\.md), "([^"]+)"`)
+
+// headings returns a document's headings, each without its leading #s.
+func headings(t *testing.T, doc string) []string {
+	var out []string
+	fence := false
+	for _, l := range readLines(t, doc) {
+		if strings.HasPrefix(l.text, "```") {
+			fence = !fence
+		}
+		if !fence && strings.HasPrefix(l.text, "#") {
+			out = append(out, strings.TrimSpace(strings.TrimLeft(l.text, "#")))
+		}
+	}
+	return out
+}
+
+// cites reports whether a citation of section names one of heads: the
+// heading itself, or the heading up to a parenthesis or a colon.
+func cites(heads []string, section string) bool {
+	for _, h := range heads {
+		if h == section || strings.HasPrefix(h, section+" (") || strings.HasPrefix(h, section+":") {
+			return true
+		}
+	}
+	return false
+}
+
+// commentText joins a file's comment lines so that a citation wrapped
+// over two lines reads as one; it returns the text and, for each byte, its
+// line number.
+func commentText(src string) (string, []int) {
+	var b strings.Builder
+	var lines []int
+	prefix := regexp.MustCompile(`^\s*(//|--|#)\s?`)
+	for i, l := range strings.Split(src, "\n") {
+		loc := prefix.FindStringIndex(l)
+		text := l
+		if loc != nil {
+			text = l[loc[1]:]
+		}
+		s := text + " "
+		b.WriteString(s)
+		for range len(s) {
+			lines = append(lines, i+1)
+		}
+	}
+	return b.String(), lines
+}
+
+// TestCitedSectionsExist: every comment in the code (Go, templ, SQL,
+// shell, the Makefile) and every doc that cites a section of a document
+// as (docs/X.md, "Heading") names a heading that document has.
+func TestCitedSectionsExist(t *testing.T) {
+	heads := map[string][]string{}
+	var files []string
+	err := filepath.WalkDir(root(), func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root(), path)
+		if d.IsDir() {
+			if skipDir(rel, d) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".templ", ".sql", ".sh", ".md", ".yaml", ".yml":
+			if !strings.HasSuffix(path, "_templ.go") {
+				files = append(files, filepath.ToSlash(rel))
+			}
+		}
+		if d.Name() == "Makefile" {
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root(), f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, lineOf := commentText(string(b))
+		for _, m := range citation.FindAllStringSubmatchIndex(text, -1) {
+			doc, section := text[m[2]:m[3]], text[m[4]:m[5]]
+			rel := doc
+			if !strings.HasPrefix(rel, "docs/") {
+				// Relative to the citing file: a doc in docs/ citing
+				// another, or README citing docs/….
+				rel = filepath.ToSlash(filepath.Join(filepath.Dir(f), doc))
+			}
+			if _, err := os.Stat(filepath.Join(root(), rel)); err != nil {
+				continue // not a document of this repository
+			}
+			if _, ok := heads[rel]; !ok {
+				heads[rel] = headings(t, rel)
+			}
+			section = strings.Join(strings.Fields(section), " ")
+			if !cites(heads[rel], section) {
+				t.Errorf("%s:%d: cites %s, %q, but %s has no heading %q.", f, lineOf[m[0]], doc, section, rel, section)
+			}
+		}
+	}
+	if len(heads) == 0 {
+		t.Fatal(fmt.Sprintf("no file cites a section of a document as (docs/X.md, %q); the pattern this test reads has changed.", "Heading"))
+	}
+}
