@@ -100,7 +100,7 @@ func writeDoc(path string, started time.Time, took time.Duration, machine [][2]s
 	for _, kv := range machine {
 		fmt.Fprintf(&b, "| %s | %s |\n", kv[0], kv[1])
 	}
-	b.WriteString("\n| issue 8 target | figure (baseline measured in the same run) | goal | met | run |\n|---|---|---|---|---|\n")
+	b.WriteString("\n| target | figure (baseline measured in the same run) | goal | met | run |\n|---|---|---|---|---|\n")
 	for _, n := range slices.Sorted(maps.Keys(rows)) {
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(rows[n], " | "))
 	}

@@ -17,7 +17,7 @@ func TestWriteDocKeepsTargetsNotRun(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
 	before := "# Benchmarks\n\nHand-written.\n\n" + docBegin + "\n\nLast full run: 2026-12-01 06:02 UTC, 40m0s.\n\n" +
 		"| machine | |\n|---|---|\n| memory | 24 GiB |\n\n" +
-		"| issue 8 target | figure (baseline measured in the same run) | goal | met |\n|---|---|---|---|\n" +
+		"| target | figure (baseline measured in the same run) | goal | met |\n|---|---|---|---|\n" +
 		"| 1. executor throughput | old exec figure | ≥ 0.6× bare River | no |\n" +
 		"| 4. per-target page | old pages figure | p95 ≤ 50 ms | no |\n\n" + docEnd + "\n\nMore hand-written text.\n"
 	require.NoError(t, os.WriteFile(path, []byte(before), 0o644))
