@@ -2,7 +2,6 @@ package doccheck
 
 import (
 	"bufio"
-	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -451,6 +450,6 @@ func TestCitedSectionsExist(t *testing.T) {
 		}
 	}
 	if len(heads) == 0 {
-		t.Fatal(fmt.Sprintf("no file cites a section of a document as (docs/X.md, %q); the pattern this test reads has changed.", "Heading"))
+		t.Fatalf("no file cites a section of a document as (docs/X.md, %q); the pattern this test reads has changed.", "Heading")
 	}
 }
