@@ -139,6 +139,74 @@ type Result struct {
 	// block a submission (Empty, EmptyCount: blank merge variables, a
 	// warning for the proposer).
 	Check *plan.CheckReport
+	// Answer is what an answer shows beside the campaign, read in the
+	// same snapshot: set by Approve (inside its transaction), else read
+	// by [Service.Answer].
+	Answer *Answer
+}
+
+// Answer is what a campaign's answer shows beside the campaign itself,
+// read in one snapshot with it.
+type Answer struct {
+	Counts Counts
+	// Approvals counts the distinct approvals of the current plan hash.
+	Approvals int
+	Decision  Decision
+	Serving   Serving
+}
+
+// Answer reads what res's answer shows beside the campaign, all in one
+// snapshot (a read-only REPEATABLE READ transaction): the campaign as it
+// is now, its counts (from cache when cache is not nil and fresh), its
+// approvals, its decision and whether a worker serves its provider. It
+// returns res.Answer when an action already read it in its own
+// transaction.
+func (s *Service) Answer(ctx context.Context, res Result, cache *CountsCache) (Result, error) {
+	if res.Answer != nil {
+		return res, nil
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		c, err := plan.GetCampaign(ctx, tx, res.Campaign.ID)
+		if err != nil {
+			return err
+		}
+		now, err := s.result(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		now.Import, now.Replayed, now.Check = res.Import, res.Replayed, res.Check
+		res = now
+		return s.answer(ctx, tx, &res, cache)
+	})
+	return res, err
+}
+
+// answer fills res.Answer from db, which is the snapshot res was read in.
+func (s *Service) answer(ctx context.Context, db onceplan.DB, res *Result, cache *CountsCache) error {
+	c := res.Campaign
+	var (
+		a   Answer
+		err error
+	)
+	if cache != nil {
+		a.Counts, err = cache.CampaignCounts(ctx, db, c)
+	} else {
+		a.Counts, err = CampaignCounts(ctx, db, c)
+	}
+	if err != nil {
+		return err
+	}
+	if a.Approvals, err = approvals(ctx, db, c, res.PlanHash); err != nil {
+		return err
+	}
+	if a.Decision, err = decisionOf(ctx, db, c.ID); err != nil {
+		return err
+	}
+	if a.Serving, err = s.serving(ctx, db, c); err != nil {
+		return err
+	}
+	res.Answer = &a
+	return nil
 }
 
 // knownProvider refuses a provider name this deployment does not send
@@ -466,13 +534,13 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 		if err := s.event(ctx, tx, &a, c, auth.ActionApprove, shownHash, "", nil); err != nil {
 			return err
 		}
-		var count int
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
-			c.ID, c.Version, shownHash).Scan(&count); err != nil {
+		count, err := approvals(ctx, tx, c, shownHash)
+		if err != nil {
 			return err
 		}
 		if count < c.RequiredApprovals {
-			return nil
+			res.Campaign = c
+			return s.answer(ctx, tx, &res, nil)
 		}
 		p, err := plan.Freeze(ctx, tx, c, res.Draft, shownHash)
 		if err != nil {
@@ -488,7 +556,7 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 			}
 		}
 		res.Campaign = c
-		return nil
+		return s.answer(ctx, tx, &res, nil)
 	})
 	return res, err
 }
@@ -551,9 +619,15 @@ func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	return approvals(ctx, s.pool, c, r.PlanHash)
+}
+
+// approvals counts the distinct approvals of campaign c's current version
+// under hash.
+func approvals(ctx context.Context, db onceplan.DB, c plan.Campaign, hash string) (int, error) {
 	var n int
-	err = s.pool.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
-		c.ID, c.Version, r.PlanHash).Scan(&n)
+	err := db.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
+		c.ID, c.Version, hash).Scan(&n)
 	return n, err
 }
 
@@ -763,7 +837,11 @@ type Serving struct {
 // provider. An approved, running or paused campaign waits for one: with
 // none, nothing of it is sent, and Warning says so.
 func (s *Service) Serving(ctx context.Context, c plan.Campaign) (Serving, error) {
-	n, err := s.enqueuer.ProviderWorkers(ctx, s.pool, c.Provider)
+	return s.serving(ctx, s.pool, c)
+}
+
+func (s *Service) serving(ctx context.Context, db onceplan.DB, c plan.Campaign) (Serving, error) {
+	n, err := s.enqueuer.ProviderWorkers(ctx, db, c.Provider)
 	if err != nil {
 		return Serving{}, err
 	}

@@ -481,3 +481,42 @@ func requireSQLState(t *testing.T, err error, code string) {
 func csvTargets(n int) approval.TargetsParams {
 	return approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csvOf(n))}
 }
+
+// TestApproveAnswersFromItsOwnSnapshot: what Approve answers beside the
+// campaign (approvals, decision, counts) is what its own transaction saw,
+// so a second approval committed right after cannot make the first
+// approver's answer claim the quorum — or disagree with the campaign's
+// state shown in the same answer.
+func TestApproveAnswersFromItsOwnSnapshot(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	created := b.create(t, 2, 3)
+	id := created.Campaign.ID
+	sub, err := b.svc.Submit(b.ctx, b.proposer, id)
+	require.NoError(t, err)
+
+	r1, err := b.svc.Approve(b.ctx, b.approver, id, sub.PlanHash)
+	require.NoError(t, err)
+	r2, err := b.svc.Approve(b.ctx, b.second, id, sub.PlanHash)
+	require.NoError(t, err)
+
+	require.NotNil(t, r1.Answer, "Approve reads its answer in its own transaction")
+	require.Equal(t, plan.StatePendingApproval, r1.Campaign.State)
+	require.Equal(t, 1, r1.Answer.Approvals, "the first answer counts the approvals as of its own commit")
+	require.Equal(t, approval.DecisionPending, r1.Answer.Decision.Decision)
+	require.Equal(t, 3, r1.Answer.Counts.Planned)
+	require.Equal(t, 3, r1.Answer.Counts.NotStarted)
+
+	require.Equal(t, plan.StateApproved, r2.Campaign.State)
+	require.Equal(t, 2, r2.Answer.Approvals)
+	require.Equal(t, approval.DecisionApproved, r2.Answer.Decision.Decision)
+
+	// Read afresh, the first result's campaign shows what holds now, all of
+	// it from one snapshot.
+	r1.Answer = nil
+	now, err := b.svc.Answer(b.ctx, r1, nil)
+	require.NoError(t, err)
+	require.Equal(t, plan.StateApproved, now.Campaign.State)
+	require.Equal(t, 2, now.Answer.Approvals)
+	require.Equal(t, approval.DecisionApproved, now.Answer.Decision.Decision)
+}

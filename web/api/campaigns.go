@@ -96,21 +96,21 @@ func nonNil[T any](s []T) []T {
 
 // warnings are the campaign's warnings after res (see campaignView), and
 // whether a live worker serves its provider.
-func (a *API) warnings(c echo.Context, res approval.Result) (approval.Serving, []warning, error) {
+func warnings(res approval.Result) []warning {
 	out := []warning{}
-	serving, err := a.cfg.Approval.Serving(c.Request().Context(), res.Campaign)
-	if err != nil {
-		return serving, nil, err
-	}
-	if serving.Warning != "" {
-		out = append(out, warning{Code: warnNoLiveWorker, Message: serving.Warning})
+	if w := res.Answer.Serving.Warning; w != "" {
+		out = append(out, warning{Code: warnNoLiveWorker, Message: w})
 	}
 	if k := res.Check; k != nil && k.EmptyCount > 0 {
 		out = append(out, warning{Code: warnEmptyVars, Message: plan.EmptyWarning(k.Empty[0], k.EmptyCount), Targets: k.Empty, Count: k.EmptyCount})
 	}
-	return serving, out, nil
+	return out
 }
 
+// view is a campaign's answer: the campaign and what goes with it (counts,
+// approvals, decision, workers), all read in one snapshot — the action's
+// own transaction when it read them (Approve), else one read-only
+// transaction after it.
 func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 	ctx := c.Request().Context()
 	if c.Request().Method != http.MethodGet {
@@ -119,29 +119,17 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 			a.cfg.Counts.Forget(listID)
 		}
 	}
-	k, err := a.cfg.Counts.CampaignCounts(ctx, a.cfg.Pool, res.Campaign)
+	res, err := a.cfg.Approval.Answer(ctx, res, a.cfg.Counts)
 	if err != nil {
 		return campaignView{}, err
 	}
-	n, err := a.cfg.Approval.Approvals(ctx, res.Campaign.ID)
-	if err != nil {
-		return campaignView{}, err
-	}
-	serving, warnings, err := a.warnings(c, res)
-	if err != nil {
-		return campaignView{}, err
-	}
-	d, err := a.cfg.Approval.Decision(ctx, res.Campaign.ID)
-	if err != nil {
-		return campaignView{}, err
-	}
-	cm := res.Campaign
+	ans, cm := res.Answer, res.Campaign
 	return campaignView{
-		ProviderWorkers: serving.Live, Warnings: warnings, ListUnsubscribe: res.Campaign.ListUnsubscribe,
-		NextSteps: a.steps(c, cm.ID, approval.NextSteps(cm, d, k, serving, a.cfg.Approval.Now())), Approvals: n,
+		ProviderWorkers: ans.Serving.Live, Warnings: warnings(res), ListUnsubscribe: cm.ListUnsubscribe,
+		NextSteps: a.steps(c, cm.ID, approval.NextSteps(cm, ans.Decision, ans.Counts, ans.Serving, a.cfg.Approval.Now())), Approvals: ans.Approvals,
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals,
-		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: k,
+		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: ans.Counts,
 		ApprovalURL: a.baseURL(c) + "/campaigns/" + cm.ID + "/approval",
 		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, Import: viewImport(res.Import),
 	}, nil
