@@ -7,7 +7,6 @@ import (
 
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // CountsCache shares one list's counts among the pages, API calls and live
@@ -47,7 +46,7 @@ func (cc *CountsCache) ListCounts(ctx context.Context, db onceplan.DB, listID in
 }
 
 // CampaignCounts is CampaignCounts, from the cache when fresh.
-func (cc *CountsCache) CampaignCounts(ctx context.Context, db onceplan.DB, c plan.Campaign) (Counts, error) {
+func (cc *CountsCache) CampaignCounts(ctx context.Context, db onceplan.DB, c Campaign) (Counts, error) {
 	listID, n, err := ListOf(ctx, db, c)
 	if err != nil || listID == 0 {
 		return Counts{}, err

@@ -11,7 +11,6 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // DecisionState is what became of a campaign's latest submitted version.
@@ -47,7 +46,7 @@ type Decision struct {
 	CampaignID string
 	// State and CampaignVersion are the campaign's now: a new version may
 	// be a draft while an earlier one's decision stands.
-	State           plan.State
+	State           State
 	CampaignVersion int
 	Decision        DecisionState
 	// Version, PlanHash and SubmittedAt are the latest submission's (0,
@@ -110,12 +109,12 @@ func (s *Service) Decision(ctx context.Context, id string) (Decision, error) {
 }
 
 func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error) {
-	c, err := plan.GetCampaign(ctx, db, id)
+	c, err := GetCampaign(ctx, db, id)
 	if err != nil {
 		return Decision{}, err
 	}
 	d := Decision{CampaignID: c.ID, State: c.State, CampaignVersion: c.Version, Required: c.RequiredApprovals, Decision: DecisionNotSubmitted}
-	sub, err := plan.LatestSubmission(ctx, db, c.ID)
+	sub, err := LatestSubmission(ctx, db, c.ID)
 	if errors.Is(err, onceplan.ErrNotFound) {
 		return d, nil
 	}
@@ -123,7 +122,7 @@ func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error
 		return d, err
 	}
 	d.Version, d.PlanHash, d.SubmittedAt = sub.Version, sub.PlanHash, sub.CreatedAt
-	if d.Approvers, err = plan.ApproverEmails(ctx, db, c.ID, sub.Version, sub.PlanHash); err != nil {
+	if d.Approvers, err = ApproverEmails(ctx, db, c.ID, sub.Version, sub.PlanHash); err != nil {
 		return d, err
 	}
 	// Event ids, not times, order the trail: a decision's transaction may
@@ -139,7 +138,7 @@ func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error
 		ORDER BY e.id LIMIT 1`, c.ID, decisionEndNames, string(auth.ActionSubmit)).Scan(&action, &by, &reason, &at)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if c.State == plan.StatePendingApproval {
+		if c.State == StatePendingApproval {
 			d.Decision = DecisionPending
 		}
 		return d, nil
@@ -170,7 +169,7 @@ func (d Decision) Message() string {
 	var msg string
 	switch d.Decision {
 	case DecisionNotSubmitted:
-		if d.State == plan.StateCancelled {
+		if d.State == StateCancelled {
 			return "The campaign was cancelled while nothing of it waited for a decision."
 		}
 		if d.Version == 0 {
@@ -191,7 +190,7 @@ func (d Decision) Message() string {
 		}
 		return msg
 	}
-	if d.CampaignVersion > d.Version && d.State == plan.StateDraft {
+	if d.CampaignVersion > d.Version && d.State == StateDraft {
 		msg += fmt.Sprintf(" Version %d is a draft that needs its own approval once submitted.", d.CampaignVersion)
 	}
 	return msg
@@ -251,11 +250,11 @@ func (d Decision) WaitingFor() []NextStep {
 	case DecisionPending:
 		return []NextStep{approveStep(d)}
 	case DecisionRejected:
-		if d.State == plan.StateDraft && d.CampaignVersion == d.Version {
+		if d.State == StateDraft && d.CampaignVersion == d.Version {
 			return []NextStep{reviseStep(d)}
 		}
 	case DecisionNotSubmitted:
-		if d.State == plan.StateDraft {
+		if d.State == StateDraft {
 			return []NextStep{submitStep(d.CampaignVersion, -1)}
 		}
 	}
@@ -287,10 +286,10 @@ func submitStep(version, targets int) NextStep {
 // its state, its decision d, its counts k and whether a live worker
 // serves its provider (sv): never empty — when nobody needs to act, one
 // StepNone says why. now is the clock (a scheduled start).
-func NextSteps(c plan.Campaign, d Decision, k Counts, sv Serving, now time.Time) []NextStep {
+func NextSteps(c Campaign, d Decision, k Counts, sv Serving, now time.Time) []NextStep {
 	var steps []NextStep
 	switch c.State {
-	case plan.StateDraft:
+	case StateDraft:
 		if d.Decision == DecisionRejected && d.Version == c.Version {
 			steps = append(steps, reviseStep(d))
 		} else {
@@ -300,16 +299,16 @@ func NextSteps(c plan.Campaign, d Decision, k Counts, sv Serving, now time.Time)
 			}
 			steps = append(steps, submitStep(c.Version, targets))
 		}
-	case plan.StatePendingApproval:
+	case StatePendingApproval:
 		if d.Decision == DecisionPending { // else decided since c was read
 			steps = append(steps, approveStep(d))
 		}
-	case plan.StateApproved:
+	case StateApproved:
 		if c.ScheduledAt == nil {
 			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepStart,
 				What: "The campaign is approved: an operator starts it (nothing is sent before)."})
 		}
-	case plan.StatePaused:
+	case StatePaused:
 		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepResume,
 			What: "The campaign is paused: an operator resumes it, or cancels it."})
 	}
@@ -327,7 +326,7 @@ func NextSteps(c plan.Campaign, d Decision, k Counts, sv Serving, now time.Time)
 		}
 		// While the campaign runs, a failed target may still be retried;
 		// once it stopped, failed is failed after its retries.
-		if k.Failed > 0 && c.State != plan.StateRunning {
+		if k.Failed > 0 && c.State != StateRunning {
 			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: k.Failed, What: targetsAre(k.Failed, "failed") +
 				" after their retries (the provider refused them). An operator reads why on the run page and, once the cause is fixed, resumes the campaign to send each once more."})
 		}
@@ -337,16 +336,16 @@ func NextSteps(c plan.Campaign, d Decision, k Counts, sv Serving, now time.Time)
 	}
 	var why string
 	switch c.State {
-	case plan.StateApproved:
+	case StateApproved:
 		why = fmt.Sprintf("Nothing: the campaign is approved and starts by itself at %s (an operator may start it earlier).", stamp(*c.ScheduledAt))
 		if !c.ScheduledAt.After(now) {
 			why = "Nothing: the campaign is approved and its scheduled time has come; it starts by itself at the workers' next maintenance round."
 		}
-	case plan.StateRunning:
+	case StateRunning:
 		why = fmt.Sprintf("Nothing: the campaign is running and its workers send the remaining targets by themselves (%d of %d done).", k.Done, k.Planned)
-	case plan.StateCompleted:
+	case StateCompleted:
 		why = fmt.Sprintf("Nothing: the campaign completed (%d of %d targets done).", k.Done, k.Planned)
-	case plan.StateCancelled:
+	case StateCancelled:
 		why = "Nothing: the campaign was cancelled, and nothing more is sent."
 	default:
 		why = "Nothing needs a person now."

@@ -72,7 +72,7 @@ func TestDecisionFollowsTheQuorum(t *testing.T) {
 	require.Equal(t, []string{"amy@example.com", "abe@example.com"}, d.Approvers)
 	require.Equal(t, "abe@example.com", d.DecidedBy, "the approval that completed the quorum")
 	require.False(t, d.DecidedAt.IsZero())
-	require.Equal(t, plan.StateApproved, d.State)
+	require.Equal(t, approval.StateApproved, d.State)
 	require.Empty(t, d.WaitingFor())
 	require.Contains(t, d.Message(), "approved by amy@example.com, abe@example.com")
 
@@ -104,7 +104,7 @@ func TestDecisionRejectedWithTheReason(t *testing.T) {
 	require.Equal(t, approval.DecisionRejected, d.Decision)
 	require.Equal(t, "the invoice numbers are last month's", d.Reason)
 	require.Equal(t, "amy@example.com", d.DecidedBy)
-	require.Equal(t, plan.StateDraft, d.State)
+	require.Equal(t, approval.StateDraft, d.State)
 	steps := d.WaitingFor()
 	require.Len(t, steps, 1)
 	require.Equal(t, auth.RoleProposer, steps[0].Who)
@@ -260,22 +260,22 @@ func TestNextSteps(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		c    plan.Campaign
+		c    approval.Campaign
 		d    approval.Decision
 		k    approval.Counts
 		sv   approval.Serving
 		want []approval.StepKind
 	}{
-		{"a draft without targets", plan.Campaign{State: plan.StateDraft, Version: 1}, approval.Decision{}, approval.Counts{}, approval.Serving{}, []approval.StepKind{approval.StepSubmit}},
-		{"pending", plan.Campaign{State: plan.StatePendingApproval, Version: 1}, pending, approval.Counts{Planned: 3}, approval.Serving{}, []approval.StepKind{approval.StepApprove}},
-		{"rejected", plan.Campaign{State: plan.StateDraft, Version: 1}, approval.Decision{Decision: approval.DecisionRejected, Version: 1, Reason: "no"}, approval.Counts{Planned: 3}, approval.Serving{}, []approval.StepKind{approval.StepRevise}},
-		{"approved", plan.Campaign{State: plan.StateApproved, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepStart}},
-		{"scheduled", plan.Campaign{State: plan.StateApproved, PlanID: 1, ScheduledAt: &later}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepNone}},
-		{"running, no worker", plan.Campaign{State: plan.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Warning: "No live worker"}, []approval.StepKind{approval.StepRunWorker}},
-		{"running with unknowns", plan.Campaign{State: plan.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Unknown: 2, Stranded: 1, Failed: 1}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepResolveUnknowns, approval.StepStranded}},
-		{"completed with failures", plan.Campaign{State: plan.StateCompleted, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Done: 8, Failed: 1}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepFailed}},
-		{"paused", plan.Campaign{State: plan.StatePaused, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepResume}},
-		{"completed", plan.Campaign{State: plan.StateCompleted, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Done: 9}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepNone}},
+		{"a draft without targets", approval.Campaign{State: approval.StateDraft, Version: 1}, approval.Decision{}, approval.Counts{}, approval.Serving{}, []approval.StepKind{approval.StepSubmit}},
+		{"pending", approval.Campaign{State: approval.StatePendingApproval, Version: 1}, pending, approval.Counts{Planned: 3}, approval.Serving{}, []approval.StepKind{approval.StepApprove}},
+		{"rejected", approval.Campaign{State: approval.StateDraft, Version: 1}, approval.Decision{Decision: approval.DecisionRejected, Version: 1, Reason: "no"}, approval.Counts{Planned: 3}, approval.Serving{}, []approval.StepKind{approval.StepRevise}},
+		{"approved", approval.Campaign{State: approval.StateApproved, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepStart}},
+		{"scheduled", approval.Campaign{State: approval.StateApproved, PlanID: 1, ScheduledAt: &later}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepNone}},
+		{"running, no worker", approval.Campaign{State: approval.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 3}, approval.Serving{Warning: "No live worker"}, []approval.StepKind{approval.StepRunWorker}},
+		{"running with unknowns", approval.Campaign{State: approval.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Unknown: 2, Stranded: 1, Failed: 1}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepResolveUnknowns, approval.StepStranded}},
+		{"completed with failures", approval.Campaign{State: approval.StateCompleted, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Done: 8, Failed: 1}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepFailed}},
+		{"paused", approval.Campaign{State: approval.StatePaused, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepResume}},
+		{"completed", approval.Campaign{State: approval.StateCompleted, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Done: 9}, approval.Serving{Live: 1}, []approval.StepKind{approval.StepNone}},
 	} {
 		steps := approval.NextSteps(tc.c, tc.d, tc.k, tc.sv, now)
 		require.Equal(t, tc.want, kinds(steps), tc.name)
@@ -283,10 +283,10 @@ func TestNextSteps(t *testing.T) {
 			require.NotEmpty(t, s.What, tc.name)
 		}
 	}
-	steps := approval.NextSteps(plan.Campaign{State: plan.StatePendingApproval}, pending, approval.Counts{}, approval.Serving{}, now)
+	steps := approval.NextSteps(approval.Campaign{State: approval.StatePendingApproval}, pending, approval.Counts{}, approval.Serving{}, now)
 	require.Equal(t, auth.RoleApprover, steps[0].Who)
 	require.Equal(t, 1, steps[0].Count, "approvals missing")
-	steps = approval.NextSteps(plan.Campaign{State: plan.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Unknown: 2}, approval.Serving{Live: 1}, now)
+	steps = approval.NextSteps(approval.Campaign{State: approval.StateRunning, PlanID: 1}, approval.Decision{}, approval.Counts{Planned: 9, Unknown: 2}, approval.Serving{Live: 1}, now)
 	require.Equal(t, auth.RoleOperator, steps[0].Who)
 	require.Equal(t, 2, steps[0].Count)
 	require.Contains(t, steps[0].What, "2 targets are unknown")

@@ -27,7 +27,7 @@ func (b *bundle) importCSV(t *testing.T, id, csv string) approval.Result {
 // with the default window and with windows of 1 and 4 targets, so that
 // pages are also found past the window (by a join), and fails when they
 // differ.
-func diffRows(t *testing.T, b *bundle, d plan.Diff, k plan.RowChange, limit int) ([]string, []plan.DiffRow) {
+func diffRows(t *testing.T, b *bundle, d approval.Diff, k plan.RowChange, limit int) ([]string, []plan.DiffRow) {
 	t.Helper()
 	addrs, rows := diffRowsWindow(t, b, d, k, limit, 0)
 	for _, window := range []int{1, 4} {
@@ -38,7 +38,7 @@ func diffRows(t *testing.T, b *bundle, d plan.Diff, k plan.RowChange, limit int)
 	return addrs, rows
 }
 
-func diffRowsWindow(t *testing.T, b *bundle, d plan.Diff, k plan.RowChange, limit, window int) ([]string, []plan.DiffRow) {
+func diffRowsWindow(t *testing.T, b *bundle, d approval.Diff, k plan.RowChange, limit, window int) ([]string, []plan.DiffRow) {
 	t.Helper()
 	var (
 		addrs []string
@@ -71,7 +71,7 @@ func diffRowsWindow(t *testing.T, b *bundle, d plan.Diff, k plan.RowChange, limi
 func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
 // field returns the diff of one payload field.
-func field(t *testing.T, d plan.Diff, name string) plan.FieldDiff {
+func field(t *testing.T, d approval.Diff, name string) plan.FieldDiff {
 	t.Helper()
 	for _, f := range d.Payload {
 		if f.Field == name {
@@ -109,8 +109,8 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	id := res.Campaign.ID
 
 	// Never submitted, never approved: nothing to compare with.
-	for _, against := range []plan.Against{plan.AgainstApproved, plan.AgainstPrevious} {
-		d, err := plan.CompareVersions(b.ctx, b.pool, id, against)
+	for _, against := range []approval.Against{approval.AgainstApproved, approval.AgainstPrevious} {
+		d, err := approval.CompareVersions(b.ctx, b.pool, id, against)
 		require.NoError(t, err)
 		require.Nil(t, d.Base, against)
 		require.Contains(t, d.Message, "there is no", against)
@@ -121,13 +121,13 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	// Version 1 approved; 2 of its targets sent (done at epoch 0).
 	sub, err := b.svc.Submit(b.ctx, b.proposer, id)
 	require.NoError(t, err)
-	d, err := plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstPrevious)
+	d, err := approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstPrevious)
 	require.NoError(t, err)
 	require.Nil(t, d.Base, "the first submission has no earlier one")
 	require.Contains(t, d.Message, "first submission")
 	_, err = b.svc.Approve(b.ctx, b.approver, id, sub.PlanHash)
 	require.NoError(t, err)
-	d, err = plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstApproved)
+	d, err = approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstApproved)
 	require.NoError(t, err)
 	require.Equal(t, 1, d.Base.Version)
 	require.Contains(t, d.Message, "is the approved version itself")
@@ -157,8 +157,8 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	_, err = b.svc.Submit(b.ctx, b.proposer, id)
 	require.NoError(t, err)
 
-	for _, against := range []plan.Against{plan.AgainstApproved, plan.AgainstPrevious} {
-		d, err := plan.CompareVersions(b.ctx, b.pool, id, against)
+	for _, against := range []approval.Against{approval.AgainstApproved, approval.AgainstPrevious} {
+		d, err := approval.CompareVersions(b.ctx, b.pool, id, against)
 		require.NoError(t, err)
 		require.NotNil(t, d.Base, against)
 		require.Equal(t, 1, d.Base.Version, against)
@@ -215,7 +215,7 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 		JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.target = 'ann@example.com'`, id).Scan(&annKey))
 	_, err = store.Bump(b.ctx, ledger.BumpParams{Key: ledger.Key(annKey), ActorKind: ledger.ActorHuman, Actor: "user:amy", Reason: "asked again"})
 	require.NoError(t, err)
-	d, err = plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstApproved)
+	d, err = approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstApproved)
 	require.NoError(t, err)
 	require.Equal(t, 1, d.Done)
 	done, _ := diffRows(t, b, d, plan.RowsDone, 1)
@@ -233,7 +233,7 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	require.NoError(t, err)
 	b.importCSV(t, id, listV2+"gus@example.com,Gus,INV-7\n")
 
-	d, err = plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstPrevious)
+	d, err = approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstPrevious)
 	require.NoError(t, err)
 	require.Equal(t, 2, d.Base.Version)
 	require.Equal(t, plan.SideSubmission, d.Base.Kind)
@@ -250,7 +250,7 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	added, _ := diffRows(t, b, d, plan.RowsAdded, 10)
 	require.Equal(t, []string{"gus@example.com"}, added)
 
-	d, err = plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstApproved)
+	d, err = approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstApproved)
 	require.NoError(t, err)
 	require.Equal(t, 1, d.Base.Version)
 	require.Equal(t, []plan.DiffLine{
@@ -264,18 +264,18 @@ func TestDiffAgainstApprovedAndPrevious(t *testing.T) {
 	// Submitted again: the previous submission is still version 2's first.
 	_, err = b.svc.Submit(b.ctx, b.proposer, id)
 	require.NoError(t, err)
-	d, err = plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstPrevious)
+	d, err = approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstPrevious)
 	require.NoError(t, err)
 	require.Equal(t, 2, d.Base.Version)
 	require.Equal(t, v2.Subject, d.Base.Payload.Subject)
 	require.Equal(t, plan.DiffCounts{Added: 1, Unchanged: 5}, d.Targets)
 
 	// Refusals name what is wrong.
-	_, err = plan.CompareVersions(b.ctx, b.pool, id, "latest")
+	_, err = approval.CompareVersions(b.ctx, b.pool, id, "latest")
 	var fe *onceplan.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "against", fe.Field)
-	_, err = plan.CompareVersions(b.ctx, b.pool, "00000000-0000-4000-8000-000000000000", plan.AgainstApproved)
+	_, err = approval.CompareVersions(b.ctx, b.pool, "00000000-0000-4000-8000-000000000000", approval.AgainstApproved)
 	require.ErrorIs(t, err, onceplan.ErrNotFound)
 	for _, q := range []plan.DiffRowsQuery{
 		{Kind: "moved", Limit: 1}, {Kind: plan.RowsAdded, Limit: 0}, {Kind: plan.RowsAdded, Limit: 1, After: "ann@example.com"},
@@ -327,7 +327,7 @@ func TestDiffPagesGiveEveryRowOnce(t *testing.T) {
 	require.NoError(t, err)
 	b.importCSV(t, id, v2.String())
 
-	d, err := plan.CompareVersions(b.ctx, b.pool, id, plan.AgainstApproved)
+	d, err := approval.CompareVersions(b.ctx, b.pool, id, approval.AgainstApproved)
 	require.NoError(t, err)
 	require.Equal(t, plan.DiffCounts{Added: 30, Removed: 30, Changed: 30, Unchanged: 240}, d.Targets)
 	require.Equal(t, 90, d.Changes(), "the payload is the same: only the 90 rows differ")

@@ -64,7 +64,7 @@ func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID,
 		return 0, err
 	}
 	var epoch int
-	err := s.effectAction(ctx, a, campaignID, key, auth.ActionSupersede, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionSupersede, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
 		var target string
 		if err := tx.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
@@ -106,7 +106,7 @@ func (s *Service) RevokeEffect(ctx context.Context, a auth.Actor, campaignID, ke
 		return ledger.Effect{}, err
 	}
 	var eff ledger.Effect
-	err := s.effectAction(ctx, a, campaignID, key, auth.ActionRevoke, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionRevoke, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
 		var err error
 		if eff, err = ledger.NewStore(tx).Revoke(ctx, ledger.RevokeParams{Key: ledger.Key(key), Actor: a.String(), Reason: reason}); err != nil {
@@ -120,9 +120,9 @@ func (s *Service) RevokeEffect(ctx context.Context, a auth.Actor, campaignID, ke
 // requeueAfterChange puts a started campaign's remainder back on the queue
 // after a decision freed a key (why says which); a completed campaign
 // runs again.
-func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign, why string) error {
+func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *auth.Actor, c Campaign, why string) error {
 	switch c.State {
-	case plan.StateRunning, plan.StateCompleted:
+	case StateRunning, StateCompleted:
 	default:
 		return nil // paused: Resume enqueues; not started: Start does
 	}

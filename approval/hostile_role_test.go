@@ -67,7 +67,7 @@ func setupHostile(t *testing.T) *hostile {
 
 // approved makes a campaign of n targets, submitted by the proposer and
 // approved by approvals distinct approvers, and returns it with its plan.
-func (h *hostile) approved(t *testing.T, approvals, n int) (plan.Campaign, plan.Plan) {
+func (h *hostile) approved(t *testing.T, approvals, n int) (approval.Campaign, plan.Plan) {
 	t.Helper()
 	created := h.create(t, approvals, n)
 	sub, err := h.svc.Submit(h.ctx, h.proposer, created.Campaign.ID)
@@ -77,7 +77,7 @@ func (h *hostile) approved(t *testing.T, approvals, n int) (plan.Campaign, plan.
 		res, err = h.svc.Approve(h.ctx, a, created.Campaign.ID, sub.PlanHash)
 		require.NoError(t, err)
 	}
-	require.Equal(t, plan.StateApproved, res.Campaign.State)
+	require.Equal(t, approval.StateApproved, res.Campaign.State)
 	p, err := plan.GetPlan(h.ctx, h.admin, res.Campaign.PlanID)
 	require.NoError(t, err)
 	return res.Campaign, p
@@ -263,7 +263,7 @@ func TestHostileDeleteFromAnOldSnapshot(t *testing.T) {
 
 		app, err := h.svc.Approve(h.ctx, h.approver, created.Campaign.ID, sub.PlanHash)
 		require.NoError(t, err)
-		require.Equal(t, plan.StateApproved, app.Campaign.State)
+		require.Equal(t, approval.StateApproved, app.Campaign.State)
 		before := h.contents(t)
 
 		for _, stmt := range []struct {
@@ -324,12 +324,12 @@ func TestHostileSelfApprovalByRewrittenAuthorship(t *testing.T) {
 		selfApproval)
 	h.refused(t, []string{insufficientPrivilege}, `UPDATE submission SET proposed_by = last_edited_by`)
 	// So the one real approval still waits for a second.
-	c, err := plan.GetCampaign(h.ctx, h.admin, id)
+	c, err := approval.GetCampaign(h.ctx, h.admin, id)
 	require.NoError(t, err)
-	require.Equal(t, plan.StatePendingApproval, c.State)
+	require.Equal(t, approval.StatePendingApproval, c.State)
 	res, err := h.svc.Approve(h.ctx, h.second, id, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, res.Campaign.State)
+	require.Equal(t, approval.StateApproved, res.Campaign.State)
 }
 
 // Finding 4: a plan inserted for an agent's never-submitted draft, the

@@ -10,7 +10,6 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // The campaign's lifecycle, in one table: which action may be taken from
@@ -20,25 +19,25 @@ import (
 // database refuses an illegal edge too — the campaign_update trigger — as a
 // backstop, with the same edges.)
 var lifecycle = map[auth.Action]struct {
-	from []plan.State
-	to   plan.State // "" when the action does not move the campaign by itself
+	from []State
+	to   State // "" when the action does not move the campaign by itself
 }{
-	auth.ActionEdit:    {editableStates, plan.StateDraft},
-	auth.ActionImport:  {editableStates, plan.StateDraft},
-	auth.ActionSubmit:  {[]plan.State{plan.StateDraft}, plan.StatePendingApproval},
-	auth.ActionApprove: {[]plan.State{plan.StatePendingApproval}, ""}, // the quorum's last approval freezes it: auth.ActionFreeze
-	auth.ActionReject:  {[]plan.State{plan.StatePendingApproval}, plan.StateDraft},
-	auth.ActionFreeze:  {[]plan.State{plan.StatePendingApproval}, plan.StateApproved},
-	auth.ActionStart:   {[]plan.State{plan.StateApproved}, plan.StateRunning},
-	auth.ActionPause:   {[]plan.State{plan.StateRunning}, plan.StatePaused},
+	auth.ActionEdit:    {editableStates, StateDraft},
+	auth.ActionImport:  {editableStates, StateDraft},
+	auth.ActionSubmit:  {[]State{StateDraft}, StatePendingApproval},
+	auth.ActionApprove: {[]State{StatePendingApproval}, ""}, // the quorum's last approval freezes it: auth.ActionFreeze
+	auth.ActionReject:  {[]State{StatePendingApproval}, StateDraft},
+	auth.ActionFreeze:  {[]State{StatePendingApproval}, StateApproved},
+	auth.ActionStart:   {[]State{StateApproved}, StateRunning},
+	auth.ActionPause:   {[]State{StateRunning}, StatePaused},
 	// Resume runs the remainder: a paused campaign runs again, a running
 	// one enqueues what has no live job, a completed one reopens when
 	// something is left to queue (Service.Resume leaves it completed
 	// otherwise).
-	auth.ActionResume: {[]plan.State{plan.StatePaused, plan.StateRunning, plan.StateCompleted}, plan.StateRunning},
-	auth.ActionCancel: {[]plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved, plan.StateRunning, plan.StatePaused},
-		plan.StateCancelled},
-	ActionComplete: {[]plan.State{plan.StateRunning}, plan.StateCompleted},
+	auth.ActionResume: {[]State{StatePaused, StateRunning, StateCompleted}, StateRunning},
+	auth.ActionCancel: {[]State{StateDraft, StatePendingApproval, StateApproved, StateRunning, StatePaused},
+		StateCancelled},
+	ActionComplete: {[]State{StateRunning}, StateCompleted},
 	// Decisions on one target's effect, in whatever state the campaign is
 	// (a new version being drafted does not stop a person from resolving
 	// the last one's unknowns); the key must be a target of one of its
@@ -52,16 +51,16 @@ var lifecycle = map[auth.Action]struct {
 }
 
 var (
-	editableStates = []plan.State{plan.StateDraft, plan.StatePendingApproval, plan.StateApproved,
-		plan.StateRunning, plan.StatePaused, plan.StateCompleted}
-	allStates = append(slices.Clone(editableStates), plan.StateCancelled)
+	editableStates = []State{StateDraft, StatePendingApproval, StateApproved,
+		StateRunning, StatePaused, StateCompleted}
+	allStates = append(slices.Clone(editableStates), StateCancelled)
 )
 
 // Allowed says whether actor a may take action on campaign c now: nil, or
 // an error (onceplan.ErrForbidden or onceplan.ErrConflict) whose message says why not, for a
 // person. It checks the role and the state; Service.ApproveAllowed adds
 // what an approval needs besides.
-func Allowed(a auth.Actor, c plan.Campaign, action auth.Action) error {
+func Allowed(a auth.Actor, c Campaign, action auth.Action) error {
 	if err := auth.Authorize(a, action); err != nil {
 		return err
 	}
@@ -70,7 +69,7 @@ func Allowed(a auth.Actor, c plan.Campaign, action auth.Action) error {
 
 // stateAllows checks the lifecycle table alone (system actions, which no
 // person takes, check only this).
-func stateAllows(c plan.Campaign, action auth.Action) error {
+func stateAllows(c Campaign, action auth.Action) error {
 	e, ok := lifecycle[action]
 	if !ok {
 		return fmt.Errorf("%w: unknown action %q", onceplan.ErrConflict, action)
@@ -85,12 +84,12 @@ func stateAllows(c plan.Campaign, action auth.Action) error {
 // in one transaction with the campaign locked, the state (the lifecycle
 // table), then fn. Every action of the service enters here, so the rules
 // are checked the same way for the UI, the API and the command line.
-func (s *Service) act(ctx context.Context, a auth.Actor, id string, action auth.Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
+func (s *Service) act(ctx context.Context, a auth.Actor, id string, action auth.Action, fn func(tx pgx.Tx, c *Campaign) error) error {
 	if err := auth.Authorize(a, action); err != nil {
 		return err
 	}
 	return s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
+		c, err := LockCampaign(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -104,8 +103,8 @@ func (s *Service) act(ctx context.Context, a auth.Actor, id string, action auth.
 // effectAction runs a person's decision on one effect of a campaign (act),
 // once the key is a target of one of its plans: an action on one
 // campaign's page or route can never touch another campaign's effects.
-func (s *Service) effectAction(ctx context.Context, a auth.Actor, id, key string, action auth.Action, fn func(tx pgx.Tx, c *plan.Campaign) error) error {
-	return s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
+func (s *Service) effectAction(ctx context.Context, a auth.Actor, id, key string, action auth.Action, fn func(tx pgx.Tx, c *Campaign) error) error {
+	return s.act(ctx, a, id, action, func(tx pgx.Tx, c *Campaign) error {
 		if err := keyOfCampaign(ctx, tx, c.ID, key); err != nil {
 			return err
 		}
@@ -115,12 +114,12 @@ func (s *Service) effectAction(ctx context.Context, a auth.Actor, id, key string
 
 // shift moves the locked campaign c to action's state, when the lifecycle
 // table allows the action (the caller records the action).
-func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action auth.Action) error {
+func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *Campaign, action auth.Action) error {
 	if err := stateAllows(*c, action); err != nil {
 		return err
 	}
 	if to := lifecycle[action].to; to != "" && c.State != to {
-		if err := plan.SetState(ctx, tx, c.ID, to); err != nil {
+		if err := SetState(ctx, tx, c.ID, to); err != nil {
 			return err
 		}
 		c.State = to
@@ -132,7 +131,7 @@ func (s *Service) shift(ctx context.Context, tx pgx.Tx, c *plan.Campaign, action
 // table, moves c to the action's state (when it has one and c is not there
 // already) and records the action in the trail, in tx. a is nil for the
 // system.
-func (s *Service) move(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *plan.Campaign, action auth.Action, hash, reason string, detail any) error {
+func (s *Service) move(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *Campaign, action auth.Action, hash, reason string, detail any) error {
 	if err := s.shift(ctx, tx, c, action); err != nil {
 		return err
 	}
@@ -143,16 +142,16 @@ func (s *Service) move(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *plan.Ca
 // freed a key and put its target back on the queue (else the campaign's
 // gate would turn the new job away and the target would be forgotten). It
 // records the resume with why.
-func (s *Service) reopen(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *plan.Campaign, why string, jobs int) error {
-	if c.State != plan.StateCompleted {
+func (s *Service) reopen(ctx context.Context, tx pgx.Tx, a *auth.Actor, c *Campaign, why string, jobs int) error {
+	if c.State != StateCompleted {
 		return nil
 	}
 	return s.move(ctx, tx, a, c, auth.ActionResume, "", why, map[string]any{"jobs": jobs})
 }
 
-func label(s plan.State) string { return strings.ReplaceAll(string(s), "_", " ") }
+func label(s State) string { return strings.ReplaceAll(string(s), "_", " ") }
 
-func joinStates(states []plan.State) string {
+func joinStates(states []State) string {
 	parts := make([]string, len(states))
 	for i, s := range states {
 		parts[i] = label(s)

@@ -44,7 +44,7 @@ func TestUnknownProviderIsRefusedAtCreateAndSubmit(t *testing.T) {
 	require.Contains(t, fe.Reason, `"outbox" is not a provider this server sends through; the configured providers are smtp`)
 	got, err := b.svc.Get(b.ctx, created.Campaign.ID)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateDraft, got.Campaign.State)
+	require.Equal(t, approval.StateDraft, got.Campaign.State)
 
 	b.svc.Providers = []string{"outbox"}
 	_, err = b.svc.Submit(b.ctx, b.proposer, created.Campaign.ID)
@@ -68,7 +68,7 @@ func TestEmptyMergeVariablesWarnAtImportAndSubmit(t *testing.T) {
 
 	sub, err := b.svc.Submit(b.ctx, b.proposer, created.Campaign.ID)
 	require.NoError(t, err, "a warning, not a refusal")
-	require.Equal(t, plan.StatePendingApproval, sub.Campaign.State)
+	require.Equal(t, approval.StatePendingApproval, sub.Campaign.State)
 	require.NotNil(t, sub.Check)
 	require.Equal(t, want, sub.Check.Empty)
 	require.Equal(t, 1, sub.Check.EmptyCount)

@@ -15,7 +15,7 @@ import (
 
 // running makes a campaign of n targets, approved and started (its jobs
 // enqueued, never worked), and returns it with its plan.
-func (b *bundle) running(t *testing.T, n int) (plan.Campaign, plan.Plan) {
+func (b *bundle) running(t *testing.T, n int) (approval.Campaign, plan.Plan) {
 	t.Helper()
 	created := b.create(t, 1, n)
 	sub, err := b.svc.Submit(b.ctx, b.proposer, created.Campaign.ID)
@@ -45,19 +45,19 @@ func (b *bundle) settle(t *testing.T, p plan.Plan, ordinal int, state ledger.Sta
 
 // finish ends the plan's jobs and completes the campaign, as the workers
 // and maintenance do.
-func (b *bundle) finish(t *testing.T, c plan.Campaign) {
+func (b *bundle) finish(t *testing.T, c approval.Campaign) {
 	t.Helper()
 	_, err := b.pool.Exec(b.ctx, `UPDATE river_job SET state = 'completed', attempt = 1, attempted_at = now(), finalized_at = now()
 		WHERE kind = 'onceplan_effect' AND (args ->> 'plan_id')::bigint = $1`, c.PlanID)
 	require.NoError(t, err)
-	done, err := b.svc.CompleteIfDone(b.ctx, c.ID, func(context.Context, pgx.Tx, plan.Campaign) (bool, error) { return true, nil })
+	done, err := b.svc.CompleteIfDone(b.ctx, c.ID, func(context.Context, pgx.Tx, approval.Campaign) (bool, error) { return true, nil })
 	require.NoError(t, err)
 	require.True(t, done)
 }
 
 func (b *bundle) actions(t *testing.T, id string) []string {
 	t.Helper()
-	evs, err := plan.Events(b.ctx, b.pool, id)
+	evs, err := approval.Events(b.ctx, b.pool, id)
 	require.NoError(t, err)
 	var out []string
 	for _, e := range evs {
@@ -81,7 +81,7 @@ func TestRemainingIsWhatResumeQueues(t *testing.T) {
 		b.settle(t, p, i, ledger.StateDone)
 	}
 	b.finish(t, c)
-	c, err = plan.GetCampaign(b.ctx, b.pool, c.ID)
+	c, err = approval.GetCampaign(b.ctx, b.pool, c.ID)
 	require.NoError(t, err)
 	rem, err = b.svc.Remaining(b.ctx, c)
 	require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestRemainingIsWhatResumeQueues(t *testing.T) {
 	trail := b.actions(t, c.ID)
 	res, err := b.svc.Resume(b.ctx, b.operator, c.ID)
 	require.NoError(t, err, "a resume with nothing to do is no error")
-	require.Equal(t, plan.StateCompleted, res.Campaign.State)
+	require.Equal(t, approval.StateCompleted, res.Campaign.State)
 	require.Equal(t, trail, b.actions(t, c.ID))
 	require.Equal(t, []string{"complete"}, trail[len(trail)-1:])
 
@@ -100,14 +100,14 @@ func TestRemainingIsWhatResumeQueues(t *testing.T) {
 	b.settle(t, p, 3, ledger.StateDone)
 	b.settle(t, p, 4, ledger.StateFailed)
 	b.finish(t, c)
-	c, err = plan.GetCampaign(b.ctx, b.pool, c.ID)
+	c, err = approval.GetCampaign(b.ctx, b.pool, c.ID)
 	require.NoError(t, err)
 	rem, err = b.svc.Remaining(b.ctx, c)
 	require.NoError(t, err)
 	require.Equal(t, 2, rem.Queue)
 	res, err = b.svc.Resume(b.ctx, b.operator, c.ID)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateRunning, res.Campaign.State)
+	require.Equal(t, approval.StateRunning, res.Campaign.State)
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE state = 'available' AND (args ->> 'plan_id')::bigint = $1`, p.ID))
 	rem, err = b.svc.Remaining(b.ctx, res.Campaign)
 	require.NoError(t, err)

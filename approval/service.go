@@ -45,7 +45,7 @@ type Enqueuer interface {
 // to whom). A notification therefore exists exactly when its decision
 // committed, and the decision never waits for a notifier.
 type Announcer interface {
-	Announce(ctx context.Context, tx pgx.Tx, e plan.Event) error
+	Announce(ctx context.Context, tx pgx.Tx, e Event) error
 }
 
 // Remainder is what resuming a plan would queue now, and what maintenance
@@ -107,7 +107,7 @@ type CreateParams struct {
 	StartOnApproval   bool
 	RequiredApprovals int
 	// Transactional: the messages carry no one-click unsubscribe link
-	// (plan.NewCampaign.Transactional); covered by the plan hash.
+	// (NewCampaign.Transactional); covered by the plan hash.
 	Transactional bool
 	Payload       plan.Payload
 	Targets       *TargetsParams // optional
@@ -125,8 +125,8 @@ var ErrIdempotencyMismatch = onceplan.New(onceplan.CodeIdempotencyMismatch, "ide
 
 // Result is a campaign after an action, with its current plan hash.
 type Result struct {
-	Campaign plan.Campaign
-	Draft    plan.Draft
+	Campaign Campaign
+	Draft    Draft
 	// PlanHash is the hash of the campaign's current version: the draft's
 	// while it is a draft, the frozen plan's once approved.
 	PlanHash string
@@ -166,7 +166,7 @@ func (s *Service) Answer(ctx context.Context, res Result, cache *CountsCache) (R
 		return res, nil
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		c, err := plan.GetCampaign(ctx, tx, res.Campaign.ID)
+		c, err := GetCampaign(ctx, tx, res.Campaign.ID)
 		if err != nil {
 			return err
 		}
@@ -239,16 +239,16 @@ func frozenRuleErr(err error) error {
 	return err
 }
 
-func (s *Service) result(ctx context.Context, db onceplan.DB, c plan.Campaign) (Result, error) {
-	d, err := plan.GetDraft(ctx, db, c.ID, c.Version)
+func (s *Service) result(ctx context.Context, db onceplan.DB, c Campaign) (Result, error) {
+	d, err := GetDraft(ctx, db, c.ID, c.Version)
 	if err != nil {
 		return Result{}, err
 	}
 	return Result{Campaign: c, Draft: d, PlanHash: d.Hash(c)}, nil
 }
 
-func (s *Service) event(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign, action auth.Action, hash, reason string, detail any) error {
-	e := plan.Event{CampaignID: c.ID, Action: string(action), Version: c.Version, PlanHash: hash, Reason: reason}
+func (s *Service) event(ctx context.Context, tx pgx.Tx, a *auth.Actor, c Campaign, action auth.Action, hash, reason string, detail any) error {
+	e := Event{CampaignID: c.ID, Action: string(action), Version: c.Version, PlanHash: hash, Reason: reason}
 	if a != nil {
 		e.ActorID, e.ViaAgent = a.UserID, a.Agent
 	}
@@ -259,7 +259,7 @@ func (s *Service) event(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Ca
 		}
 		e.Detail = b
 	}
-	id, err := plan.AppendEvent(ctx, tx, e)
+	id, err := AppendEvent(ctx, tx, e)
 	if err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ func (s *Service) Create(ctx context.Context, a auth.Actor, p CreateParams) (Res
 			case err == nil && hash != p.RequestHash:
 				return fmt.Errorf("%w: the Idempotency-Key %q was first used for a different request", ErrIdempotencyMismatch, p.IdempotencyKey)
 			case err == nil:
-				c, err := plan.GetCampaign(ctx, tx, existing)
+				c, err := GetCampaign(ctx, tx, existing)
 				if err != nil {
 					return err
 				}
@@ -304,7 +304,7 @@ func (s *Service) Create(ctx context.Context, a auth.Actor, p CreateParams) (Res
 				return err
 			}
 		}
-		c, err := plan.CreateCampaign(ctx, tx, plan.NewCampaign{
+		c, err := CreateCampaign(ctx, tx, NewCampaign{
 			Name: p.Name, Provider: p.Provider, ScheduledAt: p.ScheduledAt, StartOnApproval: p.StartOnApproval,
 			RequiredApprovals: p.RequiredApprovals, Payload: p.Payload, CreatedBy: a.UserID, ViaAgent: a.Agent,
 			Transactional: p.Transactional,
@@ -350,11 +350,11 @@ var errIdempotencyRace = errors.New("idempotency key taken concurrently")
 // editable locks the campaign and returns the draft version to change: the
 // current one while drafting, or a new version (which needs a new approval)
 // once the campaign was approved. Either way the campaign is back in draft.
-func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id string, action auth.Action) (plan.Campaign, error) {
+func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id string, action auth.Action) (Campaign, error) {
 	if err := auth.Authorize(a, action); err != nil {
-		return plan.Campaign{}, err
+		return Campaign{}, err
 	}
-	c, err := plan.LockCampaign(ctx, tx, id)
+	c, err := LockCampaign(ctx, tx, id)
 	if err != nil {
 		return c, err
 	}
@@ -362,14 +362,14 @@ func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id stri
 		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", onceplan.ErrConflict, c.ID, label(c.State))
 	}
 	switch c.State {
-	case plan.StateDraft:
+	case StateDraft:
 		return c, nil
-	case plan.StatePendingApproval:
+	case StatePendingApproval:
 		// Approvals given so far were for the old hash: they no longer count.
 	default:
 		// Approved or started: the edit is a new version, which needs a
 		// new approval.
-		if c.Version, err = plan.NewVersion(ctx, tx, c.ID, c.Version, a.UserID); err != nil {
+		if c.Version, err = NewVersion(ctx, tx, c.ID, c.Version, a.UserID); err != nil {
 			return c, err
 		}
 	}
@@ -385,7 +385,7 @@ func (s *Service) Edit(ctx context.Context, a auth.Actor, id string, p plan.Payl
 		if err != nil {
 			return err
 		}
-		if err := plan.UpdatePayload(ctx, tx, c.ID, c.Version, p, a.UserID); err != nil {
+		if err := UpdatePayload(ctx, tx, c.ID, c.Version, p, a.UserID); err != nil {
 			return err
 		}
 		if res, err = s.result(ctx, tx, c); err != nil {
@@ -417,9 +417,9 @@ func (s *Service) ImportTargets(ctx context.Context, a auth.Actor, id string, t 
 	return res, err
 }
 
-func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c plan.Campaign, t TargetsParams) (plan.ImportReport, error) {
+func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Campaign, t TargetsParams) (plan.ImportReport, error) {
 	// The report lists blank merge variables of the ones the draft reads.
-	d, err := plan.GetDraft(ctx, tx, c.ID, c.Version)
+	d, err := GetDraft(ctx, tx, c.ID, c.Version)
 	if err != nil {
 		return plan.ImportReport{}, err
 	}
@@ -471,7 +471,7 @@ func (e *MissingVarsError) ErrorCode() onceplan.Code { return onceplan.CodeInval
 // (res.Check carries its warnings).
 func (s *Service) Submit(ctx context.Context, a auth.Actor, id string) (Result, error) {
 	var res Result
-	err := s.act(ctx, a, id, auth.ActionSubmit, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.act(ctx, a, id, auth.ActionSubmit, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
 		if err := s.knownProvider(c.Provider); err != nil {
 			return err
@@ -480,7 +480,7 @@ func (s *Service) Submit(ctx context.Context, a auth.Actor, id string) (Result, 
 		if res, err = s.result(ctx, tx, c); err != nil {
 			return err
 		}
-		check, err := plan.Check(ctx, tx, res.Draft)
+		check, err := plan.Check(ctx, tx, res.Draft.Content())
 		if err != nil {
 			return err
 		}
@@ -495,7 +495,7 @@ func (s *Service) Submit(ctx context.Context, a auth.Actor, id string) (Result, 
 			return err
 		}
 		res.Campaign, res.Check = c, &check
-		_, err = plan.Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID)
+		_, err = Submit(ctx, tx, c.ID, c.Version, res.PlanHash, a.UserID)
 		return err
 	})
 	return res, err
@@ -513,7 +513,7 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 	}
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
+		c, err := LockCampaign(ctx, tx, id)
 		if err != nil {
 			return err
 		}
@@ -542,7 +542,7 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 			res.Campaign = c
 			return s.answer(ctx, tx, &res, nil)
 		}
-		p, err := plan.Freeze(ctx, tx, c, res.Draft, shownHash)
+		p, err := freeze(ctx, tx, c, res.Draft, shownHash)
 		if err != nil {
 			return err
 		}
@@ -561,11 +561,25 @@ func (s *Service) Approve(ctx context.Context, a auth.Actor, id, shownHash strin
 	return res, err
 }
 
+// freeze writes the plan of campaign c's draft d, approved under hash,
+// and points the campaign at it.
+func freeze(ctx context.Context, tx pgx.Tx, c Campaign, d Draft, hash string) (plan.Plan, error) {
+	p, err := plan.Freeze(ctx, tx, plan.FreezeParams{
+		CampaignID: c.ID, Version: d.Version, Provider: c.Provider, Tool: c.Tool, ListUnsubscribe: c.ListUnsubscribe,
+		Payload: d.Payload, ListID: d.ListID, TargetCount: d.TargetCount, ProposedBy: d.ProposedBy, Hash: hash,
+	})
+	if err != nil {
+		return p, err
+	}
+	_, err = tx.Exec(ctx, `UPDATE campaign SET plan_id = $2 WHERE id = $1`, c.ID, p.ID)
+	return p, err
+}
+
 // ApproveAllowed says whether a may approve campaign c's current version
 // now: nil, or an error whose message says why not (the role, the state,
 // authorship as submitted, an approval already given). Approve checks the
 // same.
-func (s *Service) ApproveAllowed(ctx context.Context, a auth.Actor, c plan.Campaign) error {
+func (s *Service) ApproveAllowed(ctx context.Context, a auth.Actor, c Campaign) error {
 	r, err := s.result(ctx, s.pool, c)
 	if err != nil {
 		return err
@@ -573,12 +587,12 @@ func (s *Service) ApproveAllowed(ctx context.Context, a auth.Actor, c plan.Campa
 	return approveAllowed(ctx, s.pool, a, c, r.PlanHash)
 }
 
-func approveAllowed(ctx context.Context, db onceplan.DB, a auth.Actor, c plan.Campaign, hash string) error {
+func approveAllowed(ctx context.Context, db onceplan.DB, a auth.Actor, c Campaign, hash string) error {
 	if err := Allowed(a, c, auth.ActionApprove); err != nil {
 		return err
 	}
 	// Authorship as submitted decides, as it does for PostgreSQL.
-	sub, err := plan.LatestSubmission(ctx, db, c.ID)
+	sub, err := LatestSubmission(ctx, db, c.ID)
 	if err != nil {
 		return err
 	}
@@ -611,7 +625,7 @@ func approvalErr(err error) error {
 
 // Approvals counts the distinct approvals of the campaign's current hash.
 func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
-	c, err := plan.GetCampaign(ctx, s.pool, id)
+	c, err := GetCampaign(ctx, s.pool, id)
 	if err != nil {
 		return 0, err
 	}
@@ -624,7 +638,7 @@ func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
 
 // approvals counts the distinct approvals of campaign c's current version
 // under hash.
-func approvals(ctx context.Context, db onceplan.DB, c plan.Campaign, hash string) (int, error) {
+func approvals(ctx context.Context, db onceplan.DB, c Campaign, hash string) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `SELECT count(*) FROM approval WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
 		c.ID, c.Version, hash).Scan(&n)
@@ -646,7 +660,7 @@ func (s *Service) Reject(ctx context.Context, a auth.Actor, id, reason string) (
 // campaign, as the lifecycle table says, and audits it.
 func (s *Service) transition(ctx context.Context, a auth.Actor, id string, action auth.Action, reason string) (Result, error) {
 	var res Result
-	err := s.act(ctx, a, id, action, func(tx pgx.Tx, c *plan.Campaign) error {
+	err := s.act(ctx, a, id, action, func(tx pgx.Tx, c *Campaign) error {
 		h, err := s.result(ctx, tx, *c)
 		if err != nil {
 			return err
@@ -669,16 +683,16 @@ func (s *Service) Start(ctx context.Context, a auth.Actor, id string) (Result, e
 	}
 	var res Result
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
+		c, err := LockCampaign(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		switch c.State {
-		case plan.StateApproved:
+		case StateApproved:
 			if c, err = s.start(ctx, tx, &a, c); err != nil {
 				return err
 			}
-		case plan.StateRunning:
+		case StateRunning:
 			// Already started: nothing new.
 		default:
 			return fmt.Errorf("%w: campaign %s is %s; only an approved campaign can be started", onceplan.ErrConflict, c.ID, c.State)
@@ -690,7 +704,7 @@ func (s *Service) Start(ctx context.Context, a auth.Actor, id string) (Result, e
 }
 
 // start writes the run and its jobs for a locked, approved campaign.
-func (s *Service) start(ctx context.Context, tx pgx.Tx, a *auth.Actor, c plan.Campaign) (plan.Campaign, error) {
+func (s *Service) start(ctx context.Context, tx pgx.Tx, a *auth.Actor, c Campaign) (Campaign, error) {
 	p, err := plan.GetPlan(ctx, tx, c.PlanID)
 	if err != nil {
 		return c, err
@@ -724,8 +738,8 @@ func (s *Service) StartDue(ctx context.Context) ([]string, error) {
 	var started []string
 	for _, id := range ids {
 		err := s.tx(ctx, func(tx pgx.Tx) error {
-			c, err := plan.LockCampaign(ctx, tx, id)
-			if err != nil || c.State != plan.StateApproved {
+			c, err := LockCampaign(ctx, tx, id)
+			if err != nil || c.State != StateApproved {
 				return err // someone started or edited it meanwhile
 			}
 			_, err = s.start(ctx, tx, nil, c)
@@ -758,7 +772,7 @@ func (s *Service) Pause(ctx context.Context, a auth.Actor, id, reason string) (R
 // tells beforehand).
 func (s *Service) Resume(ctx context.Context, a auth.Actor, id string) (Result, error) {
 	var res Result
-	err := s.act(ctx, a, id, auth.ActionResume, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.act(ctx, a, id, auth.ActionResume, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
 		p, err := plan.GetPlan(ctx, tx, c.PlanID)
 		if err != nil {
@@ -768,7 +782,7 @@ func (s *Service) Resume(ctx context.Context, a auth.Actor, id string) (Result, 
 		if err != nil {
 			return err
 		}
-		if n == 0 && c.State == plan.StateCompleted {
+		if n == 0 && c.State == StateCompleted {
 			// Nothing to run: the campaign stays completed and the trail
 			// records nothing (a no-op, not an error, so that a script or
 			// a second press may resume safely). res.Campaign says so.
@@ -787,17 +801,17 @@ func (s *Service) Resume(ctx context.Context, a auth.Actor, id string) (Result, 
 // Remaining says what resuming campaign c's plan would queue now, and
 // which of its targets a stopped worker holds (Remainder). A campaign
 // without a plan has none.
-func (s *Service) Remaining(ctx context.Context, c plan.Campaign) (Remainder, error) {
+func (s *Service) Remaining(ctx context.Context, c Campaign) (Remainder, error) {
 	return s.remaining(ctx, c, true)
 }
 
 // Stalled is Remaining without Queue (which reads the whole list): only
 // what a stopped worker holds.
-func (s *Service) Stalled(ctx context.Context, c plan.Campaign) (Remainder, error) {
+func (s *Service) Stalled(ctx context.Context, c Campaign) (Remainder, error) {
 	return s.remaining(ctx, c, false)
 }
 
-func (s *Service) remaining(ctx context.Context, c plan.Campaign, queue bool) (Remainder, error) {
+func (s *Service) remaining(ctx context.Context, c Campaign, queue bool) (Remainder, error) {
 	if c.PlanID == 0 {
 		return Remainder{}, nil
 	}
@@ -812,7 +826,7 @@ func (s *Service) remaining(ctx context.Context, c plan.Campaign, queue bool) (R
 // version's list left out because their address was suppressed: the
 // import events' counts, from the newest back to the last import that
 // replaced the list rather than appended to it.
-func (s *Service) LeftOutAtImport(ctx context.Context, c plan.Campaign) (int, error) {
+func (s *Service) LeftOutAtImport(ctx context.Context, c Campaign) (int, error) {
 	var n int
 	err := s.pool.QueryRow(ctx, `
 		WITH imports AS (
@@ -836,18 +850,18 @@ type Serving struct {
 // Serving says whether a live worker process serves campaign c's
 // provider. An approved, running or paused campaign waits for one: with
 // none, nothing of it is sent, and Warning says so.
-func (s *Service) Serving(ctx context.Context, c plan.Campaign) (Serving, error) {
+func (s *Service) Serving(ctx context.Context, c Campaign) (Serving, error) {
 	return s.serving(ctx, s.pool, c)
 }
 
-func (s *Service) serving(ctx context.Context, db onceplan.DB, c plan.Campaign) (Serving, error) {
+func (s *Service) serving(ctx context.Context, db onceplan.DB, c Campaign) (Serving, error) {
 	n, err := s.enqueuer.ProviderWorkers(ctx, db, c.Provider)
 	if err != nil {
 		return Serving{}, err
 	}
 	sv := Serving{Live: n}
 	switch c.State {
-	case plan.StateApproved, plan.StateRunning, plan.StatePaused:
+	case StateApproved, StateRunning, StatePaused:
 		if n == 0 {
 			sv.Warning = fmt.Sprintf("No live worker process serves provider %q, so nothing of this campaign is sent: run onceplan serve or onceplan worker with --provider %s=URL.", c.Provider, c.Provider)
 		}
@@ -872,8 +886,8 @@ const ActionComplete auth.Action = "complete"
 func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string) (int, error) {
 	var n int
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
-		if err != nil || c.State != plan.StateRunning {
+		c, err := LockCampaign(ctx, tx, id)
+		if err != nil || c.State != StateRunning {
 			return err
 		}
 		p, err := plan.GetPlan(ctx, tx, c.PlanID)
@@ -895,7 +909,7 @@ func (s *Service) RequeueRemainder(ctx context.Context, id string, reason string
 // target would be forgotten — and the trail says why.
 func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attempts int) error {
 	return s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, p.CampaignID)
+		c, err := LockCampaign(ctx, tx, p.CampaignID)
 		if err != nil {
 			return err
 		}
@@ -913,11 +927,11 @@ func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attem
 // CompleteIfDone marks a running campaign completed when done (called with
 // the campaign locked) says nothing is left to run. It reports whether it
 // did.
-func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error)) (bool, error) {
+func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx context.Context, tx pgx.Tx, c Campaign) (bool, error)) (bool, error) {
 	var completed bool
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		c, err := plan.LockCampaign(ctx, tx, id)
-		if err != nil || c.State != plan.StateRunning {
+		c, err := LockCampaign(ctx, tx, id)
+		if err != nil || c.State != StateRunning {
 			return err
 		}
 		ok, err := done(ctx, tx, c)
@@ -935,7 +949,7 @@ func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx c
 // more). The key must belong to the campaign's plan.
 func (s *Service) ResolveEffect(ctx context.Context, a auth.Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
 	var eff ledger.Effect
-	err := s.effectAction(ctx, a, campaignID, key, auth.ActionResolve, func(tx pgx.Tx, cp *plan.Campaign) error {
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionResolve, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
 		var err error
 		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
@@ -955,7 +969,7 @@ func (s *Service) ResolveEffect(ctx context.Context, a auth.Actor, campaignID, k
 
 // Get reads a campaign with its current draft and plan hash.
 func (s *Service) Get(ctx context.Context, id string) (Result, error) {
-	c, err := plan.GetCampaign(ctx, s.pool, id)
+	c, err := GetCampaign(ctx, s.pool, id)
 	if err != nil {
 		return Result{}, err
 	}

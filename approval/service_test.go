@@ -89,7 +89,7 @@ func (b *bundle) create(t *testing.T, approvals int, n int) approval.Result {
 		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csvOf(n))},
 	})
 	require.NoError(t, err)
-	require.Equal(t, plan.StateDraft, res.Campaign.State)
+	require.Equal(t, approval.StateDraft, res.Campaign.State)
 	require.Equal(t, n, res.Import.Accepted)
 	return res
 }
@@ -108,12 +108,12 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 
 	sub, err := b.svc.Submit(b.ctx, b.proposer, created.Campaign.ID)
 	require.NoError(t, err)
-	require.Equal(t, plan.StatePendingApproval, sub.Campaign.State)
+	require.Equal(t, approval.StatePendingApproval, sub.Campaign.State)
 	require.Equal(t, created.PlanHash, sub.PlanHash)
 
 	app, err := b.svc.Approve(b.ctx, b.approver, created.Campaign.ID, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, app.Campaign.State)
+	require.Equal(t, approval.StateApproved, app.Campaign.State)
 	require.NotZero(t, app.Campaign.PlanID)
 
 	p, err := plan.GetPlan(b.ctx, b.pool, app.Campaign.PlanID)
@@ -131,7 +131,7 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 
 	st, err := b.svc.Start(b.ctx, b.operator, created.Campaign.ID)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateRunning, st.Campaign.State)
+	require.Equal(t, approval.StateRunning, st.Campaign.State)
 	require.Equal(t, 25, b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'onceplan_effect'`))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM run WHERE plan_id = $1 AND job_count = 25`, p.ID))
 
@@ -147,7 +147,7 @@ func TestApproveFreezesAndStartEnqueuesOnce(t *testing.T) {
 	// Each job names one target of the plan, once.
 	require.Equal(t, 25, b.count(t, `SELECT count(DISTINCT t.key) FROM river_job j JOIN plan_target t ON t.ordinal = (j.args->>'ordinal')::int AND t.plan_id = (j.args->>'plan_id')::bigint`))
 
-	events, err := plan.Events(b.ctx, b.pool, created.Campaign.ID)
+	events, err := approval.Events(b.ctx, b.pool, created.Campaign.ID)
 	require.NoError(t, err)
 	var actions []string
 	for _, e := range events {
@@ -172,7 +172,7 @@ func TestStaleHashIsRefusedAndNothingFrozen(t *testing.T) {
 	ed, err := b.svc.Edit(b.ctx, b.proposer, created.Campaign.ID, edited)
 	require.NoError(t, err)
 	require.NotEqual(t, shown, ed.PlanHash)
-	require.Equal(t, plan.StateDraft, ed.Campaign.State)
+	require.Equal(t, approval.StateDraft, ed.Campaign.State)
 	_, err = b.svc.Submit(b.ctx, b.proposer, created.Campaign.ID)
 	require.NoError(t, err)
 
@@ -259,7 +259,7 @@ func TestQuorumNeedsDistinctApprovers(t *testing.T) {
 
 	r1, err := b.svc.Approve(b.ctx, b.approver, id, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StatePendingApproval, r1.Campaign.State, "1 of 2 approvals freezes nothing")
+	require.Equal(t, approval.StatePendingApproval, r1.Campaign.State, "1 of 2 approvals freezes nothing")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM plan`))
 	n, err := b.svc.Approvals(b.ctx, id)
 	require.NoError(t, err)
@@ -270,7 +270,7 @@ func TestQuorumNeedsDistinctApprovers(t *testing.T) {
 
 	r2, err := b.svc.Approve(b.ctx, b.second, id, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, r2.Campaign.State)
+	require.Equal(t, approval.StateApproved, r2.Campaign.State)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM plan`))
 }
 
@@ -287,8 +287,8 @@ func TestRejectReturnsToDraftWithReason(t *testing.T) {
 
 	res, err := b.svc.Reject(b.ctx, b.approver, id, "the due date is wrong")
 	require.NoError(t, err)
-	require.Equal(t, plan.StateDraft, res.Campaign.State)
-	events, err := plan.Events(b.ctx, b.pool, id)
+	require.Equal(t, approval.StateDraft, res.Campaign.State)
+	events, err := approval.Events(b.ctx, b.pool, id)
 	require.NoError(t, err)
 	last := events[len(events)-1]
 	require.Equal(t, "reject", last.Action)
@@ -318,9 +318,9 @@ func TestMissingMergeVariableBlocksSubmission(t *testing.T) {
 		{Line: 3, Target: "c@example.com", Missing: []string{"first_name", "invoice"}},
 	}, missing.Missing)
 
-	c, err := plan.GetCampaign(b.ctx, b.pool, res.Campaign.ID)
+	c, err := approval.GetCampaign(b.ctx, b.pool, res.Campaign.ID)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateDraft, c.State)
+	require.Equal(t, approval.StateDraft, c.State)
 }
 
 // Version 2 of a campaign does not resend to targets done under version 1:
@@ -359,7 +359,7 @@ func TestVersionTwoDoesNotResend(t *testing.T) {
 	ed, err := b.svc.Edit(b.ctx, b.proposer, id, v2text)
 	require.NoError(t, err)
 	require.Equal(t, 2, ed.Campaign.Version)
-	require.Equal(t, plan.StateDraft, ed.Campaign.State)
+	require.Equal(t, approval.StateDraft, ed.Campaign.State)
 	_, err = b.svc.Submit(b.ctx, b.proposer, id)
 	require.NoError(t, err)
 	_, err = b.svc.Approve(b.ctx, b.approver, id, ed.PlanHash)
@@ -393,7 +393,7 @@ func TestScheduledStart(t *testing.T) {
 	require.NoError(t, err)
 	app, err := b.svc.Approve(b.ctx, b.approver, res.Campaign.ID, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, app.Campaign.State, "not due yet")
+	require.Equal(t, approval.StateApproved, app.Campaign.State, "not due yet")
 
 	started, err := b.svc.StartDue(b.ctx)
 	require.NoError(t, err)
@@ -419,7 +419,7 @@ func TestStartOnApproval(t *testing.T) {
 	require.NoError(t, err)
 	app, err := b.svc.Approve(b.ctx, b.approver, res.Campaign.ID, sub.PlanHash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateRunning, app.Campaign.State)
+	require.Equal(t, approval.StateRunning, app.Campaign.State)
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM river_job`))
 }
 
@@ -465,7 +465,7 @@ func TestFailedImportCreatesNothing(t *testing.T) {
 	_, err = b.svc.ImportTargets(b.ctx, b.proposer, created.Campaign.ID, approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csvOf(6))})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "5")
-	d, err := plan.GetDraft(b.ctx, b.pool, created.Campaign.ID, 1)
+	d, err := approval.GetDraft(b.ctx, b.pool, created.Campaign.ID, 1)
 	require.NoError(t, err)
 	require.Equal(t, 3, d.TargetCount, "the earlier list is untouched")
 	require.Equal(t, created.PlanHash, d.Hash(created.Campaign))
@@ -501,13 +501,13 @@ func TestApproveAnswersFromItsOwnSnapshot(t *testing.T) {
 	require.NoError(t, err)
 
 	require.NotNil(t, r1.Answer, "Approve reads its answer in its own transaction")
-	require.Equal(t, plan.StatePendingApproval, r1.Campaign.State)
+	require.Equal(t, approval.StatePendingApproval, r1.Campaign.State)
 	require.Equal(t, 1, r1.Answer.Approvals, "the first answer counts the approvals as of its own commit")
 	require.Equal(t, approval.DecisionPending, r1.Answer.Decision.Decision)
 	require.Equal(t, 3, r1.Answer.Counts.Planned)
 	require.Equal(t, 3, r1.Answer.Counts.NotStarted)
 
-	require.Equal(t, plan.StateApproved, r2.Campaign.State)
+	require.Equal(t, approval.StateApproved, r2.Campaign.State)
 	require.Equal(t, 2, r2.Answer.Approvals)
 	require.Equal(t, approval.DecisionApproved, r2.Answer.Decision.Decision)
 
@@ -516,7 +516,7 @@ func TestApproveAnswersFromItsOwnSnapshot(t *testing.T) {
 	r1.Answer = nil
 	now, err := b.svc.Answer(b.ctx, r1, nil)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, now.Campaign.State)
+	require.Equal(t, approval.StateApproved, now.Campaign.State)
 	require.Equal(t, 2, now.Answer.Approvals)
 	require.Equal(t, approval.DecisionApproved, now.Answer.Decision.Decision)
 }

@@ -14,18 +14,18 @@ type Counts = audit.Counts
 
 // ListOf is the target list a campaign's status reads, and its size: the
 // frozen plan's once approved, the current draft's before.
-func ListOf(ctx context.Context, db onceplan.DB, c plan.Campaign) (int64, int, error) {
+func ListOf(ctx context.Context, db onceplan.DB, c Campaign) (int64, int, error) {
 	if c.PlanID != 0 {
 		p, err := plan.GetPlan(ctx, db, c.PlanID)
 		return p.ListID, p.TargetCount, err
 	}
-	d, err := plan.GetDraft(ctx, db, c.ID, c.Version)
+	d, err := GetDraft(ctx, db, c.ID, c.Version)
 	return d.ListID, d.TargetCount, err
 }
 
 // CampaignCounts counts a campaign's targets by state. A draft's targets
 // are all not started.
-func CampaignCounts(ctx context.Context, db onceplan.DB, c plan.Campaign) (Counts, error) {
+func CampaignCounts(ctx context.Context, db onceplan.DB, c Campaign) (Counts, error) {
 	listID, n, err := ListOf(ctx, db, c)
 	if err != nil || listID == 0 {
 		return Counts{}, err

@@ -270,14 +270,14 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 	if err != nil {
 		return TestSendResult{}, err
 	}
-	c, err := plan.GetCampaign(ctx, s.cfg.DB, p.CampaignID)
+	c, err := GetCampaign(ctx, s.cfg.DB, p.CampaignID)
 	if err != nil {
 		return TestSendResult{}, err
 	}
 	if err := Allowed(a, c, auth.ActionTestSend); err != nil {
 		return TestSendResult{}, err
 	}
-	d, err := plan.GetDraft(ctx, s.cfg.DB, c.ID, c.Version)
+	d, err := GetDraft(ctx, s.cfg.DB, c.ID, c.Version)
 	if err != nil {
 		return TestSendResult{}, err
 	}
@@ -301,7 +301,7 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 	if c.ListUnsubscribe {
 		link = plan.SampleUnsubscribeURL
 	}
-	msg, err := plan.PreviewWithLink(ctx, s.cfg.DB, d, "", ordinal, link)
+	msg, err := plan.PreviewWithLink(ctx, s.cfg.DB, d.Content(), "", ordinal, link)
 	if err != nil {
 		return TestSendResult{}, err
 	}
@@ -333,7 +333,7 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 		if err != nil {
 			return err
 		}
-		return plan.RecordEvent(ctx, tx, plan.Event{CampaignID: c.ID, Action: string(auth.ActionTestSend),
+		return RecordEvent(ctx, tx, Event{CampaignID: c.ID, Action: string(auth.ActionTestSend),
 			ActorID: a.UserID, ViaAgent: a.Agent, Version: c.Version, PlanHash: d.Hash(c),
 			Reason: fmt.Sprintf("test send of target %d to %s", ordinal, strings.Join(to, ", ")), Detail: b})
 	})
@@ -344,7 +344,7 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 }
 
 // deliver sends msg to addr under a key of its own.
-func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, c plan.Campaign, addr string, msg plan.Message) (TestDelivery, string) {
+func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, c Campaign, addr string, msg plan.Message) (TestDelivery, string) {
 	key, err := testKey(c, addr)
 	if err != nil {
 		return TestDelivery{To: addr, Outcome: provider.OutcomeFailed, Reason: err.Error()}, ""
@@ -368,7 +368,7 @@ func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, c plan
 // testKey is a v1 key for one test message: its event is
 // "test:<campaign>:<random>", which is no campaign's id, so the key is no
 // target's (a target's event is its campaign's id).
-func testKey(c plan.Campaign, addr string) (ledger.Key, error) {
+func testKey(c Campaign, addr string) (ledger.Key, error) {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
 	target, err := ledger.NewEmailTarget(addr)

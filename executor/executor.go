@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/metrics"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
@@ -349,11 +350,11 @@ func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) 
 	case current != p.ID:
 		// A newer version was approved: its own jobs carry on.
 		return Result{Action: Complete, Outcome: "superseded"}, false, nil
-	case plan.State(state) == plan.StateRunning && queuePaused:
+	case approval.State(state) == approval.StateRunning && queuePaused:
 		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "provider paused"}, false, nil
-	case plan.State(state) == plan.StateRunning:
+	case approval.State(state) == approval.StateRunning:
 		return Result{}, true, nil
-	case plan.State(state) == plan.StatePaused:
+	case approval.State(state) == approval.StatePaused:
 		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "paused"}, false, nil
 	default:
 		// Cancelled, or edited back into a draft: end without claiming.
@@ -1001,7 +1002,7 @@ func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp 
 	}
 	// A completed campaign has nothing left to start, but its attempts in
 	// doubt are still its own to settle.
-	if !open && res.Outcome != "campaign "+string(plan.StateCompleted) {
+	if !open && res.Outcome != "campaign "+string(approval.StateCompleted) {
 		return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
 	}
 	var held *int64

@@ -12,11 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // oncePerRecipient asserts, from the server's records, that each of the n
@@ -65,7 +65,7 @@ func TestResendExactlyOnceThroughAcceptedThenFailed(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, replays, "the three attempts in doubt were settled by a deduplicated repeat")
-	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 }
 
 // TestResendQuotaPausesOnlyResend: a 429 with Retry-After pauses the
@@ -88,14 +88,14 @@ func TestResendQuotaPausesOnlyResend(t *testing.T) {
 		q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("mail"))
 		return err == nil && q.PausedAt != nil
 	})
-	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == approval.StateCompleted })
 	exactlyOnce(t, other, 10)
 	q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("mail"))
 	require.NoError(t, err)
 	if q.PausedAt != nil {
 		require.Equal(t, 1, rs.Requests(), "requests to Resend while its queue is paused")
 	}
-	await.Until(t, 30*time.Second, "the resend campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the resend campaign to complete", func() bool { return w.campaignState(t, a) == approval.StateCompleted })
 	oncePerRecipient(t, rs.CountByRecipient(), 10)
 	require.Equal(t, map[string]int{"done": 10}, w.states(t, a))
 }

@@ -235,7 +235,7 @@ var failedForGoodSQL = `
 // for longer than this enqueuer's OwnerTimeout does not count as one: the
 // "failed after their retries" that notifications tell operators about
 // (notify.Config.FailedForGood).
-func (e *Enqueuer) FailedForGood(ctx context.Context, db onceplan.DB, c plan.Campaign) (int, error) {
+func (e *Enqueuer) FailedForGood(ctx context.Context, db onceplan.DB, c approval.Campaign) (int, error) {
 	if c.PlanID == 0 {
 		return 0, nil
 	}

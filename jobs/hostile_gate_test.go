@@ -20,12 +20,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/jobs"
-	"github.com/onceplan/onceplan/plan"
 )
 
 var isolationLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable}
@@ -137,7 +137,7 @@ func TestHostileAttemptForSomeoneThePlanExcludes(t *testing.T) {
 	// The workers and maintenance run: the running campaign sends its one
 	// address not suppressed; nobody else gets anything.
 	w.start(t)
-	await.Until(t, time.Minute, "the running campaign to complete", func() bool { return w.campaignState(t, running) == plan.StateCompleted })
+	await.Until(t, time.Minute, "the running campaign to complete", func() bool { return w.campaignState(t, running) == approval.StateCompleted })
 	time.Sleep(5 * maintenance) // maintenance would recover a forged attempt within a round or two
 	got := map[string]int{}
 	for _, e := range hook.Effects() {
@@ -207,7 +207,7 @@ func TestPauseWaitsForTheClaimsInFlight(t *testing.T) {
 	})
 	require.NoError(t, tx.Commit(w.ctx))
 	require.NoError(t, await.Recv(t, paused, time.Minute, "the pause after the claim committed"))
-	require.Equal(t, plan.StatePaused, w.campaignState(t, id))
+	require.Equal(t, approval.StatePaused, w.campaignState(t, id))
 
 	pgErr := attackAt(t, app, pgx.ReadCommitted, forgedAttempt(second))
 	require.NotNil(t, pgErr, "an attempt after the pause")
@@ -269,7 +269,7 @@ func TestHostileSuppressedOutcomeForSomeoneThePlanIncludes(t *testing.T) {
 	_, err := w.svc.Start(w.ctx, w.operator, id)
 	require.NoError(t, err)
 	w.start(t)
-	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 2)
 }
 

@@ -7,9 +7,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // jobOwner is the SQL expression for the process that last ran River job
@@ -189,7 +189,7 @@ func (r *Runner) completeFinished(ctx context.Context) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		done, err := r.approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c plan.Campaign) (bool, error) {
+		done, err := r.approval.CompleteIfDone(ctx, id, func(ctx context.Context, tx pgx.Tx, c approval.Campaign) (bool, error) {
 			var open bool
 			err := tx.QueryRow(ctx, completeCheckSQL, pgx.NamedArgs{"plan": c.PlanID, "owner_timeout": r.timeout()}).Scan(&open)
 			return !open, err

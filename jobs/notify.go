@@ -9,7 +9,6 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/notify"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // NotifyQueue runs the notifications' jobs: announcements and deliveries.
@@ -64,7 +63,7 @@ type Announcer struct {
 
 // Announce enqueues the announcement of e in tx, if e's action is
 // announced.
-func (a *Announcer) Announce(ctx context.Context, tx pgx.Tx, e plan.Event) error {
+func (a *Announcer) Announce(ctx context.Context, tx pgx.Tx, e approval.Event) error {
 	if !notify.Announced(e.Action) {
 		return nil
 	}

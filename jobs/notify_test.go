@@ -183,7 +183,7 @@ func TestSubmitTellsEachApproverOnce(t *testing.T) {
 	id := w.draftOf(t, pat, "mail", 3, 1)
 	res, err := w.svc.Submit(w.ctx, pat, id)
 	require.NoError(t, err)
-	require.Equal(t, plan.StatePendingApproval, res.Campaign.State)
+	require.Equal(t, approval.StatePendingApproval, res.Campaign.State)
 	approvalURL := notifyPublicURL + "/campaigns/" + id + "/approval"
 
 	await.Until(t, 20*time.Second, "the notifications to be delivered", func() bool {
@@ -259,7 +259,7 @@ func TestNotifierDownDoesNotSlowTheSubmit(t *testing.T) {
 	res, err := w.svc.Submit(w.ctx, w.proposer, id)
 	took := time.Since(start)
 	require.NoError(t, err)
-	require.Equal(t, plan.StatePendingApproval, res.Campaign.State)
+	require.Equal(t, approval.StatePendingApproval, res.Campaign.State)
 	require.Less(t, took, time.Second, "the submit waited for a notifier")
 
 	await.Until(t, 30*time.Second, "every notification to be delivered or given up on", func() bool {
@@ -396,7 +396,7 @@ func TestDecisionsReachTheProposer(t *testing.T) {
 
 	_, err = w.svc.Start(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 3)
 	await.Until(t, 20*time.Second, "the completion to reach the proposer and the starter", func() bool {
 		return len(subjects(proposer(), "Completed:")) == 1 && len(subjects(mailsTo(t, smtp)["operator@example.com"], "Completed:")) == 1 && w.notifyJobsSettled(t)

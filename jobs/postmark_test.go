@@ -21,7 +21,6 @@ import (
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // requireOncePerTarget asserts, from the service's own records (effects
@@ -62,7 +61,7 @@ func TestPostmarkExactlyOnceThroughAnswersLost(t *testing.T) {
 	id := w.running(t, "pm", 12)
 
 	await.Until(t, 30*time.Second, "every target done", func() bool { return w.states(t, id)["done"] == 12 })
-	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	requireOncePerTarget(t, w, id, 12, pm.Effects(), pm.CountByRecipient())
 	require.Equal(t, 12, pm.Requests(), "one POST /email per target: the two in doubt were not sent again")
 	require.Positive(t, pm.Searches(), "recovery asked Postmark")
@@ -297,7 +296,7 @@ func TestPostmarkQuotaBacksOff(t *testing.T) {
 	requireDoubling(first, "429s in a row")
 	require.Equal(t, []time.Duration{start, 2 * start, 4 * start, most, most}, first[:5])
 	limit(false)
-	await.Until(t, 30*time.Second, "the first campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the first campaign to complete", func() bool { return w.campaignState(t, a) == approval.StateCompleted })
 
 	// Postmark took the first campaign's messages: the next 429s start
 	// the backoff again.
@@ -311,7 +310,7 @@ func TestPostmarkQuotaBacksOff(t *testing.T) {
 	})
 	requireDoubling(second, "429s after messages were accepted")
 	limit(false)
-	await.Until(t, 30*time.Second, "the second campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the second campaign to complete", func() bool { return w.campaignState(t, b) == approval.StateCompleted })
 
 	// Each pause lasted at least as long as it said, and ended: the
 	// resume jobs' own records, and the queue open.
@@ -414,7 +413,7 @@ func TestRecoveryRequeuesATargetWhoseRangeJobIsLive(t *testing.T) {
 	require.Equal(t, "retry", failure, "freed by recovery, to be sent again")
 	release()
 
-	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	require.Equal(t, 1, pm.CountByRecipient()[first.address], "the first target, at the stand-in")
 	requireOncePerTarget(t, w, id, 8, pm.Effects(), pm.CountByRecipient())
 	m, err := audit.ForCampaign(w.ctx, w.pool, id)

@@ -16,7 +16,6 @@ import (
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // effectJobs counts the campaign's effect jobs and the most targets one
@@ -50,7 +49,7 @@ func TestRangeJobsSendEachTargetOnce(t *testing.T) {
 	require.Equal(t, 8, n, "jobs")
 	require.Equal(t, 25, most, "targets per job")
 	w.start(t)
-	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 200)
 	require.Equal(t, map[string]int{"done": 200}, w.states(t, id))
 
@@ -76,7 +75,7 @@ func TestRangeJobRetriesAreBoundedPerTarget(t *testing.T) {
 	_, most := w.effectJobs(t)
 	require.Equal(t, 5, most, "targets per job")
 	w.start(t)
-	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	require.Equal(t, map[string]int{"failed": 20}, w.states(t, id))
 	require.Equal(t, 60, w.attempts(t), "three attempts per target")
 	require.Equal(t, 20, w.jobStates(t)[rivertype.JobStateDiscarded], "one job given up per target")
@@ -105,7 +104,7 @@ func TestRangeJobPausedMidwayResumesWhereItStopped(t *testing.T) {
 
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	await.Until(t, 30*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 40)
 	require.Equal(t, 40, w.attempts(t), "one attempt per target")
 }
@@ -127,7 +126,7 @@ func TestRangeJobOverItsTimeBudgetHandsOnTheRest(t *testing.T) {
 	w := newWorld(t, jobs.Config{WorkersPerQueue: 1, JobTimeout: 2 * time.Second}, "hook="+hook.URL())
 	id := w.running(t, "hook", 40)
 	w.start(t)
-	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, time.Minute, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 40)
 	require.Equal(t, map[string]int{"done": 40}, w.states(t, id))
 	for _, a := range w.failedAttempts(t) {
@@ -170,7 +169,7 @@ func TestFirstStartSkipsAKeyDoneOutsideThePlan(t *testing.T) {
 		WHERE j.kind = 'onceplan_effect' AND o = 7`).Scan(&covered))
 	require.Zero(t, covered, "jobs carrying the target done outside the plan")
 	w.start(t)
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 19)
 }
 
@@ -211,7 +210,7 @@ func TestStopHandsOnTheRestOfARangeJob(t *testing.T) {
 		defer cancel()
 		require.NoError(t, next.Stop(ctx))
 	})
-	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 60*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 40)
 	require.Equal(t, 40, w.attempts(t), "one attempt per target")
 }

@@ -141,9 +141,9 @@ func (w *world) states(t *testing.T, campaign string) map[string]int {
 	return out
 }
 
-func (w *world) campaignState(t *testing.T, id string) plan.State {
+func (w *world) campaignState(t *testing.T, id string) approval.State {
 	t.Helper()
-	c, err := plan.GetCampaign(w.ctx, w.pool, id)
+	c, err := approval.GetCampaign(w.ctx, w.pool, id)
 	require.NoError(t, err)
 	return c.State
 }
@@ -219,7 +219,7 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	w.start(t)
 	id := w.running(t, "hook", 50)
 
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 50)
 	require.Equal(t, map[string]int{"done": 50}, w.states(t, id))
 
@@ -257,7 +257,7 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 10, tag.RowsAffected())
 	w.start(t)
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 10)
 	require.Equal(t, map[string]int{"done": 10}, w.states(t, id))
 	var strays int
@@ -267,7 +267,7 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 
 func mustPlanID(t *testing.T, w *world, campaign string) int64 {
 	t.Helper()
-	c, err := plan.GetCampaign(w.ctx, w.pool, campaign)
+	c, err := approval.GetCampaign(w.ctx, w.pool, campaign)
 	require.NoError(t, err)
 	return c.PlanID
 }
@@ -291,7 +291,7 @@ func TestQuotaPausesOnlyThatProvidersQueue(t *testing.T) {
 	})
 	// While it is paused, the other provider finishes its whole campaign
 	// and the limited one receives nothing more than its single 429.
-	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the other provider's campaign to complete", func() bool { return w.campaignState(t, b) == approval.StateCompleted })
 	exactlyOnce(t, other, 20)
 	q, err := w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("limited"))
 	require.NoError(t, err)
@@ -301,7 +301,7 @@ func TestQuotaPausesOnlyThatProvidersQueue(t *testing.T) {
 
 	// After Retry-After the queue resumes by itself and the limited
 	// campaign completes: each target once, the throttled one included.
-	await.Until(t, 30*time.Second, "the limited campaign to complete", func() bool { return w.campaignState(t, a) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the limited campaign to complete", func() bool { return w.campaignState(t, a) == approval.StateCompleted })
 	exactlyOnce(t, limited, 20)
 	q, err = w.runner.Client().QueueGet(w.ctx, jobs.QueueFor("limited"))
 	require.NoError(t, err)
@@ -329,7 +329,7 @@ func TestPausedCampaignSnoozesWithoutClaiming(t *testing.T) {
 
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	await.Until(t, 20*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 20*time.Second, "the resumed campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	exactlyOnce(t, hook, 10)
 }
 
@@ -348,7 +348,7 @@ func TestCancelledCampaignEndsWithoutClaiming(t *testing.T) {
 	})
 	require.Zero(t, hook.Requests(), "calls for a cancelled campaign")
 	require.Zero(t, w.attempts(t), "ledger attempts for a cancelled campaign")
-	require.Equal(t, plan.StateCancelled, w.campaignState(t, id))
+	require.Equal(t, approval.StateCancelled, w.campaignState(t, id))
 }
 
 func TestRetriesAreBoundedAndTheFailureStaysVisible(t *testing.T) {
@@ -370,7 +370,7 @@ func TestRetriesAreBoundedAndTheFailureStaysVisible(t *testing.T) {
 	require.Equal(t, 6, w.attempts(t), "three attempts per target, each in the ledger")
 	// Nothing is left to run, so the campaign completes — with its failed
 	// targets in plain sight for the audit and a later resume.
-	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	require.Equal(t, map[string]int{"failed": 2}, w.states(t, id))
 	var reason string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM effect ORDER BY id DESC LIMIT 1`).Scan(&reason))
@@ -444,7 +444,7 @@ func TestSMTPDropAfterDataIsUnknownUntilAHumanResolves(t *testing.T) {
 	require.Equal(t, map[string]int{"done": 4}, w.states(t, id))
 	_, err = w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 10*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 	require.Len(t, smtp.Messages(), 4, "resolving as delivered sends nothing, even after another resume")
 }
 

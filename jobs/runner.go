@@ -121,7 +121,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 
 // failedForGood is the enqueuer's FailedForGood; the notification service
 // is made before the enqueuer, and scans only once the runner started.
-func (r *Runner) failedForGood(ctx context.Context, db onceplan.DB, c plan.Campaign) (int, error) {
+func (r *Runner) failedForGood(ctx context.Context, db onceplan.DB, c approval.Campaign) (int, error) {
 	return r.enqueuer.FailedForGood(ctx, db, c)
 }
 

@@ -42,7 +42,7 @@ func TestSuppressedAfterApprovalIsNeverSent(t *testing.T) {
 	w.start(t)
 	_, err := w.svc.Start(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == plan.StateCompleted })
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
 
 	got := map[string]int{}
 	for _, e := range hook.Effects() {
@@ -52,7 +52,7 @@ func TestSuppressedAfterApprovalIsNeverSent(t *testing.T) {
 		"the suppressed addresses got nothing")
 	require.Equal(t, 3, w.attempts(t), "no ledger row for a suppressed target")
 
-	c, err := plan.GetCampaign(w.ctx, w.pool, id)
+	c, err := approval.GetCampaign(w.ctx, w.pool, id)
 	require.NoError(t, err)
 	m, err := audit.ForPlan(w.ctx, w.pool, c.PlanID)
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestSuppressedAfterApprovalIsNeverSent(t *testing.T) {
 	require.NoError(t, err)
 	res, err := w.svc.Resume(w.ctx, w.operator, id)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateCompleted, res.Campaign.State)
+	require.Equal(t, approval.StateCompleted, res.Campaign.State)
 	require.Zero(t, w.jobStates(t)[rivertype.JobStateAvailable], "jobs queued by the resume")
 	require.Len(t, hook.Effects(), 3)
 }

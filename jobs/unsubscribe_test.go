@@ -61,7 +61,7 @@ func TestUnsubscribeLinkEndToEnd(t *testing.T) {
 		require.NoError(t, err)
 		_, err = w.svc.Start(w.ctx, w.operator, res.Campaign.ID)
 		require.NoError(t, err)
-		await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, res.Campaign.ID) == plan.StateCompleted })
+		await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, res.Campaign.ID) == approval.StateCompleted })
 	}
 	w.start(t)
 
@@ -71,7 +71,7 @@ func TestUnsubscribeLinkEndToEnd(t *testing.T) {
 	transactional := create("newsletter", true)
 	require.True(t, linked.Campaign.ListUnsubscribe)
 	require.False(t, transactional.Campaign.ListUnsubscribe)
-	hash := func(d plan.Draft, transactional bool) string {
+	hash := func(d approval.Draft, transactional bool) string {
 		return plan.PlanHash(plan.PlanHashInput{Payload: d.Payload, Provider: "outbox", Tool: "email.send",
 			TargetCount: d.TargetCount, ListDigest: d.ListDigest, Transactional: transactional})
 	}

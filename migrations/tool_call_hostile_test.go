@@ -88,7 +88,7 @@ func (h *toolHostile) campaign(t *testing.T, approved bool, addrs ...string) (st
 		require.NoError(t, err)
 		res, err := h.svc.Approve(h.ctx, h.approver, id, created.PlanHash)
 		require.NoError(t, err)
-		require.Equal(t, plan.StateApproved, res.Campaign.State)
+		require.Equal(t, approval.StateApproved, res.Campaign.State)
 	}
 	var out []campaignTarget
 	for _, a := range addrs {

@@ -68,14 +68,14 @@ func TestUpgradeKeepsPendingApprovals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, versionsFrom(14), res.Applied)
 
-	sub, err := plan.LatestSubmission(ctx, app, id)
+	sub, err := approval.LatestSubmission(ctx, app, id)
 	require.NoError(t, err)
-	require.Equal(t, plan.Submission{ID: sub.ID, CampaignID: id, Version: 1, PlanHash: hash, ListID: created.Draft.ListID, TargetCount: 2,
+	require.Equal(t, approval.Submission{ID: sub.ID, CampaignID: id, Version: 1, PlanHash: hash, ListID: created.Draft.ListID, TargetCount: 2,
 		ProposedBy: proposer.UserID, LastEditedBy: proposer.UserID, SubmittedBy: proposer.UserID, CreatedAt: sub.CreatedAt}, sub)
 
 	_, err = svc.Approve(ctx, proposer, id, hash)
 	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	approved, err := svc.Approve(ctx, second, id, hash)
 	require.NoError(t, err)
-	require.Equal(t, plan.StateApproved, approved.Campaign.State, "the approval given before the upgrade counts")
+	require.Equal(t, approval.StateApproved, approved.Campaign.State, "the approval given before the upgrade counts")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -33,7 +34,7 @@ func TestNULIsAFieldError(t *testing.T) {
 
 	b := setup(t)
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := plan.CreateCampaign(b.ctx, tx, plan.NewCampaign{Name: "News\x00letter", Provider: "outbox", CreatedBy: b.user, Payload: good})
+		_, err := approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{Name: "News\x00letter", Provider: "outbox", CreatedBy: b.user, Payload: good})
 		return err
 	})
 	requireFieldError(t, err, "name", "NUL")
@@ -82,9 +83,9 @@ func TestCheckWarnsOfEmptyAndRefusesLineBreaksInTheSubject(t *testing.T) {
 		t.Helper()
 		_, err := b.importList(t, plan.ImportParams{Body: strings.NewReader(csv)})
 		require.NoError(t, err)
-		d, err := plan.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
+		d, err := approval.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
 		require.NoError(t, err)
-		return plan.Check(b.ctx, b.pool, d)
+		return plan.Check(b.ctx, b.pool, d.Content())
 	}
 
 	r, err := check("email,name\nann@example.com,Ann\nfrank@example.com,\n")
@@ -107,7 +108,7 @@ func TestCheckWarnsOfEmptyAndRefusesLineBreaksInTheSubject(t *testing.T) {
 
 	// In a variable only the body reads, a line break is text.
 	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return plan.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello {{.name}}"}, b.user)
+		return approval.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello {{.name}}"}, b.user)
 	})
 	require.NoError(t, err)
 	r, err = check("email,name\nann@example.com,\"Ann\r\nof Cleves\"\n")

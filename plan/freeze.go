@@ -2,7 +2,6 @@ package plan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,103 +47,52 @@ func GetPlan(ctx context.Context, db onceplan.DB, id int64) (Plan, error) {
 	return scanPlan(db.QueryRow(ctx, `SELECT `+planCols+` FROM plan WHERE id = $1`, id))
 }
 
-// Freeze writes the plan for a campaign's current draft, inside tx (the
-// caller's approval transaction, which also holds the campaign lock and
-// writes the approval records). The draft's list becomes the plan's
-// targets: lists are written once at import, so freezing copies nothing
-// and a million-target plan freezes as fast as a ten-target one.
-func Freeze(ctx context.Context, tx pgx.Tx, c Campaign, d Draft, hash string) (Plan, error) {
-	if d.ListID == 0 || d.TargetCount == 0 {
+// PlanOf reads the plan frozen for a campaign's version under hash;
+// onceplan.ErrNotFound when that version was not frozen under it.
+func PlanOf(ctx context.Context, db onceplan.DB, campaignID string, version int, hash string) (Plan, error) {
+	return scanPlan(db.QueryRow(ctx, `SELECT `+planCols+` FROM plan WHERE campaign_id = $1 AND version = $2 AND plan_hash = $3`,
+		campaignID, version, hash))
+}
+
+// FreezeParams is the approved version of a campaign that a plan freezes.
+type FreezeParams struct {
+	CampaignID      string
+	Version         int
+	Provider        string
+	Tool            string
+	ListUnsubscribe bool
+	Payload         Payload
+	ListID          int64
+	TargetCount     int
+	ProposedBy      int64
+	Hash            string
+}
+
+// Freeze writes the plan for a campaign's approved version, inside tx (the
+// caller's approval transaction, which also holds the campaign lock, writes
+// the approval records and points the campaign at the plan). The version's
+// list becomes the plan's targets: lists are written once at import, so
+// freezing copies nothing and a million-target plan freezes as fast as a
+// ten-target one.
+func Freeze(ctx context.Context, tx pgx.Tx, f FreezeParams) (Plan, error) {
+	if f.ListID == 0 || f.TargetCount == 0 {
 		return Plan{}, fieldErr("targets", "the draft has no targets")
 	}
-	p, err := scanPlan(tx.QueryRow(ctx, `
+	return scanPlan(tx.QueryRow(ctx, `
 		INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body,
 		                  list_id, target_count, plan_hash, proposed_by, list_unsubscribe)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 		RETURNING `+planCols,
-		c.ID, d.Version, c.Provider, c.Tool, d.Payload.From, d.Payload.Subject, d.Payload.Text, d.Payload.HTML,
-		d.ListID, d.TargetCount, hash, d.ProposedBy, c.ListUnsubscribe))
-	if err != nil {
-		return p, err
-	}
-	_, err = tx.Exec(ctx, `UPDATE campaign SET plan_id = $2 WHERE id = $1`, c.ID, p.ID)
-	return p, err
+		f.CampaignID, f.Version, f.Provider, f.Tool, f.Payload.From, f.Payload.Subject, f.Payload.Text, f.Payload.HTML,
+		f.ListID, f.TargetCount, f.Hash, f.ProposedBy, f.ListUnsubscribe))
 }
 
-// Event is one entry of a campaign's audit trail.
-type Event struct {
-	ID         int64           `json:"id"`
-	CampaignID string          `json:"campaign_id"`
-	Action     string          `json:"action"`
-	ActorID    int64           `json:"actor_id,omitempty"` // 0: the system
-	ViaAgent   bool            `json:"via_agent"`
-	Version    int             `json:"version,omitempty"`
-	PlanHash   string          `json:"plan_hash,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	Detail     json.RawMessage `json:"detail,omitempty"`
-	CreatedAt  time.Time       `json:"created_at"`
-}
-
-// RecordEvent appends to the audit trail (write-once in PostgreSQL).
-func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
-	_, err := AppendEvent(ctx, tx, e)
-	return err
-}
-
-// AppendEvent is RecordEvent, returning the new entry's id (a decision
-// that is announced names its entry: package notify).
-func AppendEvent(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
-	var actor *int64
-	if e.ActorID != 0 {
-		actor = &e.ActorID
-	}
-	var version *int
-	if e.Version != 0 {
-		version = &e.Version
-	}
-	var hash *string
-	if e.PlanHash != "" {
-		hash = &e.PlanHash
-	}
-	var detail any
-	if len(e.Detail) > 0 {
-		detail = e.Detail
-	}
-	var id int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO campaign_event (campaign_id, action, actor_id, via_agent, version, plan_hash, reason, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		e.CampaignID, e.Action, actor, e.ViaAgent, version, hash, e.Reason, detail).Scan(&id)
-	return id, err
-}
-
-const eventCols = `id, campaign_id, action, coalesce(actor_id, 0), via_agent, coalesce(version, 0),
-	coalesce(plan_hash, ''), reason, detail, created_at`
-
-func scanEvent(r pgx.Row) (Event, error) {
-	var e Event
-	var detail []byte
-	err := r.Scan(&e.ID, &e.CampaignID, &e.Action, &e.ActorID, &e.ViaAgent, &e.Version, &e.PlanHash, &e.Reason, &detail, &e.CreatedAt)
-	e.Detail = detail
-	return e, err
-}
-
-// Events returns a campaign's audit trail, oldest first.
-func Events(ctx context.Context, db onceplan.DB, campaignID string) ([]Event, error) {
-	rows, err := db.Query(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r) })
-}
-
-// GetEvent reads one entry of a trail by its id.
-func GetEvent(ctx context.Context, db onceplan.DB, id int64) (Event, error) {
-	e, err := scanEvent(db.QueryRow(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return e, fmt.Errorf("%w: no trail entry %d", onceplan.ErrNotFound, id)
-	}
-	return e, err
+// Content is what a version of a campaign will do: its payload over its
+// target list.
+type Content struct {
+	Payload     Payload
+	ListID      int64
+	TargetCount int
 }
 
 // MissingVar is a target that lacks a variable the payload reads.
@@ -198,7 +146,7 @@ const checkListMax = 100
 // refused as a *ListError naming the first line). It reports the targets
 // that lack variables the templates read and those whose variables are
 // blank.
-func Check(ctx context.Context, db onceplan.DB, d Draft) (CheckReport, error) {
+func Check(ctx context.Context, db onceplan.DB, d Content) (CheckReport, error) {
 	var r CheckReport
 	t, err := d.Payload.Compile()
 	if err != nil {
@@ -304,13 +252,13 @@ const SampleUnsubscribeURL = "https://onceplan.invalid/u/sample"
 // Preview renders the exact message one target of a draft would get: by
 // ordinal (1-based) or by address, with SampleUnsubscribeURL as its
 // unsubscribe link (PreviewWithLink).
-func Preview(ctx context.Context, db onceplan.DB, d Draft, address string, ordinal int) (Message, error) {
+func Preview(ctx context.Context, db onceplan.DB, d Content, address string, ordinal int) (Message, error) {
 	return PreviewWithLink(ctx, db, d, address, ordinal, SampleUnsubscribeURL)
 }
 
 // PreviewWithLink is Preview with the unsubscribe link unsubscribeURL (""
 // for none: a transactional campaign's message).
-func PreviewWithLink(ctx context.Context, db onceplan.DB, d Draft, address string, ordinal int, unsubscribeURL string) (Message, error) {
+func PreviewWithLink(ctx context.Context, db onceplan.DB, d Content, address string, ordinal int, unsubscribeURL string) (Message, error) {
 	t, err := d.Payload.Compile()
 	if err != nil {
 		return Message{}, err

@@ -623,11 +623,11 @@ func TestHostilePayloadHTMLScriptsStoredAndSentAsGiven(t *testing.T) {
 	res, err := h.svc.Edit(h.ctx, h.proposer, h.id, p)
 	require.NoError(t, err)
 	require.Equal(t, p.HTML, res.Draft.Payload.HTML, "stored as given")
-	d, err := plan.GetDraft(h.ctx, h.pool, h.id, res.Campaign.Version)
+	d, err := approval.GetDraft(h.ctx, h.pool, h.id, res.Campaign.Version)
 	require.NoError(t, err)
 	require.Equal(t, p.HTML, d.Payload.HTML)
 
-	m, err := plan.Preview(h.ctx, h.pool, d, "ann@example.com", 0)
+	m, err := plan.Preview(h.ctx, h.pool, d.Content(), "ann@example.com", 0)
 	require.NoError(t, err)
 	require.Equal(t, markup+`<p>Ann</p>`, m.HTML, "rendered as given")
 

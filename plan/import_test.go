@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
@@ -21,7 +22,7 @@ type bundle struct {
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	user     int64
-	campaign plan.Campaign
+	campaign approval.Campaign
 }
 
 func setup(t *testing.T) *bundle {
@@ -31,7 +32,7 @@ func setup(t *testing.T) *bundle {
 	b.user = pgtest.User(t, pool, pgtest.UserOpts{Roles: []string{"proposer"}})
 	require.NoError(t, pgx.BeginFunc(b.ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		b.campaign, err = plan.CreateCampaign(b.ctx, tx, plan.NewCampaign{
+		b.campaign, err = approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{
 			Name: "Import test", Provider: "outbox", CreatedBy: b.user,
 			Payload: plan.Payload{From: "a@example.com", Subject: "Hi {{.name}}", Text: "Hello {{.name}}"},
 		})
@@ -175,16 +176,16 @@ func TestPreviewRendersForAnyTarget(t *testing.T) {
 	b := setup(t)
 	_, err := b.importList(t, plan.ImportParams{Body: strings.NewReader("email,name\na@example.com,Ann\nb@example.com,Bob\n")})
 	require.NoError(t, err)
-	d, err := plan.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
+	d, err := approval.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
 	require.NoError(t, err)
 
-	m, err := plan.Preview(b.ctx, b.pool, d, "", 2)
+	m, err := plan.Preview(b.ctx, b.pool, d.Content(), "", 2)
 	require.NoError(t, err)
 	require.Equal(t, "b@example.com", m.To)
 	require.Equal(t, "Hi Bob", m.Subject)
-	m, err = plan.Preview(b.ctx, b.pool, d, "a@example.com", 0)
+	m, err = plan.Preview(b.ctx, b.pool, d.Content(), "a@example.com", 0)
 	require.NoError(t, err)
 	require.Equal(t, "Hello Ann", m.Text)
-	_, err = plan.Preview(b.ctx, b.pool, d, "", 3)
+	_, err = plan.Preview(b.ctx, b.pool, d.Content(), "", 3)
 	require.ErrorIs(t, err, onceplan.ErrNotFound)
 }

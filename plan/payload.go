@@ -32,9 +32,9 @@ func fieldErr(field, format string, args ...any) error {
 	return onceplan.FieldErrorf(field, format, args...)
 }
 
-// noNUL refuses a NUL character in a field: PostgreSQL's text cannot hold
+// NoNUL refuses a NUL character in a field: PostgreSQL's text cannot hold
 // one, and no name, header or message body needs it.
-func noNUL(field, value string) error {
+func NoNUL(field, value string) error {
 	if strings.IndexByte(value, 0) >= 0 {
 		return fieldErr(field, "contains a NUL character (\\u0000); remove it")
 	}
@@ -77,7 +77,7 @@ func (p Payload) Validate() error {
 func (p Payload) Compile() (*Templates, error) {
 	t := &Templates{}
 	for _, f := range []struct{ name, value string }{{"from", p.From}, {"subject", p.Subject}, {"text", p.Text}, {"html", p.HTML}} {
-		if err := noNUL(f.name, f.value); err != nil {
+		if err := NoNUL(f.name, f.value); err != nil {
 			return nil, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -66,21 +67,21 @@ func TestUnsubscribeURLVariable(t *testing.T) {
 	// preview shows a sample link.
 	b := setup(t)
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return plan.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, p, b.user)
+		return approval.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, p, b.user)
 	}))
 	_, err = b.importList(t, plan.ImportParams{Body: strings.NewReader("email,name\nann@example.com,Ann\n")})
 	require.NoError(t, err)
-	d, err := plan.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
+	d, err := approval.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
 	require.NoError(t, err)
-	r, err := plan.Check(b.ctx, b.pool, d)
+	r, err := plan.Check(b.ctx, b.pool, d.Content())
 	require.NoError(t, err)
 	require.Zero(t, r.MissingCount)
 	require.Empty(t, r.Missing)
-	pv, err := plan.Preview(b.ctx, b.pool, d, "", 1)
+	pv, err := plan.Preview(b.ctx, b.pool, d.Content(), "", 1)
 	require.NoError(t, err)
 	require.Equal(t, plan.SampleUnsubscribeURL, pv.ListUnsubscribe)
 	require.Contains(t, pv.Text, "Stop: "+plan.SampleUnsubscribeURL)
-	pv, err = plan.PreviewWithLink(b.ctx, b.pool, d, "", 1, "")
+	pv, err = plan.PreviewWithLink(b.ctx, b.pool, d.Content(), "", 1, "")
 	require.NoError(t, err)
 	require.Empty(t, pv.ListUnsubscribe)
 }
@@ -101,14 +102,14 @@ func TestListUnsubscribeFixedInTheDatabase(t *testing.T) {
 		b.campaign.ID, b.user)
 	require.ErrorContains(t, err, "is not its campaign's")
 
-	var c plan.Campaign
+	var c approval.Campaign
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		c, err = plan.CreateCampaign(b.ctx, tx, plan.NewCampaign{Name: "Receipts", Provider: "outbox", CreatedBy: b.user, Transactional: true,
+		c, err = approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{Name: "Receipts", Provider: "outbox", CreatedBy: b.user, Transactional: true,
 			Payload: plan.Payload{From: "a@example.com", Subject: "Receipt", Text: "Thanks"}})
 		return err
 	}))
 	require.False(t, c.ListUnsubscribe)
-	got, err := plan.GetCampaign(b.ctx, b.pool, c.ID)
+	got, err := approval.GetCampaign(b.ctx, b.pool, c.ID)
 	require.NoError(t, err)
 	require.False(t, got.ListUnsubscribe)
 }

@@ -6,25 +6,26 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
 // campaignOf reads the campaign named by the route's :id.
-func (s *Server) campaignOf(c echo.Context) (plan.Campaign, error) {
-	return plan.GetCampaign(c.Request().Context(), s.cfg.Pool, c.Param("id"))
+func (s *Server) campaignOf(c echo.Context) (approval.Campaign, error) {
+	return approval.GetCampaign(c.Request().Context(), s.cfg.Pool, c.Param("id"))
 }
 
 // planOf reads the campaign's latest frozen plan.
-func (s *Server) planOf(ctx context.Context, camp plan.Campaign) (plan.Plan, error) {
+func (s *Server) planOf(ctx context.Context, camp approval.Campaign) (plan.Plan, error) {
 	if camp.PlanID == 0 {
 		return plan.Plan{}, echo.NewHTTPError(http.StatusNotFound, "campaign "+camp.Name+" has no approved plan yet")
 	}
 	return plan.GetPlan(ctx, s.cfg.Pool, camp.PlanID)
 }
 
-func campaignView(c plan.Campaign) view.Campaign {
+func campaignView(c approval.Campaign) view.Campaign {
 	return view.Campaign{
 		ID: c.ID, Name: c.Name, State: string(c.State), Provider: c.Provider, Version: c.Version,
 		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0, ListUnsubscribe: c.ListUnsubscribe,
@@ -39,7 +40,7 @@ func mustActor(c echo.Context) auth.Actor {
 
 func (s *Server) handleCampaignList(c echo.Context) error {
 	ctx := c.Request().Context()
-	camps, err := plan.ListCampaigns(ctx, s.cfg.Pool, 200)
+	camps, err := approval.ListCampaigns(ctx, s.cfg.Pool, 200)
 	if err != nil {
 		return err
 	}
@@ -81,12 +82,12 @@ func (s *Server) handleCampaignShow(c echo.Context) error {
 	return c.Redirect(http.StatusSeeOther, campaignPage(camp))
 }
 
-func campaignPage(camp plan.Campaign) string {
+func campaignPage(camp approval.Campaign) string {
 	base := "/campaigns/" + camp.ID
 	switch camp.State {
-	case plan.StateDraft:
+	case approval.StateDraft:
 		return base + "/draft"
-	case plan.StatePendingApproval:
+	case approval.StatePendingApproval:
 		return base + "/approval"
 	}
 	if camp.PlanID == 0 {

@@ -8,9 +8,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -42,9 +42,9 @@ func errIsRefusal(err error) bool {
 // approvalPage gathers what an approver is shown: the hash the approve
 // button posts, the count, sample messages, the list, the quorum and what
 // changed since the last approved version.
-func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.ApprovalPage, error) {
+func (s *Server) approvalPage(c echo.Context, camp approval.Campaign) (view.ApprovalPage, error) {
 	ctx := c.Request().Context()
-	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	d, err := approval.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
 	if err != nil {
 		return view.ApprovalPage{}, err
 	}
@@ -54,7 +54,7 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 		PlanHash: hash, TargetCount: d.TargetCount, Required: camp.RequiredApprovals,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}
-	if p.Approvers, err = plan.ApproverEmails(ctx, s.cfg.Pool, camp.ID, camp.Version, hash); err != nil {
+	if p.Approvers, err = approval.ApproverEmails(ctx, s.cfg.Pool, camp.ID, camp.Version, hash); err != nil {
 		return p, err
 	}
 	p.Approvals = len(p.Approvers)
@@ -77,7 +77,7 @@ func (s *Server) approvalPage(c echo.Context, camp plan.Campaign) (view.Approval
 			p.WhyNot += "; it needs " + strconv.Itoa(camp.RequiredApprovals-p.Approvals) + " more approver(s)"
 		}
 		p.WhyNot += "."
-		if camp.State == plan.StatePendingApproval {
+		if camp.State == approval.StatePendingApproval {
 			hint, err := s.approverHint(ctx, mustActor(c), camp)
 			if err != nil {
 				return p, err
@@ -133,7 +133,7 @@ func (s *Server) handleApprove(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if res.Campaign.State == plan.StatePendingApproval {
+	if res.Campaign.State == approval.StatePendingApproval {
 		return redirect(c, "/campaigns/"+id+"/approval", "approval-recorded")
 	}
 	return redirect(c, "/campaigns/"+id+"/run", "approved")

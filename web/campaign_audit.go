@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -44,7 +45,7 @@ func (s *Server) handleAudit(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	events, err := plan.Events(ctx, s.cfg.Pool, camp.ID)
+	events, err := approval.Events(ctx, s.cfg.Pool, camp.ID)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func (s *Server) handleAudit(c echo.Context) error {
 
 // exportHeaders names the download; exportFailed takes the name back when
 // the export fails before anything is sent.
-func (s *Server) exportHeaders(c echo.Context, camp plan.Campaign, ext, contentType string) {
+func (s *Server) exportHeaders(c echo.Context, camp approval.Campaign, ext, contentType string) {
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, contentType)
 	h.Set("Content-Disposition", `attachment; filename="onceplan-`+camp.ID+`-audit.`+ext+`"`)
@@ -84,7 +85,7 @@ func (s *Server) exportHeaders(c echo.Context, camp plan.Campaign, ext, contentT
 }
 
 // exportOf reads the campaign an export is asked of and its plan.
-func (s *Server) exportOf(c echo.Context) (plan.Campaign, plan.Plan, error) {
+func (s *Server) exportOf(c echo.Context) (approval.Campaign, plan.Plan, error) {
 	camp, err := s.campaignOf(c)
 	if err != nil {
 		return camp, plan.Plan{}, err
@@ -95,7 +96,7 @@ func (s *Server) exportOf(c echo.Context) (plan.Campaign, plan.Plan, error) {
 
 // exportFailed ends an export that failed: with the error page while
 // nothing is sent yet, else (the download is cut short) in the log.
-func (s *Server) exportFailed(c echo.Context, camp plan.Campaign, err error) error {
+func (s *Server) exportFailed(c echo.Context, camp approval.Campaign, err error) error {
 	if err == nil {
 		return nil
 	}

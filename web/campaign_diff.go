@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -24,7 +25,7 @@ const (
 
 // diffURL is the page of a comparison, or with kind of one kind of its
 // rows (after: the key the page starts after).
-func diffURL(campaignID string, against plan.Against, kind plan.RowChange, after string) string {
+func diffURL(campaignID string, against approval.Against, kind plan.RowChange, after string) string {
 	q := url.Values{"against": {string(against)}}
 	if kind != "" {
 		q.Set("rows", string(kind))
@@ -38,24 +39,24 @@ func diffURL(campaignID string, against plan.Against, kind plan.RowChange, after
 // versionDiff is comparison cmp as a page shows it: the counts, the
 // payload line by line and the first rows of each kind; done is the
 // current list's plan.DoneCount.
-func (s *Server) versionDiff(ctx context.Context, cmp plan.Comparison, done int) (view.VersionDiff, error) {
+func (s *Server) versionDiff(ctx context.Context, cmp approval.Comparison, done int) (view.VersionDiff, error) {
 	against := cmp.Against
 	d, err := cmp.Diff(ctx, s.cfg.Pool, done)
 	if err != nil {
 		return view.VersionDiff{}, err
 	}
-	first, err := plan.FirstPages(ctx, s.cfg.Pool, d, diffSampleRows)
+	first, err := approval.FirstPages(ctx, s.cfg.Pool, d, diffSampleRows)
 	if err != nil {
 		return view.VersionDiff{}, err
 	}
 	v := view.VersionDiff{CampaignID: d.Campaign.ID, Against: string(against), Message: d.Message, HasBase: d.Base != nil,
 		Unchanged: d.Targets.Unchanged}
 	switch {
-	case d.Base == nil && against == plan.AgainstApproved:
+	case d.Base == nil && against == approval.AgainstApproved:
 		v.Title = "Changes since the last approved version"
 	case d.Base == nil:
 		v.Title = "Changes since the previous submission"
-	case against == plan.AgainstApproved:
+	case against == approval.AgainstApproved:
 		v.Title = fmt.Sprintf("Changes since approved version %d", d.Base.Version)
 	default:
 		v.Title = fmt.Sprintf("Changes since version %d as submitted", d.Base.Version)
@@ -80,12 +81,12 @@ func (s *Server) versionDiff(ctx context.Context, cmp plan.Comparison, done int)
 // approvalDiffs are the comparisons the approval page shows: against the
 // last approved version, and against the previous submission when that
 // is another version than the approved one.
-func (s *Server) approvalDiffs(ctx context.Context, camp plan.Campaign) ([]view.VersionDiff, error) {
-	approved, err := plan.Compare(ctx, s.cfg.Pool, camp.ID, plan.AgainstApproved)
+func (s *Server) approvalDiffs(ctx context.Context, camp approval.Campaign) ([]view.VersionDiff, error) {
+	approved, err := approval.Compare(ctx, s.cfg.Pool, camp.ID, approval.AgainstApproved)
 	if err != nil {
 		return nil, err
 	}
-	previous, err := plan.Compare(ctx, s.cfg.Pool, camp.ID, plan.AgainstPrevious)
+	previous, err := approval.Compare(ctx, s.cfg.Pool, camp.ID, approval.AgainstPrevious)
 	if err != nil {
 		return nil, err
 	}
@@ -182,14 +183,14 @@ func (s *Server) handleDiff(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	against := plan.AgainstApproved
+	against := approval.AgainstApproved
 	if c.QueryParams().Has("against") {
-		if against, err = plan.ParseAgainst(c.QueryParam("against")); err != nil {
+		if against, err = approval.ParseAgainst(c.QueryParam("against")); err != nil {
 			return err
 		}
 	}
 	ctx := c.Request().Context()
-	cmp, err := plan.Compare(ctx, s.cfg.Pool, camp.ID, against)
+	cmp, err := approval.Compare(ctx, s.cfg.Pool, camp.ID, against)
 	if err != nil {
 		return err
 	}

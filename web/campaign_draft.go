@@ -47,9 +47,9 @@ func importView(r *plan.ImportReport) *view.ImportReport {
 
 // previewOf renders one target's message of a draft for the page: text
 // as text, the HTML body behind a URL for the sandboxed frame.
-func (s *Server) previewOf(c echo.Context, camp plan.Campaign, d plan.Draft, address string, ordinal int) view.Preview {
+func (s *Server) previewOf(c echo.Context, camp approval.Campaign, d approval.Draft, address string, ordinal int) view.Preview {
 	pv := view.Preview{Ordinal: ordinal}
-	m, err := plan.PreviewWithLink(c.Request().Context(), s.cfg.Pool, d, address, ordinal, s.sampleUnsubscribeURL(camp))
+	m, err := plan.PreviewWithLink(c.Request().Context(), s.cfg.Pool, d.Content(), address, ordinal, s.sampleUnsubscribeURL(camp))
 	if err != nil {
 		_, _, msg := classify(err)
 		pv.Error = msg
@@ -71,9 +71,9 @@ func (s *Server) previewOf(c echo.Context, camp plan.Campaign, d plan.Draft, add
 // (the first unless the page asks for another), and what the submission
 // check finds in the list against the message now: a variable the
 // targets lack is shown beside the field that reads it, at save already.
-func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o draftOpts) error {
+func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int, o draftOpts) error {
 	ctx := c.Request().Context()
-	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	d, err := approval.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (s *Server) renderDraft(c echo.Context, camp plan.Campaign, status int, o d
 	p := view.DraftView{DraftPage: view.DraftPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp),
 		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: map[string]string{},
-		CanEdit: a.Has(auth.RoleProposer) && camp.State != plan.StateCancelled,
+		CanEdit: a.Has(auth.RoleProposer) && camp.State != approval.StateCancelled,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}}
 	if o.payload != nil {
@@ -137,8 +137,8 @@ func missingView(ms []plan.MissingVar) []view.MissingVar {
 // for the page: targets that lack a variable the message reads, each
 // variable's error beside the field that reads it; blank variables, a
 // warning; a refused list line, the page's error.
-func (s *Server) checkDraft(ctx context.Context, d plan.Draft, p *view.DraftView) error {
-	r, err := plan.Check(ctx, s.cfg.Pool, d)
+func (s *Server) checkDraft(ctx context.Context, d approval.Draft, p *view.DraftView) error {
+	r, err := plan.Check(ctx, s.cfg.Pool, d.Content())
 	if err != nil {
 		if errs, ok := fieldErrors(err); ok {
 			for k, v := range errs {
@@ -304,7 +304,7 @@ func (s *Server) handleSubmit(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	if shown := c.FormValue("plan_hash"); shown != "" {
-		d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+		d, err := approval.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
 		if err != nil {
 			return err
 		}
@@ -349,7 +349,7 @@ func (s *Server) handlePreviewHTML(c echo.Context) error {
 		version = v
 	}
 	ctx := c.Request().Context()
-	d, err := plan.GetDraft(ctx, s.cfg.Pool, camp.ID, version)
+	d, err := approval.GetDraft(ctx, s.cfg.Pool, camp.ID, version)
 	if err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ func (s *Server) handlePreviewHTML(c echo.Context) error {
 	if address == "" && ordinal < 1 {
 		ordinal = 1
 	}
-	m, err := plan.PreviewWithLink(ctx, s.cfg.Pool, d, address, ordinal, s.sampleUnsubscribeURL(camp))
+	m, err := plan.PreviewWithLink(ctx, s.cfg.Pool, d.Content(), address, ordinal, s.sampleUnsubscribeURL(camp))
 	if err != nil {
 		return err
 	}

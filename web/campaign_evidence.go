@@ -81,7 +81,7 @@ func unknownTargets(ctx context.Context, db onceplan.DB, pl plan.Plan) ([]inboun
 
 // evidenceCampaign is the campaign and plan of an evidence route, refused
 // unless the user may resolve its targets now.
-func (s *Server) evidenceCampaign(c echo.Context) (plan.Campaign, plan.Plan, error) {
+func (s *Server) evidenceCampaign(c echo.Context) (approval.Campaign, plan.Plan, error) {
 	camp, err := s.campaignOf(c)
 	if err != nil {
 		return camp, plan.Plan{}, err
@@ -165,7 +165,7 @@ func matched(props []inbound.Proposal, proofs []inbound.Proof) int {
 }
 
 // evidenceFor is the request's proposals (?shown= or the form's shown).
-func (s *Server) evidenceFor(c echo.Context, id string, camp plan.Campaign) (*evidenceSet, bool) {
+func (s *Server) evidenceFor(c echo.Context, id string, camp approval.Campaign) (*evidenceSet, bool) {
 	r, ok := s.shown.get(id, s.cfg.Now())
 	if !ok || r.user != mustActor(c).UserID || r.campaign != camp.ID || r.evidence == nil || r.evidence.planID != camp.PlanID {
 		return nil, false

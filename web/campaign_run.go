@@ -48,7 +48,7 @@ func (s *Server) renderRun(c echo.Context, liveParts bool) error {
 // request's filter and cursor), what a resume would queue and what a
 // stopped worker holds; with buttons (the full page, not the live parts),
 // the lifecycle's answer for each and who may decide when the user may not.
-func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view.RunView, error) {
+func (s *Server) runView(c echo.Context, camp approval.Campaign, buttons bool) (view.RunView, error) {
 	ctx := c.Request().Context()
 	pl, err := s.planOf(ctx, camp)
 	if err != nil {
@@ -98,7 +98,7 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 		// do something: run a paused campaign again, or queue targets.
 		may := func(action auth.Action) bool { return approval.Allowed(a, camp, action) == nil }
 		p.CanStart, p.CanPause, p.CanCancel = may(auth.ActionStart), may(auth.ActionPause), may(auth.ActionCancel)
-		p.CanResume = may(auth.ActionResume) && (camp.State == plan.StatePaused || rem.Queue > 0)
+		p.CanResume = may(auth.ActionResume) && (camp.State == approval.StatePaused || rem.Queue > 0)
 		p.CanEvidence = counts.Unknown > 0 && may(auth.ActionResolve) // campaign_evidence.go
 		if p.OperatorHint, err = s.operatorHint(ctx, a, camp); err != nil {
 			return view.RunView{}, err
@@ -119,7 +119,7 @@ func (s *Server) runView(c echo.Context, camp plan.Campaign, buttons bool) (view
 
 // stalledNote says what happens to the targets a stopped worker holds
 // (approval.Remainder.Stalled), and when: "" when there are none.
-func stalledNote(camp plan.Campaign, rem approval.Remainder) string {
+func stalledNote(camp approval.Campaign, rem approval.Remainder) string {
 	if rem.Stalled == 0 {
 		return ""
 	}
@@ -129,9 +129,9 @@ func stalledNote(camp plan.Campaign, rem approval.Remainder) string {
 		when = "at the next maintenance round, in a few seconds"
 	}
 	switch camp.State {
-	case plan.StateRunning:
+	case approval.StateRunning:
 		return what + "they are requeued automatically " + when + ". There is nothing to press."
-	case plan.StatePaused:
+	case approval.StatePaused:
 		return what + "once the campaign is resumed they are requeued automatically " + when + "."
 	}
 	return ""
@@ -167,7 +167,7 @@ func (s *Server) handleCounts(c echo.Context) error {
 }
 
 // afterAction redirects to the run page once an action changed the plan.
-func (s *Server) afterAction(c echo.Context, camp plan.Campaign, flash string) error {
+func (s *Server) afterAction(c echo.Context, camp approval.Campaign, flash string) error {
 	if camp.PlanID != 0 {
 		if p, err := plan.GetPlan(c.Request().Context(), s.cfg.Pool, camp.PlanID); err == nil {
 			s.counts.Forget(p.ListID)
@@ -200,7 +200,7 @@ func (s *Server) handleResume(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if res.Campaign.State == plan.StateCompleted {
+	if res.Campaign.State == approval.StateCompleted {
 		return s.afterAction(c, res.Campaign, "nothing-to-resume")
 	}
 	return s.afterAction(c, res.Campaign, "resumed")

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -27,7 +28,7 @@ func (b *bundle) finishJobs(p plan.Plan) {
 // complete marks a running campaign completed, as maintenance does.
 func (b *bundle) complete(id string) {
 	b.t.Helper()
-	done, err := b.svc.CompleteIfDone(context.Background(), id, func(context.Context, pgx.Tx, plan.Campaign) (bool, error) { return true, nil })
+	done, err := b.svc.CompleteIfDone(context.Background(), id, func(context.Context, pgx.Tx, approval.Campaign) (bool, error) { return true, nil })
 	require.NoError(b.t, err)
 	require.True(b.t, done)
 }
@@ -61,7 +62,7 @@ func TestResumeOfferedOnlyWhenItQueues(t *testing.T) {
 	rec := op.post(run[:len(run)-len("/run")]+"/resume", nil)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	require.Equal(t, run+"?flash=nothing-to-resume", rec.Header().Get("Location"))
-	require.Equal(t, plan.StateCompleted, b.campaign(c.ID).State)
+	require.Equal(t, approval.StateCompleted, b.campaign(c.ID).State)
 	require.Equal(t, trail, b.events(c.ID), "no resume, no second complete")
 	require.Contains(t, tid(parse(t, op.follow(rec)), "flash").Text(), "stays completed")
 
@@ -76,7 +77,7 @@ func TestResumeOfferedOnlyWhenItQueues(t *testing.T) {
 	d = parse(t, op.get(run))
 	require.Equal(t, "Resume the remainder: 1 target", strings.TrimSpace(tid(d, "action-resume").Text()))
 	require.Equal(t, http.StatusSeeOther, op.post("/campaigns/"+c.ID+"/resume", nil).Code)
-	require.Equal(t, plan.StateRunning, b.campaign(c.ID).State)
+	require.Equal(t, approval.StateRunning, b.campaign(c.ID).State)
 	rem, err := b.svc.Remaining(context.Background(), b.campaign(c.ID))
 	require.NoError(t, err)
 	require.Zero(t, rem.Queue, "the failed target has its job again")

@@ -20,7 +20,7 @@ import (
 const maxRawShown = 64 << 10
 
 // targetOf reads the campaign, its plan and the target named by the route.
-func (s *Server) targetOf(c echo.Context) (plan.Campaign, plan.Plan, targetRow, error) {
+func (s *Server) targetOf(c echo.Context) (approval.Campaign, plan.Plan, targetRow, error) {
 	camp, err := s.campaignOf(c)
 	if err != nil {
 		return camp, plan.Plan{}, targetRow{}, err
@@ -98,7 +98,7 @@ func (s *Server) handleTarget(c echo.Context) error {
 	return s.render(c, http.StatusOK, view.Target(p))
 }
 
-func targetPath(camp plan.Campaign, t targetRow) string {
+func targetPath(camp approval.Campaign, t targetRow) string {
 	return "/campaigns/" + camp.ID + "/targets/" + strconv.Itoa(t.Ordinal)
 }
 

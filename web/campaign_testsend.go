@@ -11,13 +11,12 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
 // testSendForm is the draft and approval pages' test-send form for the
 // signed-in user, or nil when they may not test-send this campaign now.
-func (s *Server) testSendForm(ctx context.Context, a auth.Actor, camp plan.Campaign, targets int, back string) (*view.TestSendForm, error) {
+func (s *Server) testSendForm(ctx context.Context, a auth.Actor, camp approval.Campaign, targets int, back string) (*view.TestSendForm, error) {
 	if s.cfg.TestSend == nil || approval.Allowed(a, camp, auth.ActionTestSend) != nil {
 		return nil, nil
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/await"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // follow GETs where a redirect leads, as the browser does after a POST.
@@ -45,7 +45,7 @@ func (b *bundle) campaignsNamed(name string) int {
 
 // events lists a campaign's audit trail actions, oldest first.
 func (b *bundle) events(id string) []string {
-	evs, err := plan.Events(context.Background(), b.pool, id)
+	evs, err := approval.Events(context.Background(), b.pool, id)
 	require.NoError(b.t, err)
 	var out []string
 	for _, e := range evs {
@@ -158,7 +158,7 @@ func TestActionSentTwiceActsOnce(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 		require.Equal(t, run+"?flash=paused", rec.Header().Get("Location"))
 	}
-	require.Equal(t, plan.StatePaused, b.campaign(c.ID).State)
+	require.Equal(t, approval.StatePaused, b.campaign(c.ID).State)
 	require.Equal(t, 1, count(b.events(c.ID), "pause"))
 	require.Equal(t, http.StatusConflict, op.post("/campaigns/"+c.ID+"/pause", nil).Code)
 

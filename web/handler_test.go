@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
@@ -136,7 +137,7 @@ func TestCreateUploadPreviewSubmit(t *testing.T) {
 	rec = p.post("/campaigns/"+id+"/submit", url.Values{"plan_hash": {hash}})
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.Equal(t, "/campaigns/"+id+"/approval?flash=submitted", rec.Header().Get("Location"))
-	require.Equal(t, plan.StatePendingApproval, b.campaign(id).State)
+	require.Equal(t, approval.StatePendingApproval, b.campaign(id).State)
 }
 
 func TestSubmitShowsMissingVariables(t *testing.T) {
@@ -190,7 +191,7 @@ func TestApprovalPageQuorumAndHash(t *testing.T) {
 	rec = b.as["approver2"].post("/campaigns/"+c.ID+"/approve", url.Values{"plan_hash": {hash}})
 	require.Equal(t, http.StatusSeeOther, rec.Code)
 	require.Equal(t, "/campaigns/"+c.ID+"/run?flash=approved", rec.Header().Get("Location"))
-	require.Equal(t, plan.StateApproved, b.campaign(c.ID).State)
+	require.Equal(t, approval.StateApproved, b.campaign(c.ID).State)
 }
 
 func TestRejectNeedsReason(t *testing.T) {
@@ -201,7 +202,7 @@ func TestRejectNeedsReason(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	rec = b.as["approver"].post("/campaigns/"+c.ID+"/reject", url.Values{"reason": {"wrong month"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code)
-	require.Equal(t, plan.StateDraft, b.campaign(c.ID).State)
+	require.Equal(t, approval.StateDraft, b.campaign(c.ID).State)
 }
 
 func TestRunPageCountsFilterAndPagination(t *testing.T) {
@@ -351,8 +352,8 @@ func TestActionsStartPauseResumeCancel(t *testing.T) {
 	require.Equal(t, 1, tid(d, "action-start").Length())
 	for _, step := range []struct {
 		action string
-		state  plan.State
-	}{{"start", plan.StateRunning}, {"pause", plan.StatePaused}, {"resume", plan.StateRunning}, {"cancel", plan.StateCancelled}} {
+		state  approval.State
+	}{{"start", approval.StateRunning}, {"pause", approval.StatePaused}, {"resume", approval.StateRunning}, {"cancel", approval.StateCancelled}} {
 		rec := op.post(base+"/"+step.action, nil)
 		require.Equal(t, http.StatusSeeOther, rec.Code, step.action+": "+rec.Body.String())
 		require.Equal(t, step.state, b.campaign(c.ID).State, step.action)
@@ -484,7 +485,7 @@ func TestEditAfterApprovalMakesANewVersion(t *testing.T) {
 	rec := p.post("/campaigns/"+c.ID+"/payload", url.Values{"from": {"a@example.com"}, "subject": {"Hello again {{.first_name}}"}, "text": {"Hi"}})
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	c2 := b.campaign(c.ID)
-	require.Equal(t, plan.StateDraft, c2.State)
+	require.Equal(t, approval.StateDraft, c2.State)
 	require.Equal(t, 2, c2.Version)
 	// The approval page of version 2 shows what changed since version 1.
 	_, err := b.svc.Submit(context.Background(), p.actor, c.ID)

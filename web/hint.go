@@ -9,7 +9,6 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // hintNames is how many names a hint lists.
@@ -62,7 +61,7 @@ func namesOr(names []string) string {
 // operatorHint says, to a user who may not take any of a running campaign's
 // operator actions that the lifecycle allows now (start, pause, resume,
 // cancel), who may: "" when the user may, or when nobody could now.
-func (s *Server) operatorHint(ctx context.Context, a auth.Actor, camp plan.Campaign) (string, error) {
+func (s *Server) operatorHint(ctx context.Context, a auth.Actor, camp approval.Campaign) (string, error) {
 	var actions []auth.Action
 	for _, action := range []auth.Action{auth.ActionStart, auth.ActionPause, auth.ActionResume, auth.ActionCancel} {
 		if approval.Allowed(a, camp, action) == nil {
@@ -91,7 +90,7 @@ func (s *Server) operatorHint(ctx context.Context, a auth.Actor, camp plan.Campa
 
 // approverHint says who may approve campaign c's current version instead
 // of the signed-in user, and where approvers are added.
-func (s *Server) approverHint(ctx context.Context, a auth.Actor, c plan.Campaign) (string, error) {
+func (s *Server) approverHint(ctx context.Context, a auth.Actor, c approval.Campaign) (string, error) {
 	names, err := s.whoMay(ctx, func(u auth.Actor) (bool, error) {
 		if u.UserID == a.UserID {
 			return false, nil

@@ -178,7 +178,7 @@ func (o *campaignOpts) defaults() {
 }
 
 // draft creates a campaign in draft, proposed by the proposer.
-func (b *bundle) draft(opts campaignOpts) plan.Campaign {
+func (b *bundle) draft(opts campaignOpts) approval.Campaign {
 	b.t.Helper()
 	opts.defaults()
 	res, err := b.svc.Create(context.Background(), b.as["proposer"].actor, approval.CreateParams{
@@ -190,7 +190,7 @@ func (b *bundle) draft(opts campaignOpts) plan.Campaign {
 }
 
 // pending creates a campaign submitted for approval.
-func (b *bundle) pending(opts campaignOpts) plan.Campaign {
+func (b *bundle) pending(opts campaignOpts) approval.Campaign {
 	b.t.Helper()
 	c := b.draft(opts)
 	res, err := b.svc.Submit(context.Background(), b.as["proposer"].actor, c.ID)
@@ -199,7 +199,7 @@ func (b *bundle) pending(opts campaignOpts) plan.Campaign {
 }
 
 // started creates a campaign, approves and starts it; returns its plan.
-func (b *bundle) started(opts campaignOpts) (plan.Campaign, plan.Plan) {
+func (b *bundle) started(opts campaignOpts) (approval.Campaign, plan.Plan) {
 	b.t.Helper()
 	ctx := context.Background()
 	c := b.pending(opts)
@@ -212,9 +212,9 @@ func (b *bundle) started(opts campaignOpts) (plan.Campaign, plan.Plan) {
 	return res.Campaign, p
 }
 
-func (b *bundle) hash(c plan.Campaign) string {
+func (b *bundle) hash(c approval.Campaign) string {
 	b.t.Helper()
-	d, err := plan.GetDraft(context.Background(), b.pool, c.ID, c.Version)
+	d, err := approval.GetDraft(context.Background(), b.pool, c.ID, c.Version)
 	require.NoError(b.t, err)
 	return d.Hash(c)
 }
@@ -252,9 +252,9 @@ func (b *bundle) keyOf(p plan.Plan, ordinal int) string {
 }
 
 // campaign re-reads a campaign.
-func (b *bundle) campaign(id string) plan.Campaign {
+func (b *bundle) campaign(id string) approval.Campaign {
 	b.t.Helper()
-	c, err := plan.GetCampaign(context.Background(), b.pool, id)
+	c, err := approval.GetCampaign(context.Background(), b.pool, id)
 	require.NoError(b.t, err)
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/PuerkitoBio/goquery"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -158,7 +159,7 @@ func TestStateChangesNeedTheCSRFToken(t *testing.T) {
 		t.Helper()
 		resp := rec.Result()
 		require.Equal(t, http.StatusForbidden, resp.StatusCode)
-		require.Equal(t, plan.StatePendingApproval, b.campaign(c.ID).State)
+		require.Equal(t, approval.StatePendingApproval, b.campaign(c.ID).State)
 	}
 	// No token.
 	refused(ap.postRaw(path, url.Values{"plan_hash": {hash}}))
@@ -182,7 +183,7 @@ func TestStateChangesNeedTheCSRFToken(t *testing.T) {
 	req.Header.Set("Origin", "http://example.com")
 	rec = ap.do(req)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
-	require.Equal(t, plan.StateApproved, b.campaign(c.ID).State)
+	require.Equal(t, approval.StateApproved, b.campaign(c.ID).State)
 }
 
 // session starts a session for user id without a password check (the

@@ -9,9 +9,9 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -111,7 +111,7 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 // sampleUnsubscribeURL is the unsubscribe link a preview of camp's
 // messages shows: a sample under the public URL, or none for a
 // transactional campaign.
-func (s *Server) sampleUnsubscribeURL(camp plan.Campaign) string {
+func (s *Server) sampleUnsubscribeURL(camp approval.Campaign) string {
 	if !camp.ListUnsubscribe {
 		return ""
 	}

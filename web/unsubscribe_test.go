@@ -114,7 +114,7 @@ func TestTransactionalOnTheForms(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	create := func(name string, transactional bool) plan.Campaign {
+	create := func(name string, transactional bool) approval.Campaign {
 		fields := map[string]string{"name": name, "provider": "outbox", "required_approvals": "1",
 			"from": "a@example.com", "subject": "Hi", "text": "Stop: {{.unsubscribe_url}}"}
 		if transactional {
@@ -123,7 +123,7 @@ func TestTransactionalOnTheForms(t *testing.T) {
 		rec := b.as["proposer"].upload("/campaigns", fields, "email\nann@example.com\n")
 		require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 		id := strings.Split(strings.TrimPrefix(rec.Header().Get("Location"), "/campaigns/"), "/")[0]
-		c, err := plan.GetCampaign(ctx, b.pool, id)
+		c, err := approval.GetCampaign(ctx, b.pool, id)
 		require.NoError(t, err)
 		_, err = b.svc.Submit(ctx, b.as["proposer"].actor, id)
 		require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestTransactionalOnTheForms(t *testing.T) {
 	require.True(t, linked.ListUnsubscribe)
 	require.False(t, receipts.ListUnsubscribe)
 
-	for c, want := range map[plan.Campaign]string{linked: "Each message carries a one-click unsubscribe link", receipts: "Transactional: no unsubscribe link"} {
+	for c, want := range map[approval.Campaign]string{linked: "Each message carries a one-click unsubscribe link", receipts: "Transactional: no unsubscribe link"} {
 		d := parse(t, b.as["approver"].get("/campaigns/"+c.ID+"/approval"))
 		require.Equal(t, want, strings.TrimSpace(tid(d, "list-unsubscribe").Text()))
 		require.Equal(t, c.ListUnsubscribe, strings.Contains(d.Text(), "Stop: "+suppression.DefaultPublicURL+"/u/sample"), c.Name)

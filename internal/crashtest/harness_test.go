@@ -212,9 +212,9 @@ func (e *env) stateByOrdinal(t *testing.T, campaign string) map[int]string {
 	return out
 }
 
-func (e *env) campaignState(t *testing.T, id string) plan.State {
+func (e *env) campaignState(t *testing.T, id string) approval.State {
 	t.Helper()
-	c, err := plan.GetCampaign(e.ctx, e.pool, id)
+	c, err := approval.GetCampaign(e.ctx, e.pool, id)
 	require.NoError(t, err)
 	return c.State
 }

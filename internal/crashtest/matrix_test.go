@@ -11,9 +11,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // world is the outside world of one test: the provider URL a worker sends
@@ -195,7 +195,7 @@ func TestCrashRecoveredAfterTheWindowIsUnknown(t *testing.T) {
 			time.Sleep(3 * time.Second) // the window closes
 			survivor := e.startWorker(t, []string{prov})
 			waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
-				return e.campaignState(t, id) == plan.StateCompleted
+				return e.campaignState(t, id) == approval.StateCompleted
 			}, survivor)
 			require.Equal(t, map[string]int{"done": matrixTargets - 1, "unknown": 1}, e.states(t, id))
 			requireNoDuplicates(t, w, "after recovery")
@@ -222,7 +222,7 @@ func crashAndRecover(t *testing.T, kind, point string) {
 
 	survivor := e.startWorker(t, []string{w.provider})
 	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
-		return e.campaignState(t, id) == plan.StateCompleted
+		return e.campaignState(t, id) == approval.StateCompleted
 	}, survivor)
 	requireNoDuplicates(t, w, "after recovery")
 
@@ -258,7 +258,7 @@ func crashAndRecover(t *testing.T, kind, point string) {
 	_, err := e.svc.Resume(e.ctx, e.operator, id)
 	require.NoError(t, err)
 	waitFor(t, 60*time.Second, "the campaign to complete after the resolutions", func() bool {
-		return e.campaignState(t, id) == plan.StateCompleted && e.states(t, id)["done"] == matrixTargets
+		return e.campaignState(t, id) == approval.StateCompleted && e.states(t, id)["done"] == matrixTargets
 	}, survivor)
 	requireExactlyOnce(t, w, targets)
 }

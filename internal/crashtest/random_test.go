@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/plan"
@@ -41,7 +42,7 @@ func randomKills(t *testing.T, concurrency string, kill func(t *testing.T, e *en
 
 			running := kill(t, e, w, prov)
 			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
-				return e.campaignState(t, id) == plan.StateCompleted
+				return e.campaignState(t, id) == approval.StateCompleted
 			}, running...)
 			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
 			requireExactlyOnce(t, w, targets)
@@ -108,7 +109,7 @@ func TestConcurrentWorkersDuplicateJobsAndResumes(t *testing.T) {
 			targets := e.targets(t, id)
 
 			// Every target's job again, by hand (as a buggy enqueuer might).
-			c, err := plan.GetCampaign(e.ctx, e.pool, id)
+			c, err := approval.GetCampaign(e.ctx, e.pool, id)
 			require.NoError(t, err)
 			p, err := plan.GetPlan(e.ctx, e.pool, c.PlanID)
 			require.NoError(t, err)
@@ -147,7 +148,7 @@ func TestConcurrentWorkersDuplicateJobsAndResumes(t *testing.T) {
 				require.NoError(t, err)
 			}
 			waitFor(t, 2*time.Minute, "the campaign to complete", func() bool {
-				return e.campaignState(t, id) == plan.StateCompleted
+				return e.campaignState(t, id) == approval.StateCompleted
 			}, w1, w2)
 			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
 			requireExactlyOnce(t, w, targets)

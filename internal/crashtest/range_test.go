@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/ledger"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // TestCrashInTheMiddleOfAMultiTargetJob: jobs of ten targets each (issue
@@ -64,7 +64,7 @@ func TestCrashInTheMiddleOfAMultiTargetJob(t *testing.T) {
 
 				survivor := e.startWorker(t, []string{w.provider})
 				waitFor(t, 90*time.Second, "the campaign to complete", func() bool {
-					return e.campaignState(t, id) == plan.StateCompleted
+					return e.campaignState(t, id) == approval.StateCompleted
 				}, survivor)
 				requireNoDuplicates(t, w, "after recovery")
 				states := e.states(t, id)

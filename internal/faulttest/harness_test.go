@@ -178,7 +178,7 @@ func (e *env) completed(campaign string, n int) bool {
 		return false
 	}
 	st, err := e.states(campaign)
-	return err == nil && plan.State(state) == plan.StateCompleted && st["done"] == n
+	return err == nil && approval.State(state) == approval.StateCompleted && st["done"] == n
 }
 
 // attempt is one ledger row of a campaign's target.

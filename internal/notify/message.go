@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // message is what every recipient of one event is told, before it is
@@ -17,7 +17,7 @@ import (
 // structured fields, and the users the event is for.
 type message struct {
 	event    Event
-	campaign plan.Campaign
+	campaign approval.Campaign
 	subject  string
 	paras    []string
 	// fields are the webhook body's structured fields (besides "text"

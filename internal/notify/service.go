@@ -54,7 +54,7 @@ type Config struct {
 	// failed and that nothing will retry (package jobs knows River's
 	// jobs): attention counts only those as failed, not a target whose
 	// retry is still queued. Nil: every failed target counts.
-	FailedForGood func(ctx context.Context, db onceplan.DB, c plan.Campaign) (int, error)
+	FailedForGood func(ctx context.Context, db onceplan.DB, c approval.Campaign) (int, error)
 	// Owner names this process in the attempts it records.
 	Owner  string
 	Logger *slog.Logger
@@ -210,7 +210,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 	for _, u := range users {
 		byID[u.ID] = u
 	}
-	ev, err := plan.GetEvent(ctx, db, src.Event)
+	ev, err := approval.GetEvent(ctx, db, src.Event)
 	if err != nil {
 		return message{}, false, err
 	}
@@ -218,7 +218,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 	if !ok {
 		return message{}, false, nil
 	}
-	c, err := plan.GetCampaign(ctx, db, ev.CampaignID)
+	c, err := approval.GetCampaign(ctx, db, ev.CampaignID)
 	if err != nil {
 		return message{}, false, err
 	}
@@ -237,7 +237,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 	}
 	switch event {
 	case EventSubmitted:
-		sub, err := plan.SubmissionOf(ctx, db, ev)
+		sub, err := approval.SubmissionOf(ctx, db, ev)
 		if err != nil {
 			return m, false, err
 		}
@@ -259,11 +259,11 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 			"submitted_by": who(byID, sub.SubmittedBy), "required_approvals": c.RequiredApprovals, "plan_hash": sub.PlanHash,
 			"approval_url": link, "url": link, "must_act": emails(m.users)})
 	case EventApproved:
-		sub, err := plan.SubmissionOf(ctx, db, ev)
+		sub, err := approval.SubmissionOf(ctx, db, ev)
 		if err != nil {
 			return m, false, err
 		}
-		ids, err := plan.Approvers(ctx, db, c.ID, ev.Version, ev.PlanHash)
+		ids, err := approval.Approvers(ctx, db, c.ID, ev.Version, ev.PlanHash)
 		if err != nil {
 			return m, false, err
 		}
@@ -294,7 +294,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy), "approvers": approvers,
 			"plan_hash": ev.PlanHash, "url": link})
 	case EventRejected:
-		sub, err := plan.SubmissionOf(ctx, db, ev)
+		sub, err := approval.SubmissionOf(ctx, db, ev)
 		if err != nil {
 			return m, false, err
 		}
@@ -309,7 +309,7 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
 			"rejected_by": who(byID, ev.ActorID), "reason": ev.Reason, "url": link})
 	case EventCompleted:
-		run, err := plan.RunBefore(ctx, db, c.ID, ev.CreatedAt)
+		run, err := approval.RunBefore(ctx, db, c.ID, ev.CreatedAt)
 		if err != nil {
 			return m, false, err
 		}
@@ -368,7 +368,7 @@ func (s *Service) attentionMessage(ctx context.Context, id int64, users []auth.U
 	if err != nil {
 		return message{}, false, err
 	}
-	c, err := plan.GetCampaign(ctx, s.cfg.DB, a.campaignID)
+	c, err := approval.GetCampaign(ctx, s.cfg.DB, a.campaignID)
 	if err != nil {
 		return message{}, false, err
 	}
@@ -550,7 +550,7 @@ func (s *Service) ScanAttention(ctx context.Context, announce func(ctx context.C
 }
 
 func (s *Service) scanOne(ctx context.Context, id string, announce func(ctx context.Context, tx pgx.Tx, a NewAttention) error) (NewAttention, bool, error) {
-	c, err := plan.GetCampaign(ctx, s.cfg.DB, id)
+	c, err := approval.GetCampaign(ctx, s.cfg.DB, id)
 	if err != nil {
 		return NewAttention{}, false, err
 	}

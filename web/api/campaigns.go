@@ -29,7 +29,7 @@ import (
 type campaignView struct {
 	ID                string             `json:"id"`
 	Name              string             `json:"name"`
-	State             plan.State         `json:"state"`
+	State             approval.State     `json:"state"`
 	Provider          string             `json:"provider"`
 	PlanHash          string             `json:"plan_hash"`
 	PlanVersion       int                `json:"plan_version"`
@@ -392,12 +392,12 @@ type campaignsPage struct {
 }
 
 type campaignSummary struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	State     plan.State `json:"state"`
-	Provider  string     `json:"provider"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	State     approval.State `json:"state"`
+	Provider  string         `json:"provider"`
+	CreatedAt time.Time      `json:"created_at"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
 // listCampaigns pages campaigns newest first, keyed by (created_at, id).
@@ -412,15 +412,15 @@ func (a *API) listCampaigns(c echo.Context, _ auth.Actor) error {
 	if limit == 0 {
 		limit = 50
 	}
-	var after *plan.CampaignCursor
+	var after *approval.CampaignCursor
 	if s := c.QueryParam("after"); s != "" {
-		cur, err := plan.ParseCampaignCursor(s)
+		cur, err := approval.ParseCampaignCursor(s)
 		if err != nil {
 			return a.fail(c, err)
 		}
 		after = &cur
 	}
-	list, next, err := plan.PageCampaigns(c.Request().Context(), a.cfg.Pool, after, limit)
+	list, next, err := approval.PageCampaigns(c.Request().Context(), a.cfg.Pool, after, limit)
 	if err != nil {
 		return a.fail(c, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/plan"
 )
 
 // decisionView is GET /campaigns/{id}/decision's answer: what became of
@@ -23,8 +22,8 @@ type decisionView struct {
 	CampaignID string                 `json:"campaign_id"`
 	Decision   approval.DecisionState `json:"decision"`
 	// State and CampaignVersion are the campaign's now.
-	State           plan.State `json:"state"`
-	CampaignVersion int        `json:"campaign_version"`
+	State           approval.State `json:"state"`
+	CampaignVersion int            `json:"campaign_version"`
 	// Version and PlanHash are the submitted version's (0 and absent when
 	// the campaign was never submitted).
 	Version     int        `json:"version"`

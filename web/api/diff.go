@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -21,20 +22,20 @@ const (
 // diffHead is what every answer of the diff route carries: what is
 // compared with what.
 type diffHead struct {
-	CampaignID string        `json:"campaign_id"`
-	Against    plan.Against  `json:"against"`
-	Message    string        `json:"message"`
-	Current    diffCurrent   `json:"current"`
-	Base       *diffBaseView `json:"base"` // null: nothing to compare with
+	CampaignID string           `json:"campaign_id"`
+	Against    approval.Against `json:"against"`
+	Message    string           `json:"message"`
+	Current    diffCurrent      `json:"current"`
+	Base       *diffBaseView    `json:"base"` // null: nothing to compare with
 	// URL is the page that shows the same to a person.
 	URL string `json:"url"`
 }
 
 type diffCurrent struct {
-	Version     int        `json:"version"`
-	State       plan.State `json:"state"`
-	PlanHash    string     `json:"plan_hash"`
-	TargetCount int        `json:"target_count"`
+	Version     int            `json:"version"`
+	State       approval.State `json:"state"`
+	PlanHash    string         `json:"plan_hash"`
+	TargetCount int            `json:"target_count"`
 }
 
 type diffBaseView struct {
@@ -69,10 +70,10 @@ type diffTargets struct {
 // rows of each kind.
 type diffSummary struct {
 	diffHead
-	Payload  []plan.FieldDiff   `json:"payload"`  // null: no base, or its text is not kept
-	Settings []plan.SettingDiff `json:"settings"` // null: no base
-	Targets  *diffTargets       `json:"targets"`  // null: no base
-	Done     diffRowsView       `json:"done"`
+	Payload  []plan.FieldDiff       `json:"payload"`  // null: no base, or its text is not kept
+	Settings []approval.SettingDiff `json:"settings"` // null: no base
+	Targets  *diffTargets           `json:"targets"`  // null: no base
+	Done     diffRowsView           `json:"done"`
 }
 
 // diffRowsPage is the answer with ?rows=KIND: one page of that kind.
@@ -93,10 +94,10 @@ func rowsView(count int, p plan.DiffPage) diffRowsView {
 
 // diffParams reads the route's query: against (default approved), rows,
 // after, limit.
-func diffParams(c echo.Context) (against plan.Against, rows plan.RowChange, after string, limit int, err error) {
-	against = plan.AgainstApproved
+func diffParams(c echo.Context) (against approval.Against, rows plan.RowChange, after string, limit int, err error) {
+	against = approval.AgainstApproved
 	if c.QueryParams().Has("against") {
-		if against, err = plan.ParseAgainst(c.QueryParam("against")); err != nil {
+		if against, err = approval.ParseAgainst(c.QueryParam("against")); err != nil {
 			return
 		}
 	}
@@ -133,7 +134,7 @@ func (a *API) diff(c echo.Context, _ auth.Actor) error {
 	ctx, cancel := ctxOf(c)
 	defer cancel()
 	id := c.Param("id")
-	head := func(cmp plan.Comparison) diffHead {
+	head := func(cmp approval.Comparison) diffHead {
 		h := diffHead{CampaignID: cmp.Campaign.ID, Against: against, Message: cmp.Message,
 			Current: diffCurrent{Version: cmp.Current.Version, State: cmp.Current.State, PlanHash: cmp.Current.PlanHash, TargetCount: cmp.Current.TargetCount},
 			URL:     a.baseURL(c) + "/campaigns/" + cmp.Campaign.ID + "/diff?" + url.Values{"against": {string(against)}}.Encode(),
@@ -145,7 +146,7 @@ func (a *API) diff(c echo.Context, _ auth.Actor) error {
 		return h
 	}
 	if rows != "" {
-		cmp, err := plan.Compare(ctx, a.cfg.Pool, id, against)
+		cmp, err := approval.Compare(ctx, a.cfg.Pool, id, against)
 		if err != nil {
 			return a.fail(c, err)
 		}
@@ -156,11 +157,11 @@ func (a *API) diff(c echo.Context, _ auth.Actor) error {
 		v := rowsView(0, p)
 		return c.JSON(http.StatusOK, diffRowsPage{diffHead: head(cmp), Rows: rows, Items: v.Items, Next: v.Next})
 	}
-	d, err := plan.CompareVersions(ctx, a.cfg.Pool, id, against)
+	d, err := approval.CompareVersions(ctx, a.cfg.Pool, id, against)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	first, err := plan.FirstPages(ctx, a.cfg.Pool, d, limit)
+	first, err := approval.FirstPages(ctx, a.cfg.Pool, d, limit)
 	if err != nil {
 		return a.fail(c, err)
 	}

@@ -5,9 +5,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/stretchr/testify/require"
-
-	"github.com/onceplan/onceplan/plan"
 )
 
 // TestCreateTransactional: "list_unsubscribe": false makes a transactional
@@ -33,9 +32,9 @@ func TestCreateTransactional(t *testing.T) {
 	// Keys, and so hashes, differ between campaigns: compare the
 	// transactional campaign's hash with its own as if it had the link.
 	ctx := context.Background()
-	c, err := plan.GetCampaign(ctx, s.pool, ids["false"])
+	c, err := approval.GetCampaign(ctx, s.pool, ids["false"])
 	require.NoError(t, err)
-	d, err := plan.GetDraft(ctx, s.pool, c.ID, c.Version)
+	d, err := approval.GetDraft(ctx, s.pool, c.ID, c.Version)
 	require.NoError(t, err)
 	require.Equal(t, hashes["false"], d.Hash(c))
 	c.ListUnsubscribe = true

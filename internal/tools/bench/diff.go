@@ -6,7 +6,7 @@ package main
 // as JSON through the approval workflow) drops 1% of the targets, changes
 // the variables of 1% and appends 1% new ones, then is submitted. Timed,
 // best of 3: the counts (plan.ListDiffCounts), the targets already done
-// (plan.DoneCount), the whole comparison (plan.CompareVersions), and the
+// (plan.DoneCount), the whole comparison (approval.CompareVersions), and the
 // first page of 100 rows of each kind (plan.DiffTargets); then, with one
 // target appended to version 2, the comparison with its submission and the
 // page of that one row (a rare kind: found past the walked window by a
@@ -110,7 +110,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return err
 	}
 
-	cmp, err := plan.Compare(ctx, pool, seeded.CampaignID, plan.AgainstApproved)
+	cmp, err := approval.Compare(ctx, pool, seeded.CampaignID, approval.AgainstApproved)
 	if err != nil {
 		return err
 	}
@@ -174,9 +174,9 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	if done != wantDone {
 		return fmt.Errorf("the diff counts %d targets done, want %d", done, wantDone)
 	}
-	var d plan.Diff
+	var d approval.Diff
 	compareTime, err := best(2, func() error {
-		d, err = plan.CompareVersions(ctx, pool, seeded.CampaignID, plan.AgainstApproved)
+		d, err = approval.CompareVersions(ctx, pool, seeded.CampaignID, approval.AgainstApproved)
 		return err
 	})
 	if err != nil {
@@ -218,9 +218,9 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return fmt.Errorf("append: %w", err)
 	}
 	appended := time.Since(t)
-	var sparse plan.Diff
+	var sparse approval.Diff
 	sparseTime, err := best(2, func() error {
-		sparse, err = plan.CompareVersions(ctx, pool, seeded.CampaignID, plan.AgainstPrevious)
+		sparse, err = approval.CompareVersions(ctx, pool, seeded.CampaignID, approval.AgainstPrevious)
 		return err
 	})
 	if err != nil {
@@ -254,7 +254,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		n, seeding.Round(time.Second), version2.Round(time.Second), want.Added, want.Removed, want.Changed, wantDone)
 	fmt.Printf("  plan.ListDiffCounts (join by key):          %s\n", countsTime.Round(time.Millisecond))
 	fmt.Printf("  plan.DoneCount (the ledger, current epoch): %s\n", doneTime.Round(time.Millisecond))
-	fmt.Printf("  plan.CompareVersions (all of it, best of 2): %s\n", compareTime.Round(time.Millisecond))
+	fmt.Printf("  approval.CompareVersions (all of it, best of 2): %s\n", compareTime.Round(time.Millisecond))
 	fmt.Printf("  first page of 100 rows: %s\n", strings.Join(pages, ", "))
 	fmt.Printf("  baseline count(*) of both lists' %d rows:   %s (%.1fx)\n", rows, scanTime.Round(time.Millisecond), countsTime.Seconds()/scanTime.Seconds())
 	fmt.Printf("  one target appended (in %s): comparison with the submission %s, the page of its 1 row %s\n",

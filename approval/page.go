@@ -1,4 +1,4 @@
-package plan
+package approval
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func (c CampaignCursor) String() string {
 
 // ParseCampaignCursor decodes a cursor String gave out.
 func ParseCampaignCursor(s string) (CampaignCursor, error) {
-	bad := fieldErr("after", "is not a cursor this API gave out (use the previous page's \"next\")")
+	bad := onceplan.FieldErrorf("after", "is not a cursor this API gave out (use the previous page's \"next\")")
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
 		return CampaignCursor{}, bad

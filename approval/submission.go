@@ -1,4 +1,4 @@
-package plan
+package approval
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/plan"
 )
 
 // Submission is what was asked to be approved: a draft version, its plan
@@ -30,7 +31,7 @@ type Submission struct {
 	CreatedAt    time.Time `json:"created_at"`
 	// Payload is the text submitted, copied from the draft by PostgreSQL
 	// (migration 0022); nil for a submission made before it kept the text.
-	Payload *Payload `json:"-"`
+	Payload *plan.Payload `json:"-"`
 }
 
 // IsAuthor reports whether user proposed or last edited the submitted draft.
@@ -47,7 +48,7 @@ func scanSubmission(row pgx.Row) (Submission, error) {
 	err := row.Scan(&s.ID, &s.CampaignID, &s.Version, &s.PlanHash, &s.ListID, &s.TargetCount, &s.ProposedBy,
 		&s.LastEditedBy, &s.SubmittedBy, &s.CreatedAt, &from, &subject, &text, &html)
 	if err == nil && from != nil && subject != nil && text != nil && html != nil {
-		s.Payload = &Payload{From: *from, Subject: *subject, Text: *text, HTML: *html}
+		s.Payload = &plan.Payload{From: *from, Subject: *subject, Text: *text, HTML: *html}
 	}
 	return s, err
 }

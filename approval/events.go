@@ -1,0 +1,89 @@
+package approval
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
+)
+
+// Event is one entry of a campaign's audit trail.
+type Event struct {
+	ID         int64           `json:"id"`
+	CampaignID string          `json:"campaign_id"`
+	Action     string          `json:"action"`
+	ActorID    int64           `json:"actor_id,omitempty"` // 0: the system
+	ViaAgent   bool            `json:"via_agent"`
+	Version    int             `json:"version,omitempty"`
+	PlanHash   string          `json:"plan_hash,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Detail     json.RawMessage `json:"detail,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+}
+
+// RecordEvent appends to the audit trail (write-once in PostgreSQL).
+func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
+	_, err := AppendEvent(ctx, tx, e)
+	return err
+}
+
+// AppendEvent is RecordEvent, returning the new entry's id (a decision
+// that is announced names its entry: package notify).
+func AppendEvent(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
+	var actor *int64
+	if e.ActorID != 0 {
+		actor = &e.ActorID
+	}
+	var version *int
+	if e.Version != 0 {
+		version = &e.Version
+	}
+	var hash *string
+	if e.PlanHash != "" {
+		hash = &e.PlanHash
+	}
+	var detail any
+	if len(e.Detail) > 0 {
+		detail = e.Detail
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `
+		INSERT INTO campaign_event (campaign_id, action, actor_id, via_agent, version, plan_hash, reason, detail)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		e.CampaignID, e.Action, actor, e.ViaAgent, version, hash, e.Reason, detail).Scan(&id)
+	return id, err
+}
+
+const eventCols = `id, campaign_id, action, coalesce(actor_id, 0), via_agent, coalesce(version, 0),
+	coalesce(plan_hash, ''), reason, detail, created_at`
+
+func scanEvent(r pgx.Row) (Event, error) {
+	var e Event
+	var detail []byte
+	err := r.Scan(&e.ID, &e.CampaignID, &e.Action, &e.ActorID, &e.ViaAgent, &e.Version, &e.PlanHash, &e.Reason, &detail, &e.CreatedAt)
+	e.Detail = detail
+	return e, err
+}
+
+// Events returns a campaign's audit trail, oldest first.
+func Events(ctx context.Context, db onceplan.DB, campaignID string) ([]Event, error) {
+	rows, err := db.Query(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE campaign_id = $1 ORDER BY id`, campaignID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r) })
+}
+
+// GetEvent reads one entry of a trail by its id.
+func GetEvent(ctx context.Context, db onceplan.DB, id int64) (Event, error) {
+	e, err := scanEvent(db.QueryRow(ctx, `SELECT `+eventCols+` FROM campaign_event WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return e, fmt.Errorf("%w: no trail entry %d", onceplan.ErrNotFound, id)
+	}
+	return e, err
+}
