@@ -202,7 +202,7 @@ func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
 		SELECT `+effectCols+` FROM effect
 		WHERE key = $1
 		  AND epoch = `+currentEpoch+`
-		  AND state IN `+BlockingStates, string(key)))
+		  AND state IN `+blockingStates, string(key)))
 	return e, translate(err)
 }
 
@@ -243,10 +243,12 @@ func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, e
 	return n, translate(err)
 }
 
-// BlockingStates is the SQL list of the states that hold a key at its
-// epoch (DESIGN §3: pending, done, unknown, stranded), as the ledger's
-// unique index names them.
-const BlockingStates = `('pending', 'done', 'unknown', 'stranded')`
+// blockingStates is the SQL list of the states that hold a key at its
+// epoch (pending, done, unknown, stranded), as the ledger's unique index
+// names them. The ledger's statements write it out, as the claim's ON
+// CONFLICT arbiter must; other packages ask the database's effect_blocks
+// (migration 0027), which TestBlockingStatesAreTheDatabases keeps equal.
+const blockingStates = `('pending', 'done', 'unknown', 'stranded')`
 
 // currentEpoch is the SQL expression for the current epoch of the key in
 // $1 (CurrentEpochOf).

@@ -179,20 +179,6 @@ func ListCampaigns(ctx context.Context, db DB, limit int) ([]Campaign, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Campaign, error) { return scanCampaign(r) })
 }
 
-// RunsPlanSQL is the SQL condition that the campaign campaignExpr runs the
-// plan planExpr now: a claim's gate (ledger.Gate), checked in the
-// statement that claims.
-func RunsPlanSQL(campaignExpr, planExpr string) string {
-	return "EXISTS (SELECT 1 FROM campaign c WHERE c.id = " + campaignExpr + " AND c.state = 'running' AND c.plan_id = " + planExpr + ")"
-}
-
-// TargetAddressSQL is the SQL expression for the address of the target
-// ordinal ordinalExpr of plan planExpr (its normalised address, as the
-// import wrote it).
-func TargetAddressSQL(planExpr, ordinalExpr string) string {
-	return "(SELECT tt.target FROM plan tp JOIN target tt ON tt.list_id = tp.list_id AND tt.ordinal = " + ordinalExpr + " WHERE tp.id = " + planExpr + ")"
-}
-
 // SetState moves a campaign to another state (the caller checked the rule;
 // PostgreSQL refuses illegal edges anyway).
 func SetState(ctx context.Context, tx pgx.Tx, id string, to State) error {
