@@ -475,6 +475,29 @@ type BumpParams struct {
 	Reason    string
 }
 
+// EpochBump is one recorded bump of a key: who moved it to Epoch, and why.
+type EpochBump struct {
+	Epoch     int
+	ActorKind ActorKind
+	Actor     string
+	Reason    string
+	CreatedAt time.Time
+}
+
+// Bumps returns key's recorded bumps, by epoch.
+func (s *Store) Bumps(ctx context.Context, key Key) ([]EpochBump, error) {
+	rows, err := s.db.Query(ctx, `SELECT epoch, actor_kind, actor, reason, created_at FROM effect_bump WHERE key = $1 ORDER BY epoch`, string(key))
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EpochBump, error) {
+		var b EpochBump
+		err := r.Scan(&b.Epoch, &b.ActorKind, &b.Actor, &b.Reason, &b.CreatedAt)
+		return b, err
+	})
+	return out, translate(err)
+}
+
 // Bump moves key to its next epoch so that one more effect may happen. It is
 // refused while an attempt at the current epoch is pending or unknown: settle
 // the doubt first, or a second effect could race the first.
