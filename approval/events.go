@@ -87,3 +87,27 @@ func GetEvent(ctx context.Context, db onceplan.DB, id int64) (Event, error) {
 	}
 	return e, err
 }
+
+// LastEventAt returns the time of each campaign's latest audit event, by
+// campaign id; a campaign without events (or unknown) is absent.
+func LastEventAt(ctx context.Context, db onceplan.DB, campaignIDs []string) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	if len(campaignIDs) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT c.id::text, (SELECT e.created_at FROM campaign_event e WHERE e.campaign_id = c.id ORDER BY e.id DESC LIMIT 1)
+		FROM campaign c WHERE c.id = ANY($1::uuid[])`, campaignIDs)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	var at *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+		if at != nil {
+			out[id] = *at
+		}
+		return nil
+	})
+	return out, err
+}

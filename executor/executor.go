@@ -23,7 +23,6 @@ import (
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/suppression"
-	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -193,9 +192,15 @@ func New(cfg Config) (*Executor, error) {
 // is not paused, and never while its address is suppressed (consent
 // overrides the plan: the target is recorded as suppressed instead), all
 // checked in the statement that claims it.
+//
+// Each rule is its owner's database function (migration 0027, inlined by
+// PostgreSQL into the claim): campaign_running_plan (the campaign's),
+// onceplan_paused_queue (River's queues) and target_suppression (the
+// suppression list's, over the target's address).
 var gate = ledger.Gate{
-	Open:       plan.RunsPlanSQL("r.campaign_id", "r.plan_id") + " AND " + riverdb.QueueOpen("r.queue"),
-	Suppressed: suppression.ActiveIDSQL(plan.TargetAddressSQL("r.plan_id", "r.ordinal")),
+	Open: `EXISTS (SELECT 1 FROM campaign_running_plan() c WHERE c.campaign_id = r.campaign_id AND c.plan_id = r.plan_id)
+	AND NOT EXISTS (SELECT 1 FROM onceplan_paused_queue() q WHERE q.name = r.queue)`,
+	Suppressed: `(SELECT ts.suppression_id FROM target_suppression(r.plan_id, r.ordinal) ts)`,
 }
 
 func (e *Executor) queueOf(provider string) string {
@@ -338,7 +343,7 @@ func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) 
 	var current int64
 	var queuePaused bool
 	err := e.cfg.Pool.QueryRow(ctx, `
-		SELECT state, coalesce(plan_id, 0), NOT `+riverdb.QueueOpen("$2::text")+`
+		SELECT state, coalesce(plan_id, 0), EXISTS (SELECT 1 FROM onceplan_paused_queue() q WHERE q.name = $2::text)
 		FROM campaign WHERE id = $1`, p.CampaignID, queue).Scan(&state, &current, &queuePaused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
@@ -1006,7 +1011,7 @@ func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp 
 		return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
 	}
 	var held *int64
-	if err := e.cfg.Pool.QueryRow(ctx, `SELECT `+suppression.ActiveIDSQL(plan.TargetAddressSQL("$1::bigint", "$2::int")),
+	if err := e.cfg.Pool.QueryRow(ctx, `SELECT suppression_id FROM target_suppression($1, $2)`,
 		eff.PlanID, eff.Ordinal).Scan(&held); err != nil {
 		return Result{}, false, "", err
 	}

@@ -34,7 +34,7 @@ var liveJob = unfinishedJob + `
 // @plan" (a suppressed target is final for its plan: no job for it).
 var notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f
-	WHERE f.key = t.key AND f.state IN ` + ledger.BlockingStates + `
+	WHERE f.key = t.key AND effect_blocks(f.state)
 	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)
 	AND NOT ` + ledger.SuppressedInPlan("@plan", "t.ordinal")
 

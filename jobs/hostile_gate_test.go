@@ -340,38 +340,41 @@ func TestHostileRemovalInSomeoneElsesName(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// TestActiveIDSQLIsTheDatabasesRule: the claim's statement and
+// TestTargetSuppressionIsTheDatabasesRule: the claim's statement and
 // PostgreSQL's own check of an attempt state one rule, "the oldest entry
-// of the address without a removal" (suppression.ActiveIDSQL, written out
-// for the planner, and the function onceplan_suppressed): they agree for
-// an address never listed, listed, listed twice, taken off and listed
-// again.
-func TestActiveIDSQLIsTheDatabasesRule(t *testing.T) {
+// of the address without a removal" (the function target_suppression,
+// over a plan target's address, inlined into the claim, and the function
+// onceplan_suppressed): they agree for an address never listed, listed,
+// listed twice, taken off and listed again.
+func TestTargetSuppressionIsTheDatabasesRule(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, jobs.Config{}, "outbox=maildir://"+t.TempDir())
-	agree := func(address string) *int64 {
+	campaign := w.approved(t, "outbox", 2)
+	ann, bob := w.target(t, campaign, 1), w.target(t, campaign, 2)
+	agree := func(tg target) *int64 {
 		t.Helper()
-		var fromGo, fromDB *int64
-		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT `+suppression.ActiveIDSQL("$1::text")+`, onceplan_suppressed($1)`, address).Scan(&fromGo, &fromDB))
-		require.Equal(t, fromDB, fromGo, "for %s", address)
-		return fromDB
+		var ofTarget, ofAddress *int64
+		require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT (SELECT suppression_id FROM target_suppression($1, $2)), onceplan_suppressed($3)`,
+			tg.plan, tg.ordinal, tg.address).Scan(&ofTarget, &ofAddress))
+		require.Equal(t, ofAddress, ofTarget, "for %s", tg.address)
+		return ofAddress
 	}
 	add := func(address string) {
 		_, _, err := suppression.Add(w.ctx, w.pool, suppression.AddParams{Address: address, Reason: suppression.Manual,
 			Source: suppression.FromActor, Actor: "ops@example.com"})
 		require.NoError(t, err)
 	}
-	require.Nil(t, agree("ann@example.com"))
-	add("ann@example.com")
-	first := agree("ann@example.com")
+	require.Nil(t, agree(ann))
+	add(ann.address)
+	first := agree(ann)
 	require.NotNil(t, first)
-	_, err := w.pool.Exec(w.ctx, `INSERT INTO suppression (address, reason, source) VALUES ('ann@example.com', 'complaint', 'actor')`)
+	_, err := w.pool.Exec(w.ctx, `INSERT INTO suppression (address, reason, source) VALUES ($1, 'complaint', 'actor')`, ann.address)
 	require.NoError(t, err)
-	require.Equal(t, first, agree("ann@example.com"), "the oldest entry in force")
-	_, err = suppression.Remove(w.ctx, w.pool, "ann@example.com", "admin@example.com", "asked to be mailed again")
+	require.Equal(t, first, agree(ann), "the oldest entry in force")
+	_, err = suppression.Remove(w.ctx, w.pool, ann.address, "admin@example.com", "asked to be mailed again")
 	require.NoError(t, err)
-	require.Nil(t, agree("ann@example.com"))
-	add("ann@example.com")
-	require.NotNil(t, agree("ann@example.com"))
-	require.Nil(t, agree("bob@example.com"))
+	require.Nil(t, agree(ann))
+	add(ann.address)
+	require.NotNil(t, agree(ann))
+	require.Nil(t, agree(bob))
 }

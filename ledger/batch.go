@@ -75,7 +75,7 @@ func claimSQL(gate Gate) string {
 	FROM open o
 	CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur
 	WHERE o.suppression_id IS NOT NULL
-	  AND NOT EXISTS (SELECT 1 FROM effect b WHERE b.key = o.key AND b.epoch = cur.epoch AND b.state IN ` + BlockingStates + `)
+	  AND NOT EXISTS (SELECT 1 FROM effect b WHERE b.key = o.key AND b.epoch = cur.epoch AND b.state IN ` + blockingStates + `)
 	ORDER BY o.plan_id, o.ordinal
 	ON CONFLICT (plan_id, ordinal) DO NOTHING
 )`
@@ -97,7 +97,7 @@ SELECT o.key, cur.epoch,
 FROM open o
 CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur` + notSuppressed + `
 ORDER BY o.key
-ON CONFLICT (key, epoch) WHERE state IN ` + BlockingStates + ` DO NOTHING
+ON CONFLICT (key, epoch) WHERE state IN ` + blockingStates + ` DO NOTHING
 RETURNING ` + effectCols
 }
 

@@ -195,7 +195,7 @@ func (s *Store) blocking(ctx context.Context, key Key) (Effect, error) {
 		SELECT `+effectCols+` FROM effect
 		WHERE key = $1
 		  AND epoch = `+currentEpoch+`
-		  AND state IN `+BlockingStates, string(key)))
+		  AND state IN `+blockingStates, string(key)))
 	return e, translate(err)
 }
 
@@ -236,10 +236,12 @@ func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, e
 	return n, translate(err)
 }
 
-// BlockingStates is the SQL list of the states that hold a key at its
-// epoch (pending, done, unknown, stranded), as the ledger's
-// unique index names them.
-const BlockingStates = `('pending', 'done', 'unknown', 'stranded')`
+// blockingStates is the SQL list of the states that hold a key at its
+// epoch (pending, done, unknown, stranded), as the ledger's unique index
+// names them. The ledger's statements write it out, as the claim's ON
+// CONFLICT arbiter must; other packages ask the database's effect_blocks
+// (migration 0027), which TestBlockingStatesAreTheDatabases keeps equal.
+const blockingStates = `('pending', 'done', 'unknown', 'stranded')`
 
 // currentEpoch is the SQL expression for the current epoch of the key in
 // $1 (CurrentEpochOf).
@@ -464,6 +466,29 @@ type BumpParams struct {
 	Actor     string
 	Policy    string // the registered policy's name when ActorKind is policy
 	Reason    string
+}
+
+// EpochBump is one recorded bump of a key: who moved it to Epoch, and why.
+type EpochBump struct {
+	Epoch     int
+	ActorKind ActorKind
+	Actor     string
+	Reason    string
+	CreatedAt time.Time
+}
+
+// Bumps returns key's recorded bumps, by epoch.
+func (s *Store) Bumps(ctx context.Context, key Key) ([]EpochBump, error) {
+	rows, err := s.db.Query(ctx, `SELECT epoch, actor_kind, actor, reason, created_at FROM effect_bump WHERE key = $1 ORDER BY epoch`, string(key))
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (EpochBump, error) {
+		var b EpochBump
+		err := r.Scan(&b.Epoch, &b.ActorKind, &b.Actor, &b.Reason, &b.CreatedAt)
+		return b, err
+	})
+	return out, translate(err)
 }
 
 // Bump moves key to its next epoch so that one more effect may happen. It is

@@ -81,6 +81,17 @@ $$;
 
 
 --
+-- Name: campaign_running_plan(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_running_plan() RETURNS TABLE(campaign_id uuid, plan_id bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT c.id, c.plan_id FROM campaign c WHERE c.state = 'running'
+$$;
+
+
+--
 -- Name: campaign_update(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -161,6 +172,17 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: effect_blocks(public.effect_state); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_blocks(state public.effect_state) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT state IN ('pending', 'done', 'unknown', 'stranded')
 $$;
 
 
@@ -448,6 +470,17 @@ $$;
 
 
 --
+-- Name: onceplan_paused_queue(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.onceplan_paused_queue() RETURNS TABLE(name text)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT q.name FROM river_queue q WHERE q.paused_at IS NOT NULL
+$$;
+
+
+--
 -- Name: onceplan_plan_list_unsubscribe(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -718,6 +751,20 @@ BEGIN
     NEW.created_at := now();
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: target_suppression(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.target_suppression(plan bigint, ordinal integer) RETURNS TABLE(suppression_id bigint)
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT min(s.id + 0) FROM suppression s
+    WHERE s.address = (SELECT pt.target FROM plan_target pt
+                       WHERE pt.plan_id = target_suppression.plan AND pt.ordinal = target_suppression.ordinal)
+      AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)
 $$;
 
 

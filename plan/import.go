@@ -374,3 +374,29 @@ func dropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
 	_, err := tx.Exec(ctx, `DELETE FROM target_list WHERE id = $1`, list)
 	return err
 }
+
+// ListTarget is one target of a list as imported: its ordinal, the line
+// of the file it came from, its normalised address and its variables (as
+// PostgreSQL prints the JSON).
+type ListTarget struct {
+	Ordinal int
+	Line    int
+	Target  string
+	Vars    string
+}
+
+// ListTargets reads up to limit targets of list listID after ordinal
+// after, in ordinal order.
+func ListTargets(ctx context.Context, db onceplan.DB, listID int64, after, limit int) ([]ListTarget, error) {
+	rows, err := db.Query(ctx, `
+		SELECT ordinal, line, target, vars::text FROM target
+		WHERE list_id = $1 AND ordinal > $2 ORDER BY ordinal LIMIT $3`, listID, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ListTarget, error) {
+		var t ListTarget
+		err := r.Scan(&t.Ordinal, &t.Line, &t.Target, &t.Vars)
+		return t, err
+	})
+}

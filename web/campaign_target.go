@@ -84,7 +84,7 @@ func (s *Server) handleTarget(c echo.Context) error {
 		}
 		p.Attempts = append(p.Attempts, a)
 	}
-	if p.Bumps, err = bumps(ctx, s.cfg.Pool, t.Key); err != nil {
+	if p.Bumps, err = bumps(ctx, store, t.Key); err != nil {
 		return err
 	}
 	events, err := inbound.EventsOf(ctx, s.cfg.Pool, t.Key)

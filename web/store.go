@@ -1,19 +1,21 @@
 package web
 
-// The read queries the pages need beyond what the domain packages offer:
-// counts per state, the per-target table with keyset pagination, names of
-// users. They read the tables of plan, ledger and approval and write
-// nothing; writes go through those packages.
+// The reads the pages need, in the view's shape: counts per state, the
+// per-target table with keyset pagination, names of users. Each asks the
+// package that owns the table (audit's read model, plan, ledger, auth);
+// web runs no SQL of its own over them.
 
 import (
 	"context"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -76,72 +78,38 @@ func draftTargets(ctx context.Context, db onceplan.DB, listID int64, after, limi
 	if listID == 0 {
 		return nil, nil
 	}
-	rows, err := db.Query(ctx, `
-		SELECT ordinal, line, target, vars::text FROM target
-		WHERE list_id = $1 AND ordinal > $2 ORDER BY ordinal LIMIT $3`, listID, after, limit)
+	ts, err := plan.ListTargets(ctx, db, listID, after, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (view.DraftTarget, error) {
-		var t view.DraftTarget
-		err := r.Scan(&t.Ordinal, &t.Line, &t.Target, &t.Vars)
-		return t, err
-	})
+	out := make([]view.DraftTarget, len(ts))
+	for i, t := range ts {
+		out[i] = view.DraftTarget{Ordinal: t.Ordinal, Line: t.Line, Target: t.Target, Vars: t.Vars}
+	}
+	return out, nil
 }
 
 // userEmails maps user ids to emails.
 func userEmails(ctx context.Context, db onceplan.DB, ids []int64) (map[int64]string, error) {
-	out := map[int64]string{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := db.Query(ctx, `SELECT id, email FROM app_user WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, err
-	}
-	var id int64
-	var email string
-	_, err = pgx.ForEachRow(rows, []any{&id, &email}, func() error {
-		out[id] = email
-		return nil
-	})
-	return out, err
+	return auth.Emails(ctx, db, ids)
 }
 
 // lastActivity returns each campaign's latest audit event time.
 func lastActivity(ctx context.Context, db onceplan.DB, ids []string) (map[string]time.Time, error) {
-	out := map[string]time.Time{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	rows, err := db.Query(ctx, `
-		SELECT c.id::text, (SELECT e.created_at FROM campaign_event e WHERE e.campaign_id = c.id ORDER BY e.id DESC LIMIT 1)
-		FROM campaign c WHERE c.id = ANY($1::uuid[])`, ids)
-	if err != nil {
-		return nil, err
-	}
-	var id string
-	var at *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
-		if at != nil {
-			out[id] = *at
-		}
-		return nil
-	})
-	return out, err
+	return approval.LastEventAt(ctx, db, ids)
 }
 
 // bumps lists a key's recorded epoch bumps.
-func bumps(ctx context.Context, db onceplan.DB, key string) ([]view.Bump, error) {
-	rows, err := db.Query(ctx, `SELECT epoch, actor_kind || ':' || actor, reason, created_at FROM effect_bump WHERE key = $1 ORDER BY epoch`, key)
+func bumps(ctx context.Context, store *ledger.Store, key string) ([]view.Bump, error) {
+	bs, err := store.Bumps(ctx, ledger.Key(key))
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (view.Bump, error) {
-		var b view.Bump
-		err := r.Scan(&b.Epoch, &b.Actor, &b.Reason, &b.At)
-		return b, err
-	})
+	out := make([]view.Bump, len(bs))
+	for i, b := range bs {
+		out[i] = view.Bump{Epoch: b.Epoch, Actor: string(b.ActorKind) + ":" + b.Actor, Reason: b.Reason, At: b.CreatedAt}
+	}
+	return out, nil
 }
 
 // normalizePrefix turns a search box's text into an address prefix.

@@ -64,7 +64,7 @@ counted AS (
 SELECT p.campaign_id, p.version, p.target_count, p.list_id,
        c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.revoked,
        (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
-          SELECT 1 FROM effect e WHERE e.key = s.key AND e.state IN ` + ledger.BlockingStates + `
+          SELECT 1 FROM effect e WHERE e.key = s.key AND effect_blocks(e.state)
             AND e.epoch = ` + ledger.CurrentEpochOf("s.key") + `)) AS suppressed
 FROM p CROSS JOIN counted c`
 
@@ -139,7 +139,8 @@ const (
 // here or in package ledger, and both statements below are built from them:
 //
 //   - the current epoch of a key: ledger.CurrentEpochOf;
-//   - the states that hold a key at its epoch: ledger.BlockingStates;
+//   - the states that hold a key at its epoch: effect_blocks (migration
+//     0027, inlined by PostgreSQL);
 //   - an attempt that counts for the target (countedAttempt): the
 //     campaign's own (ownAttempt), or one that holds the key whoever made
 //     it;
@@ -163,7 +164,7 @@ func ownAttempt(attempt, list string) string {
 // countedAttempt is the SQL condition that the attempt aliased attempt
 // counts for a target of list: the campaign's own, or one holding the key.
 func countedAttempt(attempt, list string) string {
-	return "(" + attempt + ".state IN " + ledger.BlockingStates + " OR " + ownAttempt(attempt, list) + ")"
+	return "(effect_blocks(" + attempt + ".state) OR " + ownAttempt(attempt, list) + ")"
 }
 
 // attemptState is the target's state as the deciding attempt gives it.
@@ -174,7 +175,7 @@ func attemptState(attempt, list string) string {
 // decidingOrder orders a key's counted attempts at one epoch so that the
 // one that decides the target's state comes first.
 func decidingOrder(attempt string) string {
-	return "(" + attempt + ".state IN " + ledger.BlockingStates + ") DESC, " + attempt + ".id DESC"
+	return "effect_blocks(" + attempt + ".state) DESC, " + attempt + ".id DESC"
 }
 
 // targetRowSQL selects targets with their current state, one row per
@@ -194,7 +195,7 @@ SELECT t.ordinal, t.target, t.key, cur.epoch, ` + targetState + `, coalesce(e.at
 FROM %s
 CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("t.key") + ` cur
 LEFT JOIN LATERAL (
-  SELECT ` + attemptState("x", "t.list_id") + ` AS state, x.state IN ` + ledger.BlockingStates + ` AS blocking,
+  SELECT ` + attemptState("x", "t.list_id") + ` AS state, effect_blocks(x.state) AS blocking,
          x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,
          count(*) OVER () AS attempts, min(x.created_at) OVER () AS first_at, max(x.updated_at) OVER () AS last_at
   FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch AND ` + countedAttempt("x", "t.list_id") + `
@@ -240,7 +241,7 @@ const targetState = "CASE WHEN e.blocking THEN e.state WHEN sup.at IS NOT NULL T
 // The counts are cached (approval.CountsCache).
 var listCountsSQL = `
 WITH decided AS (
-  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, e.state IN ` + ledger.BlockingStates + ` AS blocking
+  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, effect_blocks(e.state) AS blocking
   FROM target t
   JOIN effect e ON e.key = t.key
   WHERE t.list_id = $1 AND ` + countedAttempt("e", "$1") + `
@@ -306,5 +307,5 @@ const listRowsSQL = `SELECT ordinal, target, key, vars::text FROM target WHERE l
 var outsideSQL = `
 SELECT count(DISTINCT t.ordinal)::int
 FROM effect e JOIN target t ON t.list_id = @list AND t.key = e.key
-WHERE e.plan_id IS NULL AND e.state IN ` + ledger.BlockingStates + ` AND t.ordinal <= @count
+WHERE e.plan_id IS NULL AND effect_blocks(e.state) AND t.ordinal <= @count
   AND e.epoch = ` + ledger.CurrentEpochOf("e.key")

@@ -286,3 +286,22 @@ func EnableUser(ctx context.Context, db onceplan.DB, email string) (User, error)
 	u, err := scanUser(db.QueryRow(ctx, `UPDATE app_user SET disabled_at = NULL WHERE email = $1 RETURNING `+userCols, norm))
 	return u, userNotFound(err, norm)
 }
+
+// Emails maps each of ids that names a user to the user's email.
+func Emails(ctx context.Context, db onceplan.DB, ids []int64) (map[int64]string, error) {
+	out := map[int64]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT id, email FROM app_user WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id int64
+	var email string
+	_, err = pgx.ForEachRow(rows, []any{&id, &email}, func() error {
+		out[id] = email
+		return nil
+	})
+	return out, err
+}

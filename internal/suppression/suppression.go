@@ -5,8 +5,9 @@
 // role but the owner): adding an address already suppressed changes
 // nothing, and taking one off is a removal of its own, with who and why.
 // An address is suppressed while it has an entry without a removal
-// (ActiveSQL, the one statement of that rule: the import, the claim and
-// this package ask it).
+// (notRemoved, this package's statement of that rule; the claim and
+// PostgreSQL's own check of an attempt ask the database's statement of it,
+// onceplan_suppressed and target_suppression, migrations 0024 and 0027).
 //
 // Addresses are normalised exactly like a target's (ledger.NormalizeEmail),
 // so "Ann@Example.com" and "ann@example.com" are one entry.
@@ -78,12 +79,6 @@ type Removal struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// ActiveSQL is the SQL condition "the address the SQL expression addr
-// names is suppressed now": an entry of it without a removal.
-func ActiveSQL(addr string) string {
-	return ActiveIDSQL(addr) + ` IS NOT NULL`
-}
-
 // notRemoved is the SQL condition "entry s has no removal": it is active.
 //
 // "OFFSET 0" keeps it a lookup of s's removal by suppression_removal's
@@ -94,21 +89,6 @@ func ActiveSQL(addr string) string {
 // address's entries became a walk of all entries in id order filtered by
 // address, against all removals (TestWritePlansUseIndexesOnly).
 const notRemoved = `NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)`
-
-// ActiveIDSQL is the SQL expression for the id of the oldest active entry
-// of the address addr names (NULL when none): what a suppressed target's
-// outcome points at. It is the rule of the database's function
-// onceplan_suppressed (migration 0024), which PostgreSQL's own check of an
-// attempt applies, written out here so that the claim's statement plans it
-// with the rest (a SQL function that reads a table is not inlined: a call
-// per claim); TestActiveIDSQLIsTheDatabasesRule keeps the two equal. Its
-// minimum is of "s.id + 0", which no index orders: the entries are then
-// found by their address (suppression_address), never by walking every
-// entry in id order until one has the address, which is what PostgreSQL's
-// rewrite of min(s.id) did in a plan made on an empty table.
-func ActiveIDSQL(addr string) string {
-	return `(SELECT min(s.id + 0) FROM suppression s WHERE s.address = ` + addr + ` AND ` + notRemoved + `)`
-}
 
 // Normalize normalises an address as a target's is; the error names it.
 func Normalize(address string) (string, error) {
@@ -348,7 +328,7 @@ func inTx(ctx context.Context, db onceplan.DB, fn func(pgx.Tx) error) error {
 // at once (an import of a million rows asks it once per row).
 type Set map[string]Reason
 
-// ActiveSet reads every address suppressed now (ActiveSQL's rule), with
+// ActiveSet reads every address suppressed now (notRemoved), with
 // the reason of its oldest active entry.
 func ActiveSet(ctx context.Context, db onceplan.DB) (Set, error) {
 	rows, err := db.Query(ctx, `

@@ -1,9 +1,10 @@
 // Package riverdb is the SQL Onceplan runs on River's own tables
-// (river_job, river_queue), in one place: the claim's gate asks whether a
-// queue is paused, and the UI and /metrics read the queues' states. River
+// (river_job, river_queue), in one place: the UI and /metrics read the
+// queues' states (the claim's gate asks the database's
+// onceplan_paused_queue, migration 0027). River
 // owns these tables and may change them in a release; when it does, this
-// package (and package jobs, River's adapter) is what changes, not the
-// executor, the web UI or the metrics.
+// package (with package jobs, River's adapter, and that function) is what
+// changes, not the executor, the web UI or the metrics.
 //
 // It imports no other Onceplan package, so that any of them may use it.
 package riverdb
@@ -15,13 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/onceplan/onceplan/internal/onceplan"
 )
-
-// QueueOpen is the SQL condition that the queue named by the SQL
-// expression queue is not paused (River stops fetching from a paused
-// queue, but jobs fetched before the pause are still running).
-func QueueOpen(queue string) string {
-	return "NOT EXISTS (SELECT 1 FROM river_queue q WHERE q.name = " + queue + " AND q.paused_at IS NOT NULL)"
-}
 
 // ResumeQueueKind is the kind of the job that resumes a queue paused
 // until a time (package jobs inserts it when a provider answers "over
