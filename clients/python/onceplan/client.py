@@ -10,10 +10,11 @@ answer. 200 replays the recorded result without running the body; 202
 
 from __future__ import annotations
 
-import email.utils
+from email.utils import parsedate_to_datetime
 import functools
 import http.client
 import json
+import re
 import threading
 import time
 import urllib.error
@@ -459,26 +460,38 @@ class Client:
 
     @staticmethod
     def _granted(tc: ToolCall, eff: Effect, sent: float, received: float, date: str | None) -> float:
-        """The lease the server granted, in seconds from the begin's send:
-        its lease_seconds when it says; else lease_until against the
-        answer's Date (its own clock, to the second below: a second
-        less), else against ours; never more than asked for."""
+        """The lease the server granted, in seconds from the begin's send
+        (its lease runs from its commit, later, so the local deadline is
+        never past the server's): its lease_seconds when it says. A server
+        that does not say grants what was asked unless its maximum is
+        lower: lease_until confirms the asked lease (to a second), or
+        reveals a shorter one, counted then from when the answer arrived.
+        lease_until is read by our clock when it agrees with the answer's
+        Date (to 2s), else by the Date (the server's clock, to the second
+        below: a second less)."""
         asked = float(tc.lease_seconds)
         if eff.lease_seconds:
             return min(asked, float(eff.lease_seconds))
         if not eff.lease_until:
             return asked
         try:
-            until = datetime.fromisoformat(eff.lease_until.replace("Z", "+00:00")).timestamp()
+            until = _rfc3339(eff.lease_until)
         except ValueError:
             return asked
+        # The wall clock when the begin was sent and answered.
+        wall = time.time() - time.monotonic()
+        sent_at, received_at = wall + sent, wall + received
         if date:
             try:
-                server_now = email.utils.parsedate_to_datetime(date).timestamp()
-                return max(0.0, min(asked, until - server_now - 1.0))
+                server_now = parsedate_to_datetime(date).timestamp()
+                if abs(received_at - server_now) > 2.0:
+                    # Our clock is off: the server's Date stands for both.
+                    sent_at, received_at = server_now + 1.0, server_now + 1.0
             except (TypeError, ValueError):
                 pass
-        return max(0.0, min(asked, until - time.time() - (received - sent)))
+        if until - sent_at >= asked - 1.0:
+            return asked
+        return max(0.0, min(asked, until - received_at))
 
     def _do(self, tc: ToolCall, body: Callable[[Call], BodyReturn]) -> Result:
         call = self._open(tc)
@@ -720,6 +733,13 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _opener = urllib.request.build_opener(_NoRedirect())
 
 
+def _rfc3339(s: str) -> float:
+    """An RFC 3339 time (Go's, with up to 9 fraction digits, which
+    Python 3.10's fromisoformat refuses beyond 6) as a timestamp."""
+    s = re.sub(r"(\.\d{6})\d+", r"\1", s.strip()).replace("Z", "+00:00").replace("z", "+00:00")
+    return datetime.fromisoformat(s).timestamp()
+
+
 def _attach(err: BaseException, result: Result | None) -> None:
     """The settled result, on the body's error raised again: its
     ``onceplan_result`` (Go's Do returns both)."""
@@ -730,4 +750,6 @@ def _attach(err: BaseException, result: Result | None) -> None:
 
 
 def _path(key: str) -> str:
-    return urllib.parse.quote(key, safe="")
+    """key as one path segment, escaped as Go's url.PathEscape does (the
+    server reads the segment unescaped: a key's ":" stays as it is)."""
+    return urllib.parse.quote(key, safe="$&+,:;=@")
