@@ -18,6 +18,10 @@ run: postgres build ## start `onceplan serve` on the embedded default (data in .
 build: ## build ./bin/onceplan
 	$(GO) build -o bin/onceplan ./cmd/onceplan
 
+.PHONY: python
+python: ## make sure python3 (3.10+) is installed for the Python client's suite (installs Debian's package when root)
+	@bash scripts/ensure-python.sh >/dev/null
+
 .PHONY: postgres
 postgres: ## make sure PostgreSQL server binaries are installed (installs Debian's package when root)
 	@bash scripts/ensure-postgres.sh
@@ -27,13 +31,13 @@ postgres: ## make sure PostgreSQL server binaries are installed (installs Debian
 TESTRUN = $(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/testrun
 
 .PHONY: test
-test: postgres lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
+test: postgres python lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
 	$(TESTRUN) -suite test -- $(GOTEST_FLAGS) ./...
 
 FAULTS_FLAGS ?= -count=1 -timeout 20m -v
 .PHONY: test-faults
-test-faults: postgres ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
-	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/
+test-faults: postgres python ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
+	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/ ./clients/pythontest/
 
 FUZZTIME ?= 30s
 .PHONY: fuzz
