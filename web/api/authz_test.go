@@ -44,7 +44,7 @@ var routeAction = map[string]struct {
 	"GET /api/v1/campaigns/{id}/diff":      {"", "pending", "", 200},
 	"GET /api/v1/campaigns/{id}/decision":  {"", "pending", "", 200},
 	"POST /api/v1/effects":                 {auth.ActionPerform, "", `{"event":"matrix-%[3]d","tool":"matrix.tool","target":{"kind":"subject","value":"t"},"args":{}}`, 201},
-	"GET /api/v1/effects/{key}":            {"reader", "tool", "", 200}, // the call's user, operators and admins; 404 to others (toolcall.Status.MayRead)
+	"GET /api/v1/effects/{key}":            {"reader", "tool", "", 200},                                                                      // the call's user, operators and admins; 404 to others (toolcall.Status.MayRead)
 	"POST /api/v1/effects/{key}/settle":    {auth.ActionPerform, "tool", `{"lease":"%[1]s","outcome":"done","receipt":"r","raw":"ok"}`, 200}, // "tool": a single effect begun, pending; %[1]s is its lease
 	"POST /api/v1/effects/{key}/heartbeat": {auth.ActionPerform, "tool", `{"lease":"%[1]s"}`, 200},
 	"POST /api/v1/effects/{key}/resolve":   {auth.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
