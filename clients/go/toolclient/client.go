@@ -292,13 +292,16 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 }
 
 // leaseEnd is the local deadline of a lease of length lease given by an
-// answer to a request sent at sent: the server's lease_seconds counted
-// from then (it ran from the server's commit, later, so the deadline is
-// never past the server's whatever the two clocks say), and never past
-// sent+lease.
+// answer to a request sent at sent. Both sent+lease and the server's
+// lease_seconds counted from sent are never past the server's end of the
+// lease, whatever the two clocks say: the lease ran from the server's
+// commit, after sent, and lease_seconds is what was left (rounded down)
+// when it answered, later still. The later of the two is the deadline;
+// lease_seconds is the longer when the lease was longer than asked (a
+// heartbeat keeps a longer lease's end).
 func leaseEnd(sent time.Time, lease time.Duration, eff Effect) time.Time {
 	if eff.LeaseSeconds != nil {
-		lease = min(lease, time.Duration(*eff.LeaseSeconds)*time.Second)
+		lease = max(lease, time.Duration(*eff.LeaseSeconds)*time.Second)
 	}
 	return sent.Add(lease)
 }
