@@ -290,6 +290,9 @@ const (
 	ResponseSend   ResponseKind = "send"
 	ResponseResend ResponseKind = "resend"
 	ResponseProbe  ResponseKind = "probe"
+	// ResponsePerson is the evidence a person gave with their resolution
+	// of a single effect (package toolcall; migration 0028).
+	ResponsePerson ResponseKind = "person"
 )
 
 // RecordResponse commits the provider's raw answer for an attempt, exactly

@@ -289,6 +289,30 @@ $$;
 
 
 --
+-- Name: effect_response_person(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_response_person() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The effect's row version was written by this transaction (its
+    -- resolution), and is a tool call's attempt resolved by a person.
+    IF NOT EXISTS (
+        SELECT 1 FROM effect e JOIN tool_attempt a ON a.effect_id = e.id
+        WHERE e.id = NEW.effect_id
+          AND e.resolved_by LIKE 'user:%' AND e.resolution IS NOT NULL
+          AND e.state IN ('done', 'failed')
+          AND e.xmin = pg_current_xact_id()::xid) THEN
+        RAISE EXCEPTION 'effect %: a person''s evidence is recorded only with their resolution of a tool call, in its transaction', NEW.effect_id
+            USING ERRCODE = 'OP001';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: effect_tool_attempt(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -941,6 +965,26 @@ $$;
 
 
 --
+-- Name: tool_call_creator(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tool_call_creator() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.created_by_user IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM app_user u WHERE u.id = NEW.created_by_user
+          AND NEW.created_by IN ('agent:' || u.email, 'user:' || u.email)) THEN
+        RAISE EXCEPTION 'tool call % refused: created_by_user % is not the user created_by names (%)',
+            NEW.key, NEW.created_by_user, NEW.created_by
+            USING ERRCODE = 'OP007';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: tool_call_legacy_key_closed(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1365,7 +1409,7 @@ CREATE TABLE public.effect_response (
     kind text NOT NULL,
     body bytea NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT effect_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text, 'probe'::text])))
+    CONSTRAINT effect_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text, 'probe'::text, 'person'::text])))
 );
 
 
@@ -2071,6 +2115,7 @@ CREATE TABLE public.tool_call (
     args_digest text GENERATED ALWAYS AS (public.tool_args_digest(args)) STORED NOT NULL,
     created_by text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_by_user bigint,
     CONSTRAINT tool_call_args_check CHECK ((octet_length((args)::text) <= 1048576)),
     CONSTRAINT tool_call_created_by_check CHECK ((btrim(created_by) <> ''::text)),
     CONSTRAINT tool_call_identity CHECK (((tool = ((identity)::jsonb ->> 'tool'::text)) AND (event = ((identity)::jsonb ->> 'event'::text)))),
@@ -2746,6 +2791,13 @@ CREATE INDEX effect_response_effect ON public.effect_response USING btree (effec
 
 
 --
+-- Name: effect_response_person; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX effect_response_person ON public.effect_response USING btree (effect_id) WHERE (kind = 'person'::text);
+
+
+--
 -- Name: effect_unknown; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -3187,6 +3239,13 @@ CREATE TRIGGER effect_response_no_truncate BEFORE TRUNCATE ON public.effect_resp
 
 
 --
+-- Name: effect_response effect_response_person; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_person BEFORE INSERT ON public.effect_response FOR EACH ROW WHEN ((new.kind = 'person'::text)) EXECUTE FUNCTION public.effect_response_person();
+
+
+--
 -- Name: effect_response effect_response_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -3583,6 +3642,13 @@ CREATE TRIGGER tool_attempt_update BEFORE UPDATE ON public.tool_attempt FOR EACH
 --
 
 CREATE TRIGGER tool_call_created_at BEFORE INSERT ON public.tool_call FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: tool_call tool_call_creator; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tool_call_creator BEFORE INSERT ON public.tool_call FOR EACH ROW EXECUTE FUNCTION public.tool_call_creator();
 
 
 --
@@ -4161,6 +4227,14 @@ ALTER TABLE ONLY public.tool_attempt
 
 ALTER TABLE ONLY public.tool_attempt
     ADD CONSTRAINT tool_attempt_policy_id_fkey FOREIGN KEY (policy_id) REFERENCES public.tool_policy(id);
+
+
+--
+-- Name: tool_call tool_call_created_by_user_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.tool_call
+    ADD CONSTRAINT tool_call_created_by_user_fkey FOREIGN KEY (created_by_user) REFERENCES public.app_user(id);
 
 
 --

@@ -271,7 +271,7 @@ func (s *Server) handleToolResolve(c echo.Context) error {
 	if outcome != ledger.Delivered && outcome != ledger.NotDelivered {
 		return &onceplan.FieldError{Field: "outcome", Reason: "choose whether it happened or not"}
 	}
-	if _, err := s.tools().Resolve(c.Request().Context(), mustActor(c), key, outcome, f.Reason); err != nil {
+	if _, err := s.tools().Resolve(c.Request().Context(), mustActor(c), toolcall.ResolveParams{Key: key, Outcome: outcome, Reason: f.Reason}); err != nil {
 		return err
 	}
 	return redirect(c, "/tool-calls/effects/"+url.PathEscape(string(key)), "resolved")

@@ -239,17 +239,69 @@ func (s *Service) IsToolKey(ctx context.Context, key string) (bool, error) {
 	return ok, err
 }
 
+// ResolveParams is a person's verdict on a single effect whose outcome
+// is unknown.
+type ResolveParams struct {
+	Key     ledger.Key
+	Outcome ledger.Outcome
+	// Reason says how they know (required).
+	Reason string
+	// Receipt is the outside system's id for the effect they found
+	// (Delivered only; optional): a replay returns it as the receipt.
+	Receipt string
+	// Raw is the evidence as they found it (optional, at most
+	// MaxRawBytes; nil: none): recorded once with the verdict, a replay
+	// returns it as raw, from "person".
+	Raw []byte
+}
+
+func (p ResolveParams) validate() error {
+	if p.Outcome != ledger.Delivered && p.Outcome != ledger.NotDelivered {
+		return &onceplan.FieldError{Field: "outcome", Reason: fmt.Sprintf("must be %q or %q, not %q", ledger.Delivered, ledger.NotDelivered, p.Outcome)}
+	}
+	if p.Receipt != "" && p.Outcome != ledger.Delivered {
+		return &onceplan.FieldError{Field: "receipt", Reason: "is the outside system's id for an effect that happened: a call not delivered has none (give the evidence as raw)"}
+	}
+	if len(p.Raw) > MaxRawBytes {
+		return &onceplan.FieldError{Field: "raw", Reason: fmt.Sprintf("is %d bytes; at most %d", len(p.Raw), MaxRawBytes)}
+	}
+	return nil
+}
+
+// personOnly refuses action on key's call to agent tokens and to people
+// without the role it needs, naming the tool call and who may act.
+func personOnly(a auth.Actor, action auth.Action, key ledger.Key) error {
+	err := auth.Authorize(a, action)
+	if err == nil {
+		return nil
+	}
+	who := "a person with the operator role (or an admin)"
+	if a.Agent {
+		return fmt.Errorf("%w: an agent token may not %s a tool call (key %s): %s does, in the web UI or with their own token", onceplan.ErrForbidden, action, key, who)
+	}
+	return fmt.Errorf("%w: only %s may %s a tool call (key %s)", onceplan.ErrForbidden, who, action, key)
+}
+
 // Resolve is a person's verdict on a single effect whose outcome is
 // unknown: delivered (done) or not delivered (failed, which frees the key:
-// the next begin performs it). The same ledger rule as a campaign
-// target's (ledger.Store.Resolve), with the attempt locked against a
-// concurrent settle or takeover.
-func (s *Service) Resolve(ctx context.Context, a auth.Actor, key ledger.Key, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
-	if err := auth.Authorize(a, auth.ActionResolve); err != nil {
+// the next begin performs it), with their receipt and raw evidence. The
+// same ledger rule as a campaign target's (ledger.Store.Resolve), with the
+// attempt locked against a concurrent settle or takeover; the evidence is
+// written in the same transaction (migration 0028 refuses it otherwise).
+func (s *Service) Resolve(ctx context.Context, a auth.Actor, p ResolveParams) (ledger.Effect, error) {
+	if err := personOnly(a, auth.ActionResolve, p.Key); err != nil {
 		return ledger.Effect{}, err
 	}
-	return s.humanAct(ctx, a, key, "resolve", ledger.StateUnknown, reason, func(store *ledger.Store) (ledger.Effect, error) {
-		return store.Resolve(ctx, ledger.ResolveParams{Key: key, Outcome: outcome, Actor: a.String(), Reason: reason})
+	if err := p.validate(); err != nil {
+		return ledger.Effect{}, err
+	}
+	return s.humanAct(ctx, a, p.Key, "resolve", ledger.StateUnknown, p.Reason, func(store *ledger.Store) (ledger.Effect, error) {
+		e, err := store.Resolve(ctx, ledger.ResolveParams{Key: p.Key, Outcome: p.Outcome, Actor: a.String(), Reason: p.Reason, Receipt: p.Receipt})
+		if err != nil || p.Raw == nil {
+			return e, err
+		}
+		_, err = store.RecordResponse(ctx, e.ID, ledger.ResponsePerson, p.Raw)
+		return e, err
 	})
 }
 
@@ -258,7 +310,7 @@ func (s *Service) Resolve(ctx context.Context, a auth.Actor, key ledger.Key, out
 // begin performs it again (with the same key: an outside system that
 // deduplicates may still refuse it).
 func (s *Service) Revoke(ctx context.Context, a auth.Actor, key ledger.Key, reason string) (ledger.Effect, error) {
-	if err := auth.Authorize(a, auth.ActionRevoke); err != nil {
+	if err := personOnly(a, auth.ActionRevoke, key); err != nil {
 		return ledger.Effect{}, err
 	}
 	return s.humanAct(ctx, a, key, "revoke", "", reason, func(store *ledger.Store) (ledger.Effect, error) {

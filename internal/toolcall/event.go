@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/pgnotify"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -53,7 +54,12 @@ func recordEvent(ctx context.Context, tx pgx.Tx, p eventParams) error {
 	_, err := tx.Exec(ctx, `INSERT INTO tool_call_event (key, tool, event, action, actor, actor_id, via_agent, effect_id, state, reason, detail)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::effect_state, $10, $11)`,
 		string(p.Key), p.Tool, p.Event, p.Action, actor, actorID, agent, effectID, state, p.Reason, detail)
-	return err
+	if err != nil {
+		return err
+	}
+	// Every change to a call records an event: its waiters (Wait) read
+	// the call again once this transaction commits.
+	return pgnotify.Notify(ctx, tx, ChangeChannel, string(p.Key))
 }
 
 // Event is one entry of a single effect's trail.

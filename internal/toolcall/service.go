@@ -18,6 +18,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/internal/pgnotify"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -52,6 +53,9 @@ type Service struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
 	http   *http.Client
+	// changes wakes the waiters of a key (Wait) when a transaction that
+	// changed its call commits (recordEvent notifies).
+	changes *pgnotify.Hub
 }
 
 // NewService returns a Service on pool.
@@ -63,7 +67,7 @@ func NewService(pool *pgxpool.Pool, opts Options) *Service {
 		opts.HTTP = &http.Client{Timeout: DefaultProbeTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
-	return &Service{pool: pool, logger: opts.Logger, http: opts.HTTP}
+	return &Service{pool: pool, logger: opts.Logger, http: opts.HTTP, changes: pgnotify.New(pool, ChangeChannel)}
 }
 
 // BeginParams is one call's intent.
@@ -404,9 +408,9 @@ func (s *Service) claim(ctx context.Context, a auth.Actor, v validated, digest s
 		// A legacy call's intent is there already, and PostgreSQL refuses
 		// an identity without the space member (migration 0026).
 		if !v.legacy {
-			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by)
-				VALUES ($1, $2, $3, $4, $5::jsonb, $6) ON CONFLICT (key) DO NOTHING`,
-				string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String()); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user)
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6, nullif($7, 0)) ON CONFLICT (key) DO NOTHING`,
+				string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String(), a.UserID); err != nil {
 				return err
 			}
 		}

@@ -182,9 +182,9 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 	require.Equal(t, "it worked", string(st.Raw))
 
 	// A person resolves it; the agent may not.
-	_, err = b.svc.Resolve(b.ctx, b.agent, first.Status.Key, ledger.Delivered, "the agent says so")
+	_, err = b.svc.Resolve(b.ctx, b.agent, toolcall.ResolveParams{Key: first.Status.Key, Outcome: ledger.Delivered, Reason: "the agent says so"})
 	require.ErrorIs(t, err, onceplan.ErrForbidden)
-	_, err = b.svc.Resolve(b.ctx, b.oper, first.Status.Key, ledger.Delivered, "the CRM shows it")
+	_, err = b.svc.Resolve(b.ctx, b.oper, toolcall.ResolveParams{Key: first.Status.Key, Outcome: ledger.Delivered, Reason: "the CRM shows it"})
 	require.NoError(t, err)
 	require.Equal(t, toolcall.AlreadyDone, b.begin(t, "crm.none", "run-1", `{}`, time.Minute).Outcome)
 

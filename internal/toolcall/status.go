@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
@@ -52,6 +53,9 @@ type Status struct {
 	EffectID   int64
 	LeaseID    string
 	LeaseUntil time.Time
+	// LeaseSeconds is the whole seconds from the read until LeaseUntil, by
+	// the database's clock (rounded down; 0 once it ended).
+	LeaseSeconds int
 	// LeaseExpired: the lease ended (by the database's clock) before a
 	// settle.
 	LeaseExpired bool
@@ -62,10 +66,14 @@ type Status struct {
 	ResolvedBy   string
 	Resolution   string
 	// Raw is the latest raw answer recorded for the attempt (the outside
-	// system's, or a probe's), exactly as received.
+	// system's, a probe's, or a person's evidence), exactly as received;
+	// RawKind says whose (RawSource).
 	Raw       []byte
 	RawKind   ledger.ResponseKind
 	UpdatedAt time.Time
+	// CreatedBy is the user the call was begun for (0: not known, a call
+	// begun before it was recorded): they may read it (MayRead).
+	CreatedBy int64
 
 	// Policy is the attempt's (the policy it was begun under), else the
 	// tool's policy in force.
@@ -86,6 +94,43 @@ type Status struct {
 	// outside system's dedupe window or probe retention has passed, so a
 	// person resolves it ("" otherwise).
 	Closed string
+}
+
+// RawSource says whose answer Raw is: "settle" (the outside system's, as
+// the caller settled with it), "probe" (the tool's probe, asked by
+// recovery) or "person" (the evidence of who resolved it); "" without
+// one.
+func (s Status) RawSource() string {
+	switch s.RawKind {
+	case ledger.ResponseSend, ledger.ResponseResend:
+		return "settle"
+	case ledger.ResponseProbe:
+		return "probe"
+	case ledger.ResponsePerson:
+		return "person"
+	}
+	return ""
+}
+
+// KeyFree reports whether nothing blocks the key now: the next begin
+// performs the call (or asks for its approval). A call resolved as not
+// delivered is failed, and free.
+func (s Status) KeyFree() bool {
+	switch s.State {
+	case StateNew, State(ledger.StateFailed), State(ledger.StateRevoked):
+		return true
+	}
+	return false
+}
+
+// MayRead reports whether a may read the call: the user it was begun
+// (or its approval requested) for, with any of their tokens (the agent
+// token that began it among them), and operators and admins with their
+// own tokens (an agent token reads its own user's calls only, whatever
+// roles the user holds: it acts for one person's runs, and another
+// user's args are not its business). Nobody else learns that it exists.
+func (s Status) MayRead(a auth.Actor) bool {
+	return (!a.Agent && a.Has(auth.RoleOperator)) || (s.CreatedBy != 0 && s.CreatedBy == a.UserID)
 }
 
 // InDoubt reports whether the effect may or may not have happened and
@@ -113,6 +158,7 @@ SELECT c.identity, c.args, c.args_digest, cur.epoch,
        coalesce(x.receipt, ''), coalesce(x.reason, ''), coalesce(x.resolved_by, ''), coalesce(x.resolution, ''),
        x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
+       coalesce(greatest(0, floor(extract(epoch FROM a.lease_until - now())))::int, 0), coalesce(c.created_by_user, 0),
        coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
        r.body, coalesce(r.kind, ''),
        (SELECT min(f.created_at) FROM effect f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
@@ -164,7 +210,7 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
 		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
-		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind,
+		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.LeaseSeconds, &st.CreatedBy, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind,
 		&firstCall, &st.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -214,9 +260,9 @@ func requestStatus(ctx context.Context, db DB, key ledger.Key, digest string) (S
 	var canonical string
 	var policyID int64
 	err := db.QueryRow(ctx, `
-		SELECT identity, args, args_digest, policy_id FROM tool_approval_request
+		SELECT identity, args, args_digest, policy_id, requested_by_user FROM tool_approval_request
 		WHERE key = $1 AND ($2 = '' OR args_digest = $2) ORDER BY id DESC LIMIT 1`, string(key), digest).
-		Scan(&canonical, &st.Args, &st.ArgsDigest, &policyID)
+		Scan(&canonical, &st.Args, &st.ArgsDigest, &policyID, &st.CreatedBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Status{}, fmt.Errorf("%w has key %s", ErrNoEffect, key)
 	}

@@ -44,7 +44,7 @@ var routeAction = map[string]struct {
 	"GET /api/v1/campaigns/{id}/diff":      {"", "pending", "", 200},
 	"GET /api/v1/campaigns/{id}/decision":  {"", "pending", "", 200},
 	"POST /api/v1/effects":                 {auth.ActionPerform, "", `{"event":"matrix-%[3]d","tool":"matrix.tool","target":{"kind":"subject","value":"t"},"args":{}}`, 201},
-	"GET /api/v1/effects/{key}":            {"", "tool", "", 200},
+	"GET /api/v1/effects/{key}":            {"reader", "tool", "", 200},                                                                      // the call's user, operators and admins; 404 to others (toolcall.Status.MayRead)
 	"POST /api/v1/effects/{key}/settle":    {auth.ActionPerform, "tool", `{"lease":"%[1]s","outcome":"done","receipt":"r","raw":"ok"}`, 200}, // "tool": a single effect begun, pending; %[1]s is its lease
 	"POST /api/v1/effects/{key}/heartbeat": {auth.ActionPerform, "tool", `{"lease":"%[1]s"}`, 200},
 	"POST /api/v1/effects/{key}/resolve":   {auth.ActionResolve, "unknown", `{"outcome":"not_delivered","reason":"bounced"}`, 200},
@@ -114,6 +114,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 				allowed = false
 			case row.action == "":
 				allowed = true // reading needs a signed-in caller, no role
+			case row.action == "reader":
+				// A tool call begun by the world's author, whose token is
+				// not among the callers: people with the operator role.
+				allowed = !who.actor.Agent && who.actor.Has(auth.RoleOperator)
 			default:
 				allowed = auth.Authorize(who.actor, row.action) == nil
 			}
@@ -142,6 +146,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 				require.Equal(t, http.StatusUnauthorized, r.status, "%s: %s", label, r.raw)
 				require.Equal(t, "unauthenticated", r.errCode(), label)
 				matrix.WriteString(" 401   ")
+			case row.action == "reader":
+				require.Equal(t, http.StatusNotFound, r.status, "%s is denied as if there were no such call: %s", label, r.raw)
+				require.Equal(t, "not_found", r.errCode(), label)
+				matrix.WriteString(" 404   ")
 			default:
 				require.Equal(t, http.StatusForbidden, r.status, "%s is denied: %s", label, r.raw)
 				require.Equal(t, "forbidden", r.errCode(), label)

@@ -558,6 +558,10 @@ type effectView struct {
 type resolveRequest struct {
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason"`
+	// Receipt and Raw are a tool call's (package toolcall): the person's
+	// evidence, replayed to the agent.
+	Receipt string  `json:"receipt"`
+	Raw     *string `json:"raw"`
 }
 
 func (a *API) resolve(c echo.Context, actor auth.Actor) error {
@@ -581,7 +585,14 @@ func (a *API) resolve(c echo.Context, actor auth.Actor) error {
 		if err != nil {
 			return a.fail(c, err)
 		}
-		return a.resolveTool(c, actor, outcome, req.Reason)
+		return a.resolveTool(c, actor, outcome, req)
+	}
+	if req.Receipt != "" || req.Raw != nil {
+		field := "receipt"
+		if req.Raw != nil {
+			field = "raw"
+		}
+		return a.fail(c, &onceplan.FieldError{Field: field, Reason: "is a tool call's evidence: a campaign target's is uploaded with onceplan resolve --evidence"})
 	}
 	id, key, err := a.effectCampaign(c)
 	if err != nil {

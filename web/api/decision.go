@@ -100,11 +100,10 @@ func (a *API) viewDecision(c echo.Context, d approval.Decision) decisionView {
 }
 
 // waitParam reads ?wait=: a Go duration (30s, 1m, 500ms) or a whole
-// number of seconds (30), from 0 (answer now, the default) to
-// approval.DecisionWaitMax.
-func waitParam(c echo.Context) (time.Duration, error) {
+// number of seconds (30), from 0 (answer now, the default) to limit.
+func waitParam(c echo.Context, limit time.Duration) (time.Duration, error) {
 	v := c.QueryParam("wait")
-	maxWait := int(approval.DecisionWaitMax / time.Second)
+	maxWait := int(limit / time.Second)
 	if v == "" {
 		return 0, nil
 	}
@@ -116,7 +115,7 @@ func waitParam(c echo.Context) (time.Duration, error) {
 		}
 		d = time.Duration(n) * time.Second
 	}
-	if d < 0 || d > approval.DecisionWaitMax {
+	if d < 0 || d > limit {
 		return 0, &onceplan.FieldError{Field: "wait", Reason: fmt.Sprintf("must be between 0s and %ds, not %s", maxWait, v)}
 	}
 	return d, nil
@@ -128,12 +127,27 @@ func waitParam(c echo.Context) (time.Duration, error) {
 // that begins to shut down answers its waiters with what they would get
 // now.
 func (a *API) decision(c echo.Context, _ auth.Actor) error {
-	wait, err := waitParam(c)
+	wait, err := waitParam(c, approval.DecisionWaitMax)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	ctx, cancel := context.WithCancel(c.Request().Context())
+	ctx, cancel := a.untilStopping(c)
 	defer cancel()
+	d, err := a.cfg.Approval.WaitDecision(ctx, c.Param("id"), wait)
+	if err != nil && errors.Is(err, context.Canceled) && c.Request().Context().Err() == nil && d.CampaignID != "" {
+		err = nil // the server is stopping: answer what is known
+	}
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return c.JSON(http.StatusOK, a.viewDecision(c, d))
+}
+
+// untilStopping is the request's context, ended too when the server
+// begins to shut down (Config.Stopping): a long poll then answers at once
+// with what it knows.
+func (a *API) untilStopping(c echo.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(c.Request().Context())
 	if a.cfg.Stopping != nil {
 		go func() {
 			select {
@@ -143,12 +157,5 @@ func (a *API) decision(c echo.Context, _ auth.Actor) error {
 			}
 		}()
 	}
-	d, err := a.cfg.Approval.WaitDecision(ctx, c.Param("id"), wait)
-	if err != nil && errors.Is(err, context.Canceled) && c.Request().Context().Err() == nil && d.CampaignID != "" {
-		err = nil // the server is stopping: answer what is known
-	}
-	if err != nil {
-		return a.fail(c, err)
-	}
-	return c.JSON(http.StatusOK, a.viewDecision(c, d))
+	return ctx, cancel
 }

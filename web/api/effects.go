@@ -1,12 +1,14 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -59,25 +61,32 @@ type effectAnswer struct {
 	ArgsDigest  string        `json:"args_digest"`
 	Recovery    string        `json:"recovery"`
 	// The policy's windows, in seconds (absent: for ever).
-	DedupeWindowSeconds   int64      `json:"dedupe_window_seconds,omitempty"`
-	ProbeRetentionSeconds int64      `json:"probe_retention_seconds,omitempty"`
-	ApprovalRequired      bool       `json:"approval_required"`
-	Attempt               int        `json:"attempt,omitempty"`
-	Lease                 string     `json:"lease,omitempty"`
-	LeaseUntil            *time.Time `json:"lease_until,omitempty"`
-	Holder                string     `json:"holder,omitempty"`
-	Takeover              bool       `json:"takeover,omitempty"`
-	Registered            bool       `json:"registered,omitempty"`
-	Receipt               string     `json:"receipt,omitempty"`
-	Raw                   *string    `json:"raw,omitempty"`
-	Reason                string     `json:"reason,omitempty"`
-	Resolution            string     `json:"resolution,omitempty"`
-	ResolvedBy            string     `json:"resolved_by,omitempty"`
-	ApprovedBy            string     `json:"approved_by,omitempty"`
-	ApprovalURL           string     `json:"approval_url,omitempty"`
-	URL                   string     `json:"url"`
-	Next                  string     `json:"next"`
-	RetryAfter            int        `json:"retry_after,omitempty"`
+	DedupeWindowSeconds   int64 `json:"dedupe_window_seconds,omitempty"`
+	ProbeRetentionSeconds int64 `json:"probe_retention_seconds,omitempty"`
+	ApprovalRequired      bool  `json:"approval_required"`
+	// Args: in GET, resolve and revoke answers (to who may read the call).
+	Args       json.RawMessage `json:"args,omitempty"`
+	KeyFree    bool            `json:"key_free"`
+	Attempt    int             `json:"attempt,omitempty"`
+	Lease      string          `json:"lease,omitempty"`
+	LeaseUntil *time.Time      `json:"lease_until,omitempty"`
+	// LeaseSeconds is beside LeaseUntil: the seconds left by the server's
+	// clock, for a client that does not trust its own against it.
+	LeaseSeconds *int    `json:"lease_seconds,omitempty"`
+	Holder       string  `json:"holder,omitempty"`
+	Takeover     bool    `json:"takeover,omitempty"`
+	Registered   bool    `json:"registered,omitempty"`
+	Receipt      string  `json:"receipt,omitempty"`
+	Raw          *string `json:"raw,omitempty"`
+	RawSource    string  `json:"raw_source,omitempty"`
+	Reason       string  `json:"reason,omitempty"`
+	Resolution   string  `json:"resolution,omitempty"`
+	ResolvedBy   string  `json:"resolved_by,omitempty"`
+	ApprovedBy   string  `json:"approved_by,omitempty"`
+	ApprovalURL  string  `json:"approval_url,omitempty"`
+	URL          string  `json:"url"`
+	Next         string  `json:"next"`
+	RetryAfter   int     `json:"retry_after,omitempty"`
 	// Error is set on 409: the answer is a refusal as well as a status.
 	Error *httperr.Problem `json:"error,omitempty"`
 }
@@ -89,7 +98,7 @@ func (a *API) toolAnswer(c echo.Context, st toolcall.Status, lease bool) effectA
 		Key: string(st.Key), Epoch: st.Epoch, State: string(st.State), Tool: st.Tool, Event: st.Event,
 		Target: st.Target, AmountMinor: st.AmountMinor, Scope: st.Scope, ArgsDigest: st.ArgsDigest,
 		Recovery: string(st.Policy.Recovery), ApprovalRequired: st.Policy.ApprovalRequired, Attempt: st.Attempt,
-		Holder: st.Holder, Receipt: st.Receipt, Reason: st.Reason, Resolution: st.Resolution, ResolvedBy: st.ResolvedBy,
+		Holder: st.Holder, KeyFree: st.KeyFree(), Receipt: st.Receipt, Reason: st.Reason, Resolution: st.Resolution, ResolvedBy: st.ResolvedBy,
 		ApprovedBy: st.ApprovedBy, URL: base + toolEffectPage + url.PathEscape(string(st.Key)),
 		DedupeWindowSeconds:   int64(st.Policy.DedupeWindow / time.Second),
 		ProbeRetentionSeconds: int64(st.Policy.ProbeRetention / time.Second),
@@ -101,12 +110,12 @@ func (a *API) toolAnswer(c echo.Context, st toolcall.Status, lease bool) effectA
 		v.Lease = st.LeaseID
 	}
 	if !st.LeaseUntil.IsZero() && st.InDoubt() {
-		at := st.LeaseUntil.UTC()
-		v.LeaseUntil = &at
+		at, secs := st.LeaseUntil.UTC(), st.LeaseSeconds
+		v.LeaseUntil, v.LeaseSeconds = &at, &secs
 	}
 	if st.EffectID != 0 && st.RawKind != "" {
 		raw := string(st.Raw)
-		v.Raw = &raw
+		v.Raw, v.RawSource = &raw, st.RawSource()
 	}
 	if st.ApprovalID != 0 {
 		v.ApprovalURL = base + toolApprovalPage + strconv.FormatInt(st.ApprovalID, 10)
@@ -130,14 +139,17 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 	case ledger.StateDone:
 		return "it is done: replay the recorded result (receipt, raw); do not call again", 0
 	case ledger.StateFailed:
-		return "its last attempt failed (nothing was performed): the key is free, and the next begin performs it", 0
+		if strings.HasPrefix(st.ResolvedBy, "user:") {
+			return "a person (" + strings.TrimPrefix(st.ResolvedBy, "user:") + ") resolved it as not delivered: nothing was performed, and the key is free — begin again to perform it (the next begin performs the call)", 0
+		}
+		return "its last attempt failed (nothing was performed): the key is free — begin again to perform it (the next begin performs the call)", 0
 	case ledger.StateRevoked:
 		return "it was revoked (withdrawn outside Onceplan): the next begin performs it again, with the same key", 0
 	case ledger.StateStranded:
 		return "it exists at the outside system but can never complete: do not call; a person looks at it at url", 0
 	case ledger.StateUnknown:
 		if st.Closed != "" {
-			return "its outcome is unknown and " + st.Closed + ": do not call; a person resolves it at url (delivered, or not delivered, after which the next begin performs it)", 0
+			return "its outcome is unknown and " + st.Closed + ": do not call; a person resolves it at url (an operator or admin: delivered, or not delivered, after which the next begin performs it) — ask again after retry_after, or wait for it with GET /api/v1/effects/{key}?wait=60s", personRetry
 		}
 		switch st.Policy.Recovery {
 		case toolcall.RecoveryProbe:
@@ -145,7 +157,7 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 		case toolcall.RecoveryDedupe:
 			return "its outcome is unknown and the tool deduplicates by key: the next begin performs it again with the same key", 0
 		}
-		return "its outcome is unknown: do not call; a person resolves it at url (delivered, or not delivered, after which the next begin performs it)", 0
+		return "its outcome is unknown: do not call; a person resolves it at url (an operator or admin: delivered, or not delivered, after which the next begin performs it) — ask again after retry_after, or wait for it with GET /api/v1/effects/{key}?wait=60s", personRetry
 	case ledger.StatePending:
 		if !st.LeaseExpired {
 			wait := 1
@@ -166,6 +178,18 @@ func next(st toolcall.Status, v effectAnswer) (string, int) {
 		return "the lease ended without a settle: do not call; it becomes unknown for a person to resolve at url", 1
 	}
 	return "", 0
+}
+
+// personRetry is when a caller asks again about a call only a person
+// settles (seconds): people take minutes, and a long poll (GET
+// ?wait=) learns the verdict within a second of it anyway.
+const personRetry = 60
+
+// retryAfter sends v's retry_after as Retry-After too.
+func retryAfter(c echo.Context, v effectAnswer) {
+	if v.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(v.RetryAfter))
+	}
 }
 
 // errNegativeLease refuses a negative lease_seconds (0: the default).
@@ -220,8 +244,8 @@ func (a *API) beginEffect(c echo.Context, actor auth.Actor) error {
 		}
 		v.Error = &httperr.Problem{Code: "in_doubt", Message: "do not perform the call: " + v.Next}
 	}
-	if v.RetryAfter > 0 && res.Outcome != toolcall.Perform {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(v.RetryAfter))
+	if res.Outcome != toolcall.Perform {
+		retryAfter(c, v)
 	}
 	return c.JSON(beginStatus[res.Outcome], v)
 }
@@ -234,16 +258,38 @@ func (a *API) effectKey(c echo.Context) (ledger.Key, error) {
 	return key, nil
 }
 
-func (a *API) getEffect(c echo.Context, _ auth.Actor) error {
+// getEffect is GET /effects/{key}: the call's status with its args, to
+// who may read it (404 to others); with ?wait= a long poll until its
+// state changes. A server that begins to shut down answers its waiters
+// with what they would get now.
+func (a *API) getEffect(c echo.Context, actor auth.Actor) error {
 	key, err := a.effectKey(c)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	st, err := a.tools.Get(c.Request().Context(), key)
+	wait, err := waitParam(c, toolcall.WaitMax)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	return c.JSON(http.StatusOK, a.toolAnswer(c, st, false))
+	ctx, cancel := a.untilStopping(c)
+	defer cancel()
+	st, err := a.tools.Wait(ctx, actor, key, wait)
+	if err != nil && errors.Is(err, context.Canceled) && c.Request().Context().Err() == nil && st.Key != "" {
+		err = nil // the server is stopping: answer what is known
+	}
+	if err != nil {
+		return a.fail(c, err)
+	}
+	return a.readAnswer(c, st)
+}
+
+// readAnswer answers st with its args to a reader (GET, resolve,
+// revoke), with Retry-After when it is worth asking again later.
+func (a *API) readAnswer(c echo.Context, st toolcall.Status) error {
+	v := a.toolAnswer(c, st, false)
+	v.Args = st.Args
+	retryAfter(c, v)
+	return c.JSON(http.StatusOK, v)
 }
 
 // settleRequest is POST /effects/{key}/settle's body.
@@ -308,22 +354,36 @@ func (a *API) toolKey(c echo.Context) (bool, error) {
 	return a.tools.IsToolKey(c.Request().Context(), c.Param("key"))
 }
 
-// resolveTool is POST /effects/{key}/resolve for a single effect.
-func (a *API) resolveTool(c echo.Context, actor auth.Actor, outcome ledger.Outcome, reason string) error {
-	eff, err := a.tools.Resolve(c.Request().Context(), actor, ledger.Key(c.Param("key")), outcome, reason)
-	if err != nil {
+// resolveTool is POST /effects/{key}/resolve for a single effect: the
+// call's status after the verdict, as GET /effects/{key} answers it.
+func (a *API) resolveTool(c echo.Context, actor auth.Actor, outcome ledger.Outcome, req resolveRequest) error {
+	p := toolcall.ResolveParams{Key: ledger.Key(c.Param("key")), Outcome: outcome, Reason: req.Reason, Receipt: req.Receipt}
+	if req.Raw != nil {
+		p.Raw = []byte(*req.Raw)
+	}
+	if _, err := a.tools.Resolve(c.Request().Context(), actor, p); err != nil {
 		return a.fail(c, err)
 	}
-	return c.JSON(http.StatusOK, effectView{Key: string(eff.Key), Epoch: eff.Epoch, State: eff.State})
+	return a.afterAction(c, actor, p.Key)
 }
 
 // revokeTool is POST /effects/{key}/revoke for a single effect.
 func (a *API) revokeTool(c echo.Context, actor auth.Actor, reason string) error {
-	eff, err := a.tools.Revoke(c.Request().Context(), actor, ledger.Key(c.Param("key")), reason)
+	key := ledger.Key(c.Param("key"))
+	if _, err := a.tools.Revoke(c.Request().Context(), actor, key, reason); err != nil {
+		return a.fail(c, err)
+	}
+	return a.afterAction(c, actor, key)
+}
+
+// afterAction answers a person's action on key's call with its status
+// (they may read it: whoever may resolve or revoke may).
+func (a *API) afterAction(c echo.Context, actor auth.Actor, key ledger.Key) error {
+	st, err := a.tools.GetFor(c.Request().Context(), actor, key)
 	if err != nil {
 		return a.fail(c, err)
 	}
-	return c.JSON(http.StatusOK, effectView{Key: string(eff.Key), Epoch: eff.Epoch, State: eff.State})
+	return a.readAnswer(c, st)
 }
 
 // errSupersedeTool: a single effect is not superseded; a deliberate second

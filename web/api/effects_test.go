@@ -88,7 +88,7 @@ func TestEffectBeginSettleReplay(t *testing.T) {
 
 	// The settle repeated (its answer lost) answers the same, changes nothing.
 	require.Equal(t, http.StatusOK, s.settle("agent", r, "done", "crm-op-9", `{"ok":true,"id":"crm-op-9"}`).status)
-	got := s.do("viewer", http.MethodGet, "/effects/"+r.body["key"].(string), "", "")
+	got := s.do("operator", http.MethodGet, "/effects/"+r.body["key"].(string), "", "")
 	require.Equal(t, http.StatusOK, got.status, got.raw)
 	require.Equal(t, "done", got.body["state"])
 	require.Equal(t, "customer-17", got.body["target"].(map[string]any)["value"])
@@ -295,7 +295,7 @@ func TestEffectRefusedSettleChangesNothing(t *testing.T) {
 	require.Equal(t, http.StatusOK, replay.status, replay.raw)
 	require.Equal(t, "raw A", replay.body["raw"], "the replay is the answer of the settle that settled it")
 	require.Equal(t, "crm-op-1", replay.body["receipt"])
-	got := s.do("viewer", http.MethodGet, "/effects/"+key, "", "")
+	got := s.do("operator", http.MethodGet, "/effects/"+key, "", "")
 	require.Equal(t, "raw A", got.body["raw"])
 }
 

@@ -51,7 +51,7 @@ func New(server, token string) (*Client, error) {
 	if strings.TrimSpace(token) == "" {
 		return nil, errors.New("toolclient: no API token (create one with `onceplan token create --agent`)")
 	}
-	return &Client{Server: strings.TrimSuffix(server, "/"), Token: strings.TrimSpace(token), HTTP: &http.Client{Timeout: time.Minute}}, nil
+	return &Client{Server: strings.TrimSuffix(server, "/"), Token: strings.TrimSpace(token), HTTP: &http.Client{Timeout: MaxWait + 30*time.Second}}, nil
 }
 
 // Target is the resolved identity the effect lands on.
@@ -109,20 +109,35 @@ type Effect struct {
 	Recovery   string `json:"recovery"`
 	// How long the tool's outside system honours a key, and can be asked
 	// about a call, from the first call (0: for ever).
-	DedupeWindowSeconds   int        `json:"dedupe_window_seconds"`
-	ProbeRetentionSeconds int        `json:"probe_retention_seconds"`
-	ApprovalRequired      bool       `json:"approval_required"`
-	Attempt               int        `json:"attempt"`
-	Lease                 string     `json:"lease"`
-	LeaseUntil            *time.Time `json:"lease_until"`
-	Takeover              bool       `json:"takeover"`
-	Receipt               string     `json:"receipt"`
-	Raw                   *string    `json:"raw"`
-	Reason                string     `json:"reason"`
-	ApprovalURL           string     `json:"approval_url"`
-	URL                   string     `json:"url"`
-	Next                  string     `json:"next"`
-	RetryAfter            int        `json:"retry_after"`
+	DedupeWindowSeconds   int  `json:"dedupe_window_seconds"`
+	ProbeRetentionSeconds int  `json:"probe_retention_seconds"`
+	ApprovalRequired      bool `json:"approval_required"`
+	// Args is the JSON the call was begun with (Get's answer).
+	Args json.RawMessage `json:"args"`
+	// KeyFree: nothing blocks the key; the next Do performs the call (a
+	// call a person resolved as not delivered is failed, and free).
+	KeyFree    bool       `json:"key_free"`
+	Attempt    int        `json:"attempt"`
+	Lease      string     `json:"lease"`
+	LeaseUntil *time.Time `json:"lease_until"`
+	// LeaseSeconds is the lease's whole seconds left when the server
+	// answered, by its clock (nil without a lease): time the lease by it
+	// and the local clock, counted from when the request was sent, rather
+	// than by LeaseUntil against a local clock that may differ.
+	LeaseSeconds *int    `json:"lease_seconds"`
+	Takeover     bool    `json:"takeover"`
+	Receipt      string  `json:"receipt"`
+	Raw          *string `json:"raw"`
+	// RawSource says whose Raw is: "settle" (the outside system's, as
+	// settled), "probe" (the tool's probe, asked by Onceplan's recovery)
+	// or "person" (the evidence of the person who resolved it).
+	RawSource   string `json:"raw_source"`
+	Reason      string `json:"reason"`
+	ResolvedBy  string `json:"resolved_by"`
+	ApprovalURL string `json:"approval_url"`
+	URL         string `json:"url"`
+	Next        string `json:"next"`
+	RetryAfter  int    `json:"retry_after"`
 }
 
 // Error is an error answer of the API.
@@ -188,10 +203,13 @@ func Rejected(err error) error { return definite{err} }
 type Result struct {
 	Effect Effect
 	// Replayed: the call was already done; nothing was performed now, and
-	// Receipt and Raw are the recorded result.
-	Replayed bool
-	Receipt  string
-	Raw      []byte
+	// Receipt and Raw are the recorded result: RawSource says whose (a
+	// probe's answer, or a person's evidence when they resolved it, is
+	// not the tool's own).
+	Replayed  bool
+	Receipt   string
+	Raw       []byte
+	RawSource string
 }
 
 // Body performs the call at the outside system with key as its
@@ -213,7 +231,7 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	}
 	switch status {
 	case http.StatusOK:
-		res := Result{Effect: eff, Replayed: true, Receipt: eff.Receipt}
+		res := Result{Effect: eff, Replayed: true, Receipt: eff.Receipt, RawSource: eff.RawSource}
 		if eff.Raw != nil {
 			res.Raw = []byte(*eff.Raw)
 		}
@@ -228,7 +246,7 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	// past the server's.
 	bodyCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	deadline := sent.Add(lease)
+	deadline := leaseEnd(sent, lease, eff)
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
@@ -273,6 +291,21 @@ func (c *Client) Do(ctx context.Context, in Intent, body Body) (Result, error) {
 	return Result{Effect: settled, Receipt: receipt, Raw: raw}, bodyErr
 }
 
+// leaseEnd is the local deadline of a lease of length lease given by an
+// answer to a request sent at sent. Both sent+lease and the server's
+// lease_seconds counted from sent are never past the server's end of the
+// lease, whatever the two clocks say: the lease ran from the server's
+// commit, after sent, and lease_seconds is what was left (rounded down)
+// when it answered, later still. The later of the two is the deadline;
+// lease_seconds is the longer when the lease was longer than asked (a
+// heartbeat keeps a longer lease's end).
+func leaseEnd(sent time.Time, lease time.Duration, eff Effect) time.Time {
+	if eff.LeaseSeconds != nil {
+		lease = max(lease, time.Duration(*eff.LeaseSeconds)*time.Second)
+	}
+	return sent.Add(lease)
+}
+
 // heartbeat extends the lease every third of it while the body runs, and
 // cancels the body when the lease is lost (refused) or its local deadline
 // passes without a successful heartbeat.
@@ -292,12 +325,12 @@ func (c *Client) heartbeat(ctx context.Context, eff Effect, lease time.Duration,
 			// Never waiting (out a 429) past the local deadline: then the
 			// body must stop.
 			hctx, cancel := context.WithDeadline(ctx, deadline)
-			_, err := c.Heartbeat(hctx, eff.Key, eff.Lease, lease)
+			hb, err := c.Heartbeat(hctx, eff.Key, eff.Lease, lease)
 			cancel()
 			var apiErr *Error
 			switch {
 			case err == nil:
-				deadline = sent.Add(lease)
+				deadline = leaseEnd(sent, lease, hb)
 			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict:
 				stop(fmt.Errorf("%w: the lease was lost: %s", ErrInDoubt, apiErr.Message))
 				return
@@ -395,10 +428,26 @@ func (c *Client) Heartbeat(ctx context.Context, key, leaseID string, lease time.
 	return eff, err
 }
 
-// Get reads the call's state now.
+// Get reads the call's state now (to the user it was begun for, their
+// tokens included, and operators and admins; a 404 *Error to others).
 func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
+	return c.Wait(ctx, key, 0)
+}
+
+// MaxWait is the longest Wait the server accepts.
+const MaxWait = 60 * time.Second
+
+// Wait reads the call's state once it changes (a settle, Onceplan's
+// recovery, a person's resolution or approval), or after wait with it
+// unchanged; a call that is not pending, unknown or awaiting approval is
+// answered at once. wait is at most MaxWait; 0 is Get.
+func (c *Client) Wait(ctx context.Context, key string, wait time.Duration) (Effect, error) {
+	path := "/effects/" + url.PathEscape(key)
+	if wait > 0 {
+		path += "?wait=" + strconv.Itoa(int(min(wait, MaxWait)/time.Second)) + "s"
+	}
 	var eff Effect
-	_, err := c.call(ctx, http.MethodGet, "/effects/"+url.PathEscape(key), nil, &eff, http.StatusOK)
+	_, err := c.call(ctx, http.MethodGet, path, nil, &eff, http.StatusOK)
 	return eff, err
 }
 

@@ -2,12 +2,17 @@ package toolclient_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -34,6 +39,13 @@ func server(t *testing.T) *toolclient.Client {
 // test database's).
 func serverWith(t *testing.T, cfg api.Config) *toolclient.Client {
 	t.Helper()
+	c, _, _ := serverAt(t, cfg)
+	return c
+}
+
+// serverAt is serverWith, with the server's URL and database.
+func serverAt(t *testing.T, cfg api.Config) (*toolclient.Client, string, *pgxpool.Pool) {
+	t.Helper()
 	pool := pgtest.AppPool(t)
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
@@ -47,7 +59,7 @@ func serverWith(t *testing.T, cfg api.Config) *toolclient.Client {
 	require.NoError(t, err)
 	c, err := toolclient.New(ts.URL, token)
 	require.NoError(t, err)
-	return c
+	return c, ts.URL, pool
 }
 
 // TestDoOnce: Do runs the body once; a second Do replays the recorded
@@ -159,4 +171,71 @@ func TestDoWaitsOutTheRateLimit(t *testing.T) {
 		require.Equal(t, "done", res.Effect.State)
 	}
 	require.EqualValues(t, 1, runs.Load())
+}
+
+// TestDoReplaysAPersonsResolution: a call left unknown is resolved by a
+// person (an operator, through the API) with the receipt and evidence
+// they found; Wait learns the verdict when it is given, and the next Do
+// replays the person's receipt and raw answer, marked as theirs, without
+// running the body. A 201's lease comes with lease_seconds.
+func TestDoReplaysAPersonsResolution(t *testing.T) {
+	t.Parallel()
+	c, url, pool := serverAt(t, api.Config{})
+	ctx := t.Context()
+	pgtest.User(t, pool, pgtest.UserOpts{Email: "ops@example.com", Roles: []string{"operator"}})
+	operator, _, err := auth.CreateToken(ctx, pool, "ops@example.com", "ops", false)
+	require.NoError(t, err)
+
+	in := toolclient.Intent{Event: "run-9", Tool: "crm.set_status", Target: toolclient.Subject("customer-3"), Args: map[string]string{"status": "gold"}, Lease: 30 * time.Second}
+	res, err := c.Do(ctx, in, func(ctx context.Context, key string) ([]byte, string, error) {
+		eff, err := c.Get(ctx, key)
+		require.NoError(t, err)
+		require.NotNil(t, eff.LeaseSeconds, "the lease's seconds left, by the server's clock")
+		require.InDelta(t, 29, *eff.LeaseSeconds, 1.01)
+		require.JSONEq(t, `{"status":"gold"}`, string(eff.Args))
+		return nil, "", errors.New("the CRM timed out")
+	})
+	require.ErrorContains(t, err, "timed out")
+	require.Equal(t, "unknown", res.Effect.State)
+	key := res.Effect.Key
+
+	type waitAnswer struct {
+		eff toolclient.Effect
+		err error
+	}
+	waited := make(chan waitAnswer, 1)
+	go func() {
+		eff, err := c.Wait(ctx, key, 50*time.Second)
+		waited <- waitAnswer{eff, err}
+	}()
+	await.Until(t, 10*time.Second, "the Wait to listen for the call's changes", func() bool {
+		return pgtest.Listeners(t, pool, "onceplan_tool_call") > 0
+	})
+	body, err := json.Marshal(map[string]string{"outcome": "delivered", "reason": "the CRM shows it", "receipt": "crm-77", "raw": `{"id":"crm-77"}`})
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/api/v1/effects/"+key+"/resolve", strings.NewReader(string(body)))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+operator)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(answer))
+	w := await.Recv(t, waited, 30*time.Second, "the Wait's answer after the resolution")
+	require.NoError(t, w.err)
+	eff := w.eff
+	require.Equal(t, "done", eff.State)
+	require.Equal(t, "person", eff.RawSource)
+
+	res, err = c.Do(ctx, in, func(context.Context, string) ([]byte, string, error) {
+		t.Fatal("a call resolved as delivered is never run again")
+		return nil, "", nil
+	})
+	require.NoError(t, err)
+	require.True(t, res.Replayed)
+	require.Equal(t, "crm-77", res.Receipt)
+	require.Equal(t, `{"id":"crm-77"}`, string(res.Raw))
+	require.Equal(t, "person", res.RawSource)
+	require.Equal(t, "user:ops@example.com", res.Effect.ResolvedBy)
 }
