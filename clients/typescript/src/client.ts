@@ -46,6 +46,11 @@ function text(raw: string | Uint8Array): string {
   return typeof raw === "string" ? raw : utf8.decode(raw);
 }
 
+/** pathEscape escapes a key for a URL path as Go's url.PathEscape does (":" stays: the server reads keys "v1:…" as they are). */
+function pathEscape(key: string): string {
+  return encodeURIComponent(key).replace(/%3A/gi, ":");
+}
+
 /** sleep resolves after ms, or at once when signal aborts. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
@@ -270,7 +275,7 @@ export class Client {
       // Never waiting (out a 429) past the local deadline: then the body must stop.
       const left = AbortSignal.timeout(Math.max(1, Math.ceil(deadline() - performance.now())));
       try {
-        const { effect: hb, sent } = await this.#call("POST", `/effects/${encodeURIComponent(eff.key)}/heartbeat`,
+        const { effect: hb, sent } = await this.#call("POST", `/effects/${pathEscape(eff.key)}/heartbeat`,
           { lease: eff.lease, lease_seconds: asked }, [200], anySignal([running, left]));
         setDeadline(sent + 1000 * granted(hb, asked));
       } catch (err) {
@@ -341,12 +346,12 @@ export class Client {
     if (p.receipt) body.receipt = p.receipt;
     if (p.reason) body.reason = p.reason;
     if (p.raw !== undefined) body.raw = text(p.raw);
-    return (await this.#call("POST", `/effects/${encodeURIComponent(key)}/settle`, body, [200], options.signal)).effect;
+    return (await this.#call("POST", `/effects/${pathEscape(key)}/settle`, body, [200], options.signal)).effect;
   }
 
   /** heartbeat extends the lease to leaseSeconds from now. */
   async heartbeat(key: string, lease: string, leaseSeconds: number, options: CallOptions = {}): Promise<Effect> {
-    return (await this.#call("POST", `/effects/${encodeURIComponent(key)}/heartbeat`, { lease, lease_seconds: leaseSeconds }, [200], options.signal)).effect;
+    return (await this.#call("POST", `/effects/${pathEscape(key)}/heartbeat`, { lease, lease_seconds: leaseSeconds }, [200], options.signal)).effect;
   }
 
   /**
@@ -357,7 +362,7 @@ export class Client {
    */
   async get(key: string, options: CallOptions & { waitSeconds?: number } = {}): Promise<Effect> {
     const wait = options.waitSeconds ? `?wait=${Math.min(60, Math.max(0, Math.floor(options.waitSeconds)))}s` : "";
-    return (await this.#call("GET", `/effects/${encodeURIComponent(key)}${wait}`, undefined, [200], options.signal)).effect;
+    return (await this.#call("GET", `/effects/${pathEscape(key)}${wait}`, undefined, [200], options.signal)).effect;
   }
 
   /**
