@@ -311,6 +311,10 @@ type agentRun struct {
 // it there with SIGKILL; without, it is a restarted runtime, and its one
 // JSON line is its outcome.
 func (w *world) runAgent(tool, event, crash string) (agentRun, error) {
+	// A few agents at a time: many Node processes starting at once on a
+	// small machine hold up each other's answers past a short lease.
+	agents <- struct{}{}
+	defer func() { <-agents }()
 	cmd := exec.Command("node", "test/agent.mjs")
 	cmd.Env = append(os.Environ(), "TA_SERVER="+w.url, "TA_TOKEN="+w.agent, "TA_EVENT="+event,
 		"TA_TOOL="+tool, "TA_TARGET=acct-"+event, "TA_SINK="+w.sinks[tool].URL(), "TA_CRASH="+crash)
@@ -361,6 +365,9 @@ func (w *world) runAgent(tool, event, crash string) (agentRun, error) {
 	return r, nil
 }
 
+// agents bounds the agent processes running at once.
+var agents = make(chan struct{}, 4)
+
 // The agent's crash points, in the order of the protocol.
 const (
 	crashAfterIntent = "after-intent" // the begin's 201 is in hand: the intent is durable
@@ -404,6 +411,9 @@ func (w *world) recoverRun(tool, point string, i int) error {
 				return fmt.Errorf("%s: %v", event, e)
 			}
 			if r.out["performed"] == true || r.out["replayed"] == true {
+				if _, ok := r.out["refused"]; ok {
+					return fmt.Errorf("%s: the restarted agent performed the call and then got %v (%s)", event, r.out, r.stderr)
+				}
 				if tool == "ts.dedupe" && r.out["performed"] == true && r.out["takeover"] != true {
 					return fmt.Errorf("%s: a dedupe tool's attempt in doubt is performed again as a takeover: %v", event, r.out)
 				}

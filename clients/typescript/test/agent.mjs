@@ -25,7 +25,7 @@ const intent = {
   tool: env("TA_TOOL"),
   target: subject(target),
   args: { value: `${target}-on` },
-  leaseSeconds: Number(process.env.TA_LEASE_SECONDS ?? "2"),
+  leaseSeconds: Number(process.env.TA_LEASE_SECONDS ?? "3"),
 };
 
 /** stopAt says the point is reached and waits to be killed there. */
