@@ -573,3 +573,113 @@ func checkpointerDatabase(t *testing.T, admin string) string {
 	u.Path = "/" + name
 	return u.String()
 }
+
+// graphRun is one run of the LangGraph test's graph.
+type graphRun struct {
+	killed bool
+	out    map[string]any
+}
+
+// runGraph runs test/langgraph/graph.mjs (mode start or resume) with env;
+// with crash, kills it with SIGKILL where it says it reached that point.
+func runGraph(env []string, mode, crash string) (graphRun, error) {
+	agents <- struct{}{}
+	defer func() { <-agents }()
+	cmd := exec.Command("node", "graph.mjs")
+	cmd.Dir = "test/langgraph"
+	cmd.Env = append(append(os.Environ(), env...), "LG_MODE="+mode, "LG_CRASH="+crash)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return graphRun{}, err
+	}
+	if err := cmd.Start(); err != nil {
+		return graphRun{}, err
+	}
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var lines []string
+	var r graphRun
+	for sc.Scan() {
+		if crash != "" && sc.Text() == "CRASHPOINT "+crash {
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				return r, err
+			}
+			r.killed = true
+			break
+		}
+		lines = append(lines, sc.Text())
+	}
+	io.Copy(io.Discard, stdout)
+	err = cmd.Wait()
+	switch {
+	case r.killed:
+		return r, nil
+	case err != nil:
+		return r, fmt.Errorf("the graph (%s) exited: %v\n%s\n%s", mode, err, strings.Join(lines, "\n"), stderr.String())
+	case crash != "":
+		return r, fmt.Errorf("the graph (%s) never reached %s:\n%s\n%s", mode, crash, strings.Join(lines, "\n"), stderr.String())
+	}
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &r.out) != nil {
+		return r, fmt.Errorf("the graph's output %q is not one JSON line:\n%s", lines, stderr.String())
+	}
+	if e, ok := r.out["error"]; ok {
+		return r, fmt.Errorf("the graph (%s) failed: %v", mode, e)
+	}
+	return r, nil
+}
+
+// TestLangGraphResumesWithoutRepeating: a real LangGraph graph with the
+// PostgreSQL checkpointer (a database of its own) whose tool node sets a
+// customer's status at an outside system through the client. The process
+// is SIGKILLed after the tool's answer is settled but before the graph's
+// next checkpoint (a tool without recovery, at an outside system that does
+// not deduplicate), and in the middle of the call, after the outside
+// system answered but before the settle (a dedupe tool); resumed from its
+// checkpoint, the graph reruns the step under the same event, so it
+// replays (or takes over with the same key) instead of repeating: exactly
+// one effect at the outside system, and the graph ends with its answer.
+func TestLangGraphResumesWithoutRepeating(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	checkpoints := checkpointerDatabase(t, w.urls.Admin)
+	for _, tc := range []struct{ name, tool, crash string }{
+		{"after-settle", "ts.none", "after-settle"},
+		{"mid-call", "ts.dedupe", "mid-call"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			customer := "customer-" + tc.name
+			env := []string{"ONCEPLAN_URL=" + w.url, "ONCEPLAN_TOKEN=" + w.agent, "LG_DATABASE_URL=" + checkpoints,
+				"LG_THREAD=thread-" + tc.name, "LG_TOOL=" + tc.tool, "LG_SINK=" + w.sinks[tc.tool].URL(), "LG_CUSTOMER=" + customer}
+			r, err := runGraph(env, "start", tc.crash)
+			require.NoError(t, err)
+			require.True(t, r.killed)
+			recs, err := sink.ReadRecord(w.records[tc.tool])
+			require.NoError(t, err)
+			require.Len(t, recs, 1, "the killed run made the outside call once")
+			first := recs[0]
+
+			deadline := time.Now().Add(45 * time.Second)
+			for {
+				r, err = runGraph(env, "resume", "")
+				require.NoError(t, err)
+				if r.out["refused"] == nil {
+					break
+				}
+				// mid-call: the killed run's lease must end first; the
+				// answer says when to ask again.
+				require.Equal(t, "InDoubt", r.out["refused"], "%v", r.out)
+				require.Equal(t, "mid-call", tc.name, "a settled call is replayed at once: %v", r.out)
+				require.True(t, time.Now().Before(deadline), "the resumed graph was still told the call is in doubt after 45s: %v", r.out)
+				time.Sleep(300 * time.Millisecond)
+			}
+			require.Equal(t, "the CRM answered: "+`{"receipt":"`+first.Receipt+`","status":"done"}`, strings.TrimSpace(fmt.Sprint(r.out["final"])),
+				"the resumed graph ends with the outside system's first answer: %v", r.out)
+			recs, err = sink.ReadRecord(w.records[tc.tool])
+			require.NoError(t, err)
+			require.Len(t, recs, 1, "exactly one effect at the outside system after the resume")
+			require.Equal(t, customer, recs[0].Target)
+		})
+	}
+}
