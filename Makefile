@@ -22,18 +22,22 @@ build: ## build ./bin/onceplan
 postgres: ## make sure PostgreSQL server binaries are installed (installs Debian's package when root)
 	@bash scripts/ensure-postgres.sh
 
+.PHONY: node
+node: ## make sure Node.js >= 20 and npm are installed, for the TypeScript client's suites (installs when root)
+	@bash scripts/ensure-node.sh
+
 # testrun prints an estimate first (the last passing run's time, kept in
 # bin/) and each package's time at the end; see docs/TESTING.md.
 TESTRUN = $(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/testrun
 
 .PHONY: test
-test: postgres lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
+test: postgres node lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
 	$(TESTRUN) -suite test -- $(GOTEST_FLAGS) ./...
 
 FAULTS_FLAGS ?= -count=1 -timeout 20m -v
 .PHONY: test-faults
-test-faults: postgres ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
-	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/
+test-faults: postgres node ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults, the TypeScript agent's kill matrix three times (see docs/RELIABILITY.md)
+	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/ ./clients/typescript/
 
 FUZZTIME ?= 30s
 .PHONY: fuzz

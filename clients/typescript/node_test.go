@@ -297,6 +297,23 @@ func TestAgainstTheServer(t *testing.T) {
 	w := newWorld(t)
 	t.Log(node(t, []string{"ONCEPLAN_URL=" + w.url, "ONCEPLAN_TOKEN=" + w.agent, "ONCEPLAN_SINK=" + w.sinks["ts.plain"].URL(),
 		"ONCEPLAN_RECORD=" + w.records["ts.plain"]}, "--test", "--test-reporter=spec", "test/integration/"))
+
+	// The README's example, run twice as a person would: performed, then
+	// replayed; the outside system (its file) has one line.
+	example, err := filepath.Abs("examples/set-status.mjs")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for _, want := range []string{"performed: op-9", "replayed: op-9"} {
+		cmd := exec.Command("node", example)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "ONCEPLAN_SERVER="+w.url, "ONCEPLAN_TOKEN="+w.agent)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), want)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "crm.log"))
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(log), "\n"), "the example's outside system: %s", log)
 }
 
 // agentRun is one agent process's outcome.
