@@ -26,18 +26,22 @@ python: ## make sure python3 (3.10+) is installed for the Python client's suite 
 postgres: ## make sure PostgreSQL server binaries are installed (installs Debian's package when root)
 	@bash scripts/ensure-postgres.sh
 
+.PHONY: node
+node: ## make sure Node.js >= 20 and npm are installed, for the TypeScript client's suites (installs when root)
+	@bash scripts/ensure-node.sh
+
 # testrun prints an estimate first (the last passing run's time, kept in
 # bin/) and each package's time at the end; see docs/TESTING.md.
 TESTRUN = $(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/testrun
 
 .PHONY: test
-test: postgres python lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
+test: postgres python node lint ## the whole test suite, on a throw-away PostgreSQL cluster it starts and stops (about 10 min; docs/TESTING.md)
 	$(TESTRUN) -suite test -- $(GOTEST_FLAGS) ./...
 
 FAULTS_FLAGS ?= -count=1 -timeout 20m -v
 .PHONY: test-faults
-test-faults: postgres python ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults (see docs/RELIABILITY.md)
-	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/ ./clients/pythontest/
+test-faults: postgres python node ## the fault suite, slow tests included: PostgreSQL restarted, stopped and crashed, provider faults, the Python and TypeScript agents' kill matrices three times (see docs/RELIABILITY.md)
+	ONCEPLAN_FAULTS=1 $(TESTRUN) -suite test-faults -- $(FAULTS_FLAGS) ./internal/faulttest/ ./clients/pythontest/ ./clients/typescript/
 
 FUZZTIME ?= 30s
 .PHONY: fuzz

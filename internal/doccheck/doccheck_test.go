@@ -91,6 +91,9 @@ func layoutKey(dir string) string {
 	switch {
 	case len(parts) >= 3 && parts[0] == "clients" && parts[1] == "go":
 		return strings.Join(parts[:3], "/")
+	case len(parts) >= 2 && parts[0] == "clients":
+		// Another language's client, with the Go tests that drive it.
+		return strings.Join(parts[:2], "/")
 	case len(parts) >= 2 && (parts[0] == "internal" || parts[0] == "cmd"):
 		return strings.Join(parts[:2], "/")
 	}
