@@ -543,7 +543,7 @@ func (a *API) audit(c echo.Context, _ auth.Actor) error {
 
 // effectCampaign finds the campaign a key belongs to, for the effect routes.
 func (a *API) effectCampaign(c echo.Context) (string, string, error) {
-	key := c.Param("key")
+	key := keyParam(c)
 	id, err := a.cfg.Approval.CampaignOfKey(c.Request().Context(), key)
 	return id, key, err
 }

@@ -250,8 +250,19 @@ func (a *API) beginEffect(c echo.Context, actor auth.Actor) error {
 	return c.JSON(beginStatus[res.Outcome], v)
 }
 
+// keyParam is the {key} of an effect route, percent-decoded: a client
+// that escapes the key's colon (v1%3A…, as encodeURIComponent and Python's
+// quote do) names the same effect as one that does not.
+func keyParam(c echo.Context) string {
+	raw := c.Param("key")
+	if k, err := url.PathUnescape(raw); err == nil {
+		return k
+	}
+	return raw
+}
+
 func (a *API) effectKey(c echo.Context) (ledger.Key, error) {
-	key, err := ledger.ParseKey(c.Param("key"))
+	key, err := ledger.ParseKey(keyParam(c))
 	if err != nil {
 		return "", &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: "key", Message: err.Error()}
 	}
@@ -351,13 +362,13 @@ func (a *API) heartbeatEffect(c echo.Context, actor auth.Actor) error {
 // toolKey reports whether the key of an effect route is a single
 // effect's, whose rules are package toolcall's rather than a campaign's.
 func (a *API) toolKey(c echo.Context) (bool, error) {
-	return a.tools.IsToolKey(c.Request().Context(), c.Param("key"))
+	return a.tools.IsToolKey(c.Request().Context(), keyParam(c))
 }
 
 // resolveTool is POST /effects/{key}/resolve for a single effect: the
 // call's status after the verdict, as GET /effects/{key} answers it.
 func (a *API) resolveTool(c echo.Context, actor auth.Actor, outcome ledger.Outcome, req resolveRequest) error {
-	p := toolcall.ResolveParams{Key: ledger.Key(c.Param("key")), Outcome: outcome, Reason: req.Reason, Receipt: req.Receipt}
+	p := toolcall.ResolveParams{Key: ledger.Key(keyParam(c)), Outcome: outcome, Reason: req.Reason, Receipt: req.Receipt}
 	if req.Raw != nil {
 		p.Raw = []byte(*req.Raw)
 	}
@@ -369,7 +380,7 @@ func (a *API) resolveTool(c echo.Context, actor auth.Actor, outcome ledger.Outco
 
 // revokeTool is POST /effects/{key}/revoke for a single effect.
 func (a *API) revokeTool(c echo.Context, actor auth.Actor, reason string) error {
-	key := ledger.Key(c.Param("key"))
+	key := ledger.Key(keyParam(c))
 	if _, err := a.tools.Revoke(c.Request().Context(), actor, key, reason); err != nil {
 		return a.fail(c, err)
 	}

@@ -469,3 +469,27 @@ func TestEffectIdentityIsBounded(t *testing.T) {
 	require.NoError(t, s.pool.QueryRow(context.Background(), `SELECT count(*) FROM tool_call`).Scan(&calls))
 	require.Zero(t, calls)
 }
+
+// TestEffectKeyMayBePercentEncoded: a client that escapes the key's colon
+// (v1%3A…, as JavaScript's encodeURIComponent and Python's quote do) names
+// the same call: it reads it and settles it; a decoded string that is not a
+// key is refused as one.
+func TestEffectKeyMayBePercentEncoded(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, nil)
+	r := s.begin("agent", "run-7/step-1", "crm.set_status", "customer-7", map[string]any{"status": "gold"})
+	require.Equal(t, http.StatusCreated, r.status, r.raw)
+	key := r.body["key"].(string)
+	escaped := strings.Replace(key, ":", "%3A", 1)
+
+	got := s.do("operator", http.MethodGet, "/effects/"+escaped, "", "")
+	require.Equal(t, http.StatusOK, got.status, got.raw)
+	require.Equal(t, key, got.body["key"])
+
+	done := s.json("agent", http.MethodPost, "/effects/"+escaped+"/settle", map[string]any{"lease": r.body["lease"], "outcome": "done", "receipt": "op-7", "raw": "ok"})
+	require.Equal(t, http.StatusOK, done.status, done.raw)
+	require.Equal(t, "done", done.body["state"])
+
+	bad := s.do("operator", http.MethodGet, "/effects/v1%3Azz", "", "")
+	require.Equal(t, http.StatusBadRequest, bad.status, bad.raw)
+}
