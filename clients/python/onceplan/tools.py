@@ -26,8 +26,9 @@ __all__ = ["langgraph_event", "wrap_tool"]
 
 
 def langgraph_event(config: Mapping[str, Any] | None, args: Mapping[str, Any]) -> str:
-    """The event of a tool call in a LangGraph run: ``<thread id>/<checkpoint
-    namespace>/step-<n>``, read from the config LangGraph passes (its
+    """The event of a tool call in a LangGraph run:
+    ``langgraph/<thread id>/<nodes>/step-<n>`` (the TypeScript client's
+    langGraphEvent names it the same), read from the config LangGraph passes (its
     ``configurable.thread_id`` and ``metadata.langgraph_step``, which a
     resumed run keeps). Raises ValueError, naming what is missing, when the
     config has no thread or step: then say which run this is with
@@ -43,11 +44,11 @@ def langgraph_event(config: Mapping[str, Any] | None, args: Mapping[str, Any]) -
     if step is None:
         raise ValueError("config: no metadata.langgraph_step: call the tool from a LangGraph node "
                          "(or pass wrap_tool an event_from that names the run and its step)")
-    ns = metadata.get("langgraph_checkpoint_ns") or configurable.get("checkpoint_ns") or ""
+    ns = metadata.get("langgraph_checkpoint_ns") or configurable.get("checkpoint_ns") or metadata.get("langgraph_node") or ""
     # A checkpoint namespace ends with the task's id (node:<uuid>), new on
     # each attempt: keep only the nodes' names.
     nodes = "|".join(part.split(":", 1)[0] for part in str(ns).split("|") if part)
-    return f"{thread}/{nodes}/step-{step}" if nodes else f"{thread}/step-{step}"
+    return f"langgraph/{thread}/{nodes}/step-{step}" if nodes else f"langgraph/{thread}/step-{step}"
 
 
 def _config_annotation() -> Any:

@@ -49,7 +49,7 @@ class WrapTool(unittest.TestCase):
             begin = server.sent["begin"][0]
             # The run's thread and the checkpoint's step (the node's name,
             # not its task id); never the model's tool_call_id.
-            self.assertEqual("thread-9/tools/step-4", begin["event"])
+            self.assertEqual("langgraph/thread-9/tools/step-4", begin["event"])
             self.assertNotIn("call_abc", json.dumps(begin))
             self.assertEqual({"kind": "subject", "value": "c-17"}, begin["target"])
             self.assertEqual({"customer": "c-17", "status": "gold"}, begin["args"])
@@ -66,7 +66,7 @@ class WrapTool(unittest.TestCase):
             out = self.tool(server)(customer="c-17", status="gold", config=config(tool_call_id="call_new"))
             self.assertEqual({"id": "op-1", "status": "gold"}, out)
             self.assertEqual([], self.calls)
-            self.assertEqual("thread-9/tools/step-4", server.sent["begin"][0]["event"])
+            self.assertEqual("langgraph/thread-9/tools/step-4", server.sent["begin"][0]["event"])
 
     def test_without_a_run_it_refuses_to_guess(self) -> None:
         with ScriptedServer(TOKEN, {}) as server:
@@ -111,8 +111,8 @@ class WrapTool(unittest.TestCase):
             self.assertIn("Set a customer's status", tool.__doc__ or "")
 
     def test_langgraph_event(self) -> None:
-        self.assertEqual("t/step-0", langgraph_event({"configurable": {"thread_id": "t"}, "metadata": {"langgraph_step": 0}}, {}))
-        self.assertEqual("t/outer|tools/step-3", langgraph_event(
+        self.assertEqual("langgraph/t/step-0", langgraph_event({"configurable": {"thread_id": "t"}, "metadata": {"langgraph_step": 0}}, {}))
+        self.assertEqual("langgraph/t/outer|tools/step-3", langgraph_event(
             {"configurable": {"thread_id": "t"}, "metadata": {"langgraph_step": 3, "langgraph_checkpoint_ns": "outer:1|tools:2"}}, {}))
 
 

@@ -42,7 +42,7 @@ export function langGraphEvent(config: LangGraphConfig | undefined, part?: strin
     .map((segment) => segment.split(":")[0])
     .filter((name) => name !== "")
     .join("|");
-  let event = `langgraph/${thread}/${path}/step-${step}`;
+  let event = path ? `langgraph/${thread}/${path}/step-${step}` : `langgraph/${thread}/step-${step}`;
   if (part) event += `/${part}`;
   return event;
 }
