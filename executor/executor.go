@@ -244,7 +244,7 @@ func (e *Executor) Heartbeat(ctx context.Context) error {
 }
 
 // LiveWorkers counts, per provider, the worker processes alive now
-// (OwnerAlive within ownerTimeout) whose heartbeat says they serve it.
+// (worker_alive within ownerTimeout) whose heartbeat says they serve it.
 // It counts every provider a process's heartbeat ever named, every
 // provider a running campaign sends through and every provider named
 // here: those no live process serves, at 0 — the targets of a campaign on
@@ -261,7 +261,8 @@ func liveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration
 	}
 	rows, err := db.Query(ctx, `
 		SELECT n.name, (SELECT count(*) FROM worker_process p
-		                WHERE n.name = ANY (p.providers) AND `+OwnerAlive("p.owner", "$1")+`)
+		                WHERE n.name = ANY (p.providers)
+		                  AND EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = p.owner))
 		FROM (SELECT unnest($2::text[])
 		      UNION SELECT unnest(providers) FROM worker_process WHERE $3
 		      UNION SELECT provider FROM campaign WHERE $3 AND state = 'running') n (name)`,
@@ -287,7 +288,7 @@ type Serving struct {
 	Live     int
 }
 
-// ServingOf answers how many live worker processes (OwnerAlive within
+// ServingOf answers how many live worker processes (worker_alive within
 // ownerTimeout) serve provider, as their heartbeats say: the workflow's
 // approval.Service.Serving asks it, through the enqueuer that knows the
 // workers' owner timeout.
@@ -825,20 +826,20 @@ func (e *Executor) inDoubt(ctx context.Context, j Job, prov provider.Provider, c
 	return r, nil
 }
 
-// OwnerAlive is the SQL condition that the process named by the SQL
-// expression owner said it is alive (its heartbeat in worker_process)
-// within the interval the SQL expression timeout names: an attempt or a
-// running job whose owner is not alive is in doubt, and recovery takes it.
-func OwnerAlive(owner, timeout string) string {
-	return "EXISTS (SELECT 1 FROM worker_process w WHERE w.owner = " + owner + " AND w.seen_at > now() - " + timeout + "::interval)"
-}
-
+// ownerAlive reports whether the worker process owner is alive: among the
+// database's worker_alive(within) (migration 0028), the processes whose
+// heartbeat in worker_process is younger than within, this executor's
+// OwnerTimeout. An attempt or a running job whose owner is not alive is in
+// doubt, and recovery takes it. Other packages' statements ask
+// worker_alive too, as "EXISTS (SELECT 1 FROM worker_alive(...) w WHERE
+// w.owner = ...)": PostgreSQL inlines it there, and an EXISTS whose
+// condition on the outer row is in its WHERE can still become a join.
 func (e *Executor) ownerAlive(ctx context.Context, owner string) (bool, error) {
 	if owner == e.owner {
 		return true, nil
 	}
 	var alive bool
-	err := e.cfg.Pool.QueryRow(ctx, `SELECT `+OwnerAlive("$1", "$2"), owner, e.cfg.OwnerTimeout.String()).Scan(&alive)
+	err := e.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM worker_alive($2::interval) w WHERE w.owner = $1)`, owner, e.cfg.OwnerTimeout.String()).Scan(&alive)
 	return alive, err
 }
 

@@ -3,6 +3,7 @@ package executor_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -76,4 +77,26 @@ func liveGauge(t *testing.T, provider string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestWorkerAliveIsTheHeartbeatRule: worker_alive(within), which the
+// executor and the jobs' statements ask, names the processes whose
+// heartbeat is younger than within, and no other.
+func TestWorkerAliveIsTheHeartbeatRule(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	_, err := pool.Exec(ctx, `INSERT INTO worker_process (owner, host, pid, seen_at) VALUES
+		('alive/1', 'alive', 1, now() - interval '10 seconds'),
+		('dead/2', 'dead', 2, now() - interval '10 minutes')`)
+	require.NoError(t, err)
+	for within, want := range map[string][]string{
+		"1 minute": {"alive/1"}, "1 hour": {"alive/1", "dead/2"}, "1 second": {},
+	} {
+		rows, err := pool.Query(ctx, `SELECT owner FROM worker_alive($1::interval) WHERE owner IN ('alive/1', 'dead/2') ORDER BY owner`, within)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, want, got, "within %s", within)
+	}
 }

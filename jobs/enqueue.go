@@ -11,7 +11,6 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/onceplan"
-	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -23,20 +22,23 @@ const unfinishedJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')`
 
 // liveJob is the SQL condition for "job j still stands for its target": not
 // finished, and not a "running" job whose process is dead ($owner_timeout
-// names the interval). River will rescue such a job eventually; until it
-// does, it must not stop the target from being enqueued again, nor keep
-// its campaign from completing.
+// names the interval; worker_alive is the executor's rule, migration
+// 0028). River will rescue such a job eventually; until it does, it must
+// not stop the target from being enqueued again, nor keep its campaign
+// from completing.
 var liveJob = unfinishedJob + `
-	AND (j.state <> 'running' OR ` + executor.OwnerAlive(jobOwner, "@owner_timeout") + `)`
+	AND (j.state <> 'running' OR EXISTS (SELECT 1 FROM worker_alive(@owner_timeout::interval) w WHERE w.owner = ` + jobOwner + `))`
 
 // notBlocked is the SQL condition for "target t has no blocking ledger row
 // at its key's current epoch, and was not recorded as suppressed for plan
-// @plan" (a suppressed target is final for its plan: no job for it).
-var notBlocked = `NOT EXISTS (
+// @plan" (a suppressed target is final for its plan: no job for it). Each
+// rule is the ledger's, stated in the database (migrations 0027 and 0028):
+// effect_blocks, effect_current_epoch and target_suppressed_in.
+const notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f
 	WHERE f.key = t.key AND effect_blocks(f.state)
-	  AND f.epoch = ` + ledger.CurrentEpochOf("t.key") + `)
-	AND NOT ` + ledger.SuppressedInPlan("@plan", "t.ordinal")
+	  AND f.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur))
+	AND NOT EXISTS (SELECT 1 FROM target_suppressed_in(@plan) ts WHERE ts.ordinal = t.ordinal)`
 
 // DefaultEnqueueBatchSize is Enqueuer.BatchSize's default.
 const DefaultEnqueueBatchSize = 10_000
@@ -160,7 +162,7 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 // worker process that stopped heartbeating": silent for @silent, two
 // heartbeats (a live process is never that late), whether or not it is
 // past the owner timeout yet.
-var stalledJobSQL = `j.state = 'running' AND NOT ` + executor.OwnerAlive(jobOwner, "@silent")
+var stalledJobSQL = `j.state = 'running' AND NOT EXISTS (SELECT 1 FROM worker_alive(@silent::interval) w WHERE w.owner = ` + jobOwner + `)`
 
 // CountRemaining counts, without writing, what EnqueueRemaining would
 // enqueue for p now (Queue: the same conditions), and the targets that
@@ -226,7 +228,7 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 var failedForGoodSQL = `
 	SELECT count(DISTINCT t.ordinal) FROM effect e
 	JOIN target t ON t.list_id = @list AND t.ordinal = e.ordinal
-	WHERE e.plan_id = @plan AND e.state = 'failed' AND e.epoch = ` + ledger.CurrentEpochOf("t.key") + `
+	WHERE e.plan_id = @plan AND e.state = 'failed' AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur)
 	  AND NOT EXISTS (SELECT 1 FROM effect n WHERE n.key = e.key AND n.epoch = e.epoch AND n.id > e.id)
 	  AND ` + notBlocked + ` AND ` + noLiveJob
 

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/approval"
-	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -48,7 +47,7 @@ func (r *Runner) timeout() string { return r.cfg.OwnerTimeout.String() }
 func (r *Runner) recoverDeadOwners(ctx context.Context) error {
 	effects, err := r.effects(ctx, `
 		SELECT id FROM effect e
-		WHERE e.state = 'pending' AND e.plan_id IS NOT NULL AND NOT `+executor.OwnerAlive("e.owner", "$1")+`
+		WHERE e.state = 'pending' AND e.plan_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = e.owner)
 		ORDER BY e.created_at LIMIT $2`, r.timeout(), recoveryBatch)
 	if err != nil {
 		return err
@@ -134,7 +133,7 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 	rows, err := r.cfg.Pool.Query(ctx, `
 		SELECT DISTINCT c.id FROM river_job j JOIN campaign c ON c.plan_id = (j.args ->> 'plan_id')::bigint
 		WHERE j.kind = 'onceplan_effect' AND j.state = 'running' AND c.state = 'running'
-		  AND NOT `+executor.OwnerAlive(jobOwner, "$1"), r.timeout())
+		  AND NOT EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = `+jobOwner+`)`, r.timeout())
 	if err != nil {
 		return err
 	}

@@ -49,10 +49,13 @@ type Gate struct {
 	Suppressed string
 }
 
-// SuppressedInPlan is the SQL condition that the target the SQL
+// suppressedInPlan is the SQL condition that the target the SQL
 // expressions plan and ordinal name was recorded as suppressed for that
-// plan (the claim's record in target_suppressed).
-func SuppressedInPlan(plan, ordinal string) string {
+// plan (the claim's record in target_suppressed). Other packages ask the
+// database's target_suppressed_in(plan), which takes the plan only: the
+// claim names each request's plan, and so keeps the condition written out
+// (TestSuppressedInPlanIsTheDatabases keeps the two equal).
+func suppressedInPlan(plan, ordinal string) string {
 	return `EXISTS (SELECT 1 FROM target_suppressed ts WHERE ts.plan_id = ` + plan + ` AND ts.ordinal = ` + ordinal + `)`
 }
 
@@ -73,14 +76,14 @@ func claimSQL(gate Gate) string {
 	INSERT INTO target_suppressed (plan_id, ordinal, key, suppression_id, job_id, owner)
 	SELECT o.plan_id, o.ordinal, o.key, o.suppression_id, nullif(o.job_id, 0), o.owner
 	FROM open o
-	CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur
+	CROSS JOIN LATERAL effect_current_epoch(o.key) cur
 	WHERE o.suppression_id IS NOT NULL
 	  AND NOT EXISTS (SELECT 1 FROM effect b WHERE b.key = o.key AND b.epoch = cur.epoch AND b.state IN ` + blockingStates + `)
 	ORDER BY o.plan_id, o.ordinal
 	ON CONFLICT (plan_id, ordinal) DO NOTHING
 )`
 		notSuppressed = `
-WHERE o.suppression_id IS NULL AND NOT ` + SuppressedInPlan("o.plan_id", "o.ordinal")
+WHERE o.suppression_id IS NULL AND NOT ` + suppressedInPlan("o.plan_id", "o.ordinal")
 	}
 	return `
 WITH req AS (
@@ -95,7 +98,7 @@ SELECT o.key, cur.epoch,
        (SELECT count(*) + 1 FROM effect e WHERE e.key = o.key AND e.epoch = cur.epoch),
        o.owner, nullif(o.job_id, 0), nullif(o.plan_id, 0), CASE WHEN o.plan_id = 0 THEN NULL ELSE o.ordinal END
 FROM open o
-CROSS JOIN LATERAL ` + CurrentEpochOf("o.key") + ` cur` + notSuppressed + `
+CROSS JOIN LATERAL effect_current_epoch(o.key) cur` + notSuppressed + `
 ORDER BY o.key
 ON CONFLICT (key, epoch) WHERE state IN ` + blockingStates + ` DO NOTHING
 RETURNING ` + effectCols

@@ -98,13 +98,6 @@ const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), 
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
 	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), coalesce(failure, ''), created_at, updated_at, settled_at`
 
-// EffectCols is the column list ScanEffect reads, for statements of other
-// packages that return effect rows (the executor's group commits).
-const EffectCols = effectCols
-
-// ScanEffect reads a row selected with EffectCols.
-func ScanEffect(row pgx.Row) (Effect, error) { return scanEffect(row) }
-
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var key, state, failure string
@@ -244,36 +237,17 @@ func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, e
 const blockingStates = `('pending', 'done', 'unknown', 'stranded')`
 
 // currentEpoch is the SQL expression for the current epoch of the key in
-// $1 (CurrentEpochOf).
-var currentEpoch = CurrentEpochOf("$1")
-
-// CurrentEpochOf is the SQL expression for the current epoch of the key
-// that keyExpr names (a parameter or a column): 0, or the latest recorded
-// bump (rule 5). Queries elsewhere that need a key's current epoch use it,
-// so the rule is written once.
-//
-// It is also a FROM item with one column, epoch: "CROSS JOIN LATERAL " +
-// CurrentEpochOf("t.key") + " cur". A statement that uses a key's epoch
-// more than once should take it that way: a lateral subquery with an
-// aggregate is evaluated once per row, where a scalar subquery that a
-// pulled-up lateral names twice is evaluated twice.
-func CurrentEpochOf(keyExpr string) string {
-	return "(SELECT coalesce(max(b.epoch), 0) AS epoch FROM effect_bump b WHERE b.key = " + keyExpr + ")"
-}
-
-// CurrentEpochsJoin is CurrentEpochOf for a statement over many keys: a
-// LEFT JOIN clause giving the key keyExpr names the latest epoch of its
-// bumps as alias.epoch (NULL when it has none), and the SQL expression
-// for the key's current epoch from it. Bumps are few (each is a human act
-// or a registered policy's): the join hashes them once, where
-// CurrentEpochOf probes effect_bump once per key — the targets of a
-// 1,000,000-target list done at their current epoch count in 1.5 s this
-// way, in 4.8 s with a probe per key.
-func CurrentEpochsJoin(keyExpr, alias string) (join, epoch string) {
-	return "LEFT JOIN (SELECT b.key, max(b.epoch) AS epoch FROM effect_bump b GROUP BY b.key) " + alias +
-			" ON " + alias + ".key = " + keyExpr,
-		"coalesce(" + alias + ".epoch, 0)"
-}
+// $1: 0, or the latest recorded bump (rule 5), as the database's
+// effect_current_epoch states it for every statement that needs a key's
+// epoch (docs/ARCHITECTURE.md, "Where each rule lives"). A statement that
+// names a key's epoch more than once takes it in FROM instead, as
+// "CROSS JOIN LATERAL effect_current_epoch(t.key) cur": PostgreSQL inlines
+// the function as a lateral subquery whose aggregate is evaluated once per
+// row, where a scalar subquery that a pulled-up lateral names twice is
+// evaluated twice. Over many keys, "LEFT JOIN effect_bumped_epoch() cur
+// ON cur.key = t.key" and coalesce(cur.epoch, 0) hash the few bumps once
+// instead of probing effect_bump per key.
+const currentEpoch = `(SELECT cur.epoch FROM effect_current_epoch($1) cur)`
 
 // CurrentEpoch returns key's epoch: 0, or the number of recorded bumps.
 func (s *Store) CurrentEpoch(ctx context.Context, key Key) (int, error) {

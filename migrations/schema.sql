@@ -208,6 +208,28 @@ $$;
 
 
 --
+-- Name: effect_bumped_epoch(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_bumped_epoch() RETURNS TABLE(key text, epoch integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT b.key, max(b.epoch) FROM effect_bump b GROUP BY b.key
+$$;
+
+
+--
+-- Name: effect_current_epoch(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_current_epoch(key text) RETURNS TABLE(epoch integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(max(b.epoch), 0) FROM effect_bump b WHERE b.key = effect_current_epoch.key
+$$;
+
+
+--
 -- Name: effect_insert(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -779,6 +801,17 @@ $$;
 
 
 --
+-- Name: target_suppressed_in(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.target_suppressed_in(plan bigint) RETURNS TABLE(ordinal integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT ts.ordinal FROM target_suppressed ts WHERE ts.plan_id = target_suppressed_in.plan
+$$;
+
+
+--
 -- Name: target_suppression(bigint, integer); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1085,6 +1118,17 @@ CREATE FUNCTION public.tool_window_closed(w interval, since timestamp with time 
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
     SELECT w IS NOT NULL AND moment >= since + w - least(interval '1 minute', w / 10)
+$$;
+
+
+--
+-- Name: worker_alive(interval); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.worker_alive(within interval) RETURNS TABLE(owner text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT w.owner FROM worker_process w WHERE w.seen_at > now() - worker_alive.within
 $$;
 
 

@@ -167,24 +167,28 @@ FROM target o LEFT JOIN target n ON n.list_id = $2 AND n.key = o.key
 WHERE o.list_id = $1`
 
 // doneSQL is the SQL condition that target t's key has an effect done at
-// its current epoch (the ledger's own expression of the epoch): the
-// ledger's unique index holds it, so no run of any version sends it again.
-// A page asks it of the rows it walks, one key at a time.
-var doneSQL = `EXISTS (SELECT 1 FROM effect e WHERE e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
-	AND e.epoch = ` + ledger.CurrentEpochOf("t.key") + `)`
+// its current epoch (the ledger's effect_current_epoch, migration 0028):
+// the ledger's unique index holds it, so no run of any version sends it
+// again. A page asks it of the rows it walks, one key at a time.
+const doneSQL = `EXISTS (SELECT 1 FROM effect e WHERE e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
+	AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur))`
+
+// currentEpochsJoin gives target t's key the latest epoch of its bumps as
+// cur.epoch (NULL when it has none; its current epoch is then 0) with the
+// epoch of every key at once: the ledger's effect_bumped_epoch (migration
+// 0028) hashed once, where effect_current_epoch would probe effect_bump
+// once per target.
+const currentEpochsJoin = `LEFT JOIN effect_bumped_epoch() cur ON cur.key = t.key`
 
 // doneCountSQL counts the targets of list $1 done at their current epoch,
 // as doneSQL says, with the epoch of every key at once
-// (ledger.CurrentEpochsJoin): a join of the list to the done effects. A
-// key has at most one done effect at an epoch (the ledger's unique index
-// of blocking attempts), so each target counts once.
-var doneCountSQL = func() string {
-	join, epoch := ledger.CurrentEpochsJoin("t.key", "cur")
-	return `SELECT count(*) FROM target t
+// (currentEpochsJoin): a join of the list to the done effects. A key has
+// at most one done effect at an epoch (the ledger's unique index of
+// blocking attempts), so each target counts once.
+const doneCountSQL = `SELECT count(*) FROM target t
 JOIN effect e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
-` + join + `
-WHERE t.list_id = $1 AND e.epoch = ` + epoch
-}()
+` + currentEpochsJoin + `
+WHERE t.list_id = $1 AND e.epoch = coalesce(cur.epoch, 0)`
 
 // A page of one kind of row is found in key order after the key @after,
 // up to the key @last, in one of two ways (DiffTargets picks):
@@ -242,15 +246,12 @@ WHERE t.list_id = @base AND t.key > @after AND t.key <= @last
   AND NOT EXISTS (SELECT 1 FROM target n WHERE n.list_id = @current AND n.key = t.key)
 ORDER BY t.key LIMIT @limit`,
 		RowsChanged: diffChangedSQL,
-		RowsDone: func() string {
-			join, epoch := ledger.CurrentEpochsJoin("t.key", "cur")
-			return `
+		RowsDone: `
 SELECT t.key, t.ordinal, t.target, t.vars, 0, '{}'::jsonb FROM target t
 JOIN effect e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
-` + join + `
-WHERE t.list_id = @current AND t.key > @after AND t.key <= @last AND e.epoch = ` + epoch + `
-ORDER BY t.key LIMIT @limit`
-		}(),
+` + currentEpochsJoin + `
+WHERE t.list_id = @current AND t.key > @after AND t.key <= @last AND e.epoch = coalesce(cur.epoch, 0)
+ORDER BY t.key LIMIT @limit`,
 	}
 	// diffWindowSQL finds the last key of the window a walk reads: the
 	// @window-th key after @after of list @list (none: the list ends

@@ -2,8 +2,6 @@ package audit
 
 // The package's SQL, in one place. Every query reads; none writes.
 
-import "github.com/onceplan/onceplan/ledger"
-
 // metricSQL counts a plan's targets by the newest attempt at their key's
 // current epoch, in one statement (@plan is the plan's id), and those the
 // claim found suppressed (sup: recorded in target_suppressed for one of
@@ -65,7 +63,7 @@ SELECT p.campaign_id, p.version, p.target_count, p.list_id,
        c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.revoked,
        (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
           SELECT 1 FROM effect e WHERE e.key = s.key AND effect_blocks(e.state)
-            AND e.epoch = ` + ledger.CurrentEpochOf("s.key") + `)) AS suppressed
+            AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(s.key) cur))) AS suppressed
 FROM p CROSS JOIN counted c`
 
 // planAttempts is the WITH list metricSQL and failedSQL share: the plan
@@ -138,7 +136,8 @@ const (
 // and (as counts) the campaign's status. Its predicates are written once,
 // here or in package ledger, and both statements below are built from them:
 //
-//   - the current epoch of a key: ledger.CurrentEpochOf;
+//   - the current epoch of a key: effect_current_epoch (migration 0028,
+//     inlined by PostgreSQL);
 //   - the states that hold a key at its epoch: effect_blocks (migration
 //     0027, inlined by PostgreSQL);
 //   - an attempt that counts for the target (countedAttempt): the
@@ -193,7 +192,7 @@ SELECT t.ordinal, t.target, t.key, cur.epoch, ` + targetState + `, coalesce(e.at
        CASE WHEN ` + targetState + ` = '` + StateSuppressed + `' THEN sup.why ELSE coalesce(e.reason, '') END,
        coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text
 FROM %s
-CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("t.key") + ` cur
+CROSS JOIN LATERAL effect_current_epoch(t.key) cur
 LEFT JOIN LATERAL (
   SELECT ` + attemptState("x", "t.list_id") + ` AS state, effect_blocks(x.state) AS blocking,
          x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,
@@ -247,7 +246,7 @@ WITH decided AS (
   WHERE t.list_id = $1 AND ` + countedAttempt("e", "$1") + `
   ORDER BY e.key, e.epoch DESC, ` + decidingOrder("e") + `
 ), current AS (
-  SELECT d.key, d.state, d.blocking FROM decided d WHERE d.epoch = ` + ledger.CurrentEpochOf("d.key") + `
+  SELECT d.key, d.state, d.blocking FROM decided d WHERE d.epoch = (SELECT cur.epoch FROM effect_current_epoch(d.key) cur)
 ), suppressed AS (
   SELECT DISTINCT t.key FROM target_suppressed ts JOIN target t ON t.list_id = $1 AND t.key = ts.key
   WHERE ` + ownAttempt("ts", "$1") + `
@@ -308,4 +307,4 @@ var outsideSQL = `
 SELECT count(DISTINCT t.ordinal)::int
 FROM effect e JOIN target t ON t.list_id = @list AND t.key = e.key
 WHERE e.plan_id IS NULL AND effect_blocks(e.state) AND t.ordinal <= @count
-  AND e.epoch = ` + ledger.CurrentEpochOf("e.key")
+  AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(e.key) cur)`

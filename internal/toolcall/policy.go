@@ -287,15 +287,12 @@ func scanPolicy(row pgx.Row) (Policy, error) {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// CurrentPolicySQL is the SQL expression for the id of the policy in
-// force for the tool the SQL expression tool names: the latest row an
-// admin registered, else the first-use row (migration 0021's
-// tool_policy_current, which the attempt trigger also uses).
-func CurrentPolicySQL(tool string) string { return "tool_policy_current(" + tool + ")" }
-
-// CurrentPolicy is the policy in force for tool, or ErrNotRegistered.
+// CurrentPolicy is the policy in force for tool, or ErrNotRegistered: the
+// latest row an admin registered, else the first-use row, as the database's
+// tool_policy_current (migration 0021) says, which the attempt trigger
+// also asks.
 func CurrentPolicy(ctx context.Context, db DB, tool string) (Policy, error) {
-	p, err := scanPolicy(db.QueryRow(ctx, `SELECT `+policyCols+` FROM tool_policy WHERE id = `+CurrentPolicySQL("$1"), tool))
+	p, err := scanPolicy(db.QueryRow(ctx, `SELECT `+policyCols+` FROM tool_policy WHERE id = tool_policy_current($1)`, tool))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Policy{}, fmt.Errorf("%w: tool %s has never been used or registered", ErrNotRegistered, tool)
 	}
@@ -313,7 +310,7 @@ func policyByID(ctx context.Context, db DB, id int64) (Policy, error) {
 // Policies lists the policy in force of every tool, by tool name.
 func Policies(ctx context.Context, db DB) ([]Policy, error) {
 	rows, err := db.Query(ctx, `SELECT `+policyCols+` FROM tool_policy
-		WHERE id IN (SELECT `+CurrentPolicySQL("t.tool")+` FROM (SELECT DISTINCT tool FROM tool_policy) t)
+		WHERE id IN (SELECT tool_policy_current(t.tool) FROM (SELECT DISTINCT tool FROM tool_policy) t)
 		ORDER BY tool`)
 	if err != nil {
 		return nil, err

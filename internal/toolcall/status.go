@@ -145,7 +145,7 @@ func (s Status) InDoubt() bool {
 // it while it blocks) and the attempt's lease a.
 var latestAttemptFrom = `
 FROM tool_call c
-CROSS JOIN LATERAL ` + ledger.CurrentEpochOf("c.key") + ` cur
+CROSS JOIN LATERAL effect_current_epoch(c.key) cur
 LEFT JOIN LATERAL (SELECT e.* FROM effect e WHERE e.key = c.key AND e.epoch = cur.epoch ORDER BY e.id DESC LIMIT 1) x ON true
 LEFT JOIN tool_attempt a ON a.effect_id = x.id`
 
