@@ -827,7 +827,7 @@ func (e *Executor) inDoubt(ctx context.Context, j Job, prov provider.Provider, c
 }
 
 // ownerAlive reports whether the worker process owner is alive: among the
-// database's worker_alive(within) (migration 0028), the processes whose
+// database's worker_alive(within) (migration 0029), the processes whose
 // heartbeat in worker_process is younger than within, this executor's
 // OwnerTimeout. An attempt or a running job whose owner is not alive is in
 // doubt, and recovery takes it. Other packages' statements ask

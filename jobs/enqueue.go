@@ -23,7 +23,7 @@ const unfinishedJob = `j.state NOT IN ('completed', 'cancelled', 'discarded')`
 // liveJob is the SQL condition for "job j still stands for its target": not
 // finished, and not a "running" job whose process is dead ($owner_timeout
 // names the interval; worker_alive is the executor's rule, migration
-// 0028). River will rescue such a job eventually; until it does, it must
+// 0029). River will rescue such a job eventually; until it does, it must
 // not stop the target from being enqueued again, nor keep its campaign
 // from completing.
 var liveJob = unfinishedJob + `
@@ -32,7 +32,7 @@ var liveJob = unfinishedJob + `
 // notBlocked is the SQL condition for "target t has no blocking ledger row
 // at its key's current epoch, and was not recorded as suppressed for plan
 // @plan" (a suppressed target is final for its plan: no job for it). Each
-// rule is the ledger's, stated in the database (migrations 0027 and 0028):
+// rule is the ledger's, stated in the database (migrations 0027 and 0029):
 // effect_blocks, effect_current_epoch and target_suppressed_in.
 const notBlocked = `NOT EXISTS (
 	SELECT 1 FROM effect f

@@ -167,7 +167,7 @@ FROM target o LEFT JOIN target n ON n.list_id = $2 AND n.key = o.key
 WHERE o.list_id = $1`
 
 // doneSQL is the SQL condition that target t's key has an effect done at
-// its current epoch (the ledger's effect_current_epoch, migration 0028):
+// its current epoch (the ledger's effect_current_epoch, migration 0029):
 // the ledger's unique index holds it, so no run of any version sends it
 // again. A page asks it of the rows it walks, one key at a time.
 const doneSQL = `EXISTS (SELECT 1 FROM effect e WHERE e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
@@ -176,7 +176,7 @@ const doneSQL = `EXISTS (SELECT 1 FROM effect e WHERE e.key = t.key AND e.state 
 // currentEpochsJoin gives target t's key the latest epoch of its bumps as
 // cur.epoch (NULL when it has none; its current epoch is then 0) with the
 // epoch of every key at once: the ledger's effect_bumped_epoch (migration
-// 0028) hashed once, where effect_current_epoch would probe effect_bump
+// 0029) hashed once, where effect_current_epoch would probe effect_bump
 // once per target.
 const currentEpochsJoin = `LEFT JOIN effect_bumped_epoch() cur ON cur.key = t.key`
 

@@ -136,7 +136,7 @@ const (
 // and (as counts) the campaign's status. Its predicates are written once,
 // here or in package ledger, and both statements below are built from them:
 //
-//   - the current epoch of a key: effect_current_epoch (migration 0028,
+//   - the current epoch of a key: effect_current_epoch (migration 0029,
 //     inlined by PostgreSQL);
 //   - the states that hold a key at its epoch: effect_blocks (migration
 //     0027, inlined by PostgreSQL);
