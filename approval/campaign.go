@@ -278,3 +278,29 @@ func validUUID(s string) bool {
 	}
 	return true
 }
+
+// AnyCampaign reports whether any campaign exists.
+func AnyCampaign(ctx context.Context, db onceplan.DB) (bool, error) {
+	var exists bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM campaign)`).Scan(&exists)
+	return exists, err
+}
+
+// CampaignTool is a campaign's id and the tool its effects are keyed by.
+type CampaignTool struct {
+	ID   string
+	Tool string
+}
+
+// CampaignTools lists every campaign's id and tool.
+func CampaignTools(ctx context.Context, db onceplan.DB) ([]CampaignTool, error) {
+	rows, err := db.Query(ctx, `SELECT id::text, tool FROM campaign`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CampaignTool, error) {
+		var c CampaignTool
+		err := r.Scan(&c.ID, &c.Tool)
+		return c, err
+	})
+}

@@ -280,3 +280,23 @@ func PreviewWithLink(ctx context.Context, db onceplan.DB, d Content, address str
 	}
 	return t.RenderWithLink(to, vars, unsubscribeURL)
 }
+
+// Providers maps each of the plans ids names to the provider it sends
+// through; an unknown id is absent.
+func Providers(ctx context.Context, db onceplan.DB, ids []int64) (map[int64]string, error) {
+	out := map[int64]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT id, provider FROM plan WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id int64
+	var provider string
+	_, err = pgx.ForEachRow(rows, []any{&id, &provider}, func() error {
+		out[id] = provider
+		return nil
+	})
+	return out, err
+}

@@ -58,8 +58,8 @@ func EnsureDemo(ctx context.Context, pool *pgxpool.Pool, svc *approval.Service, 
 	if opts.Targets == 0 {
 		opts.Targets = DemoTargets
 	}
-	var exists bool
-	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM campaign)`).Scan(&exists); err != nil {
+	exists, err := approval.AnyCampaign(ctx, pool)
+	if err != nil {
 		return "", err
 	}
 	if exists {

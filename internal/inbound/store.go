@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/suppression"
@@ -93,16 +94,12 @@ func (r *recorder) campaignList(ctx context.Context) ([]campaignTool, error) {
 	if r.loaded {
 		return r.campaigns, nil
 	}
-	rows, err := r.tx.Query(ctx, `SELECT id::text, tool FROM campaign`)
+	all, err := approval.CampaignTools(ctx, r.tx)
 	if err != nil {
 		return nil, err
 	}
-	var c campaignTool
-	if _, err := pgx.ForEachRow(rows, []any{&c.id, &c.tool}, func() error {
-		r.campaigns = append(r.campaigns, c)
-		return nil
-	}); err != nil {
-		return nil, err
+	for _, c := range all {
+		r.campaigns = append(r.campaigns, campaignTool{id: c.ID, tool: c.Tool})
 	}
 	r.loaded = true
 	return r.campaigns, nil

@@ -13,13 +13,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/jobs/riverdb"
+	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
 )
 
 var (
@@ -118,21 +119,13 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *dbCollector) collect(ctx context.Context, ch chan<- prometheus.Metric) error {
-	var pending, unknown float64
-	var oldest *float64
-	if err := c.pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM effect WHERE state = 'pending'),
-		       (SELECT count(*) FROM effect WHERE state = 'unknown'),
-		       (SELECT extract(epoch FROM now() - min(created_at)) FROM effect WHERE state = 'pending')`).
-		Scan(&pending, &unknown, &oldest); err != nil {
+	doubt, err := ledger.InDoubtNow(ctx, c.pool)
+	if err != nil {
 		return err
 	}
-	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, pending, "pending")
-	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, unknown, "unknown")
-	age := 0.0
-	if oldest != nil {
-		age = *oldest
-	}
+	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, float64(doubt.Pending), "pending")
+	ch <- prometheus.MustNewConstMetric(inDoubtDesc, prometheus.GaugeValue, float64(doubt.Unknown), "unknown")
+	age := doubt.OldestPending.Seconds()
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age)
 
 	queues, err := riverdb.QueueStates(ctx, c.pool)
@@ -192,18 +185,35 @@ func (c *dbCollector) effectCounts(ctx context.Context) ([]effectCount, error) {
 }
 
 func (c *dbCollector) recount(ctx context.Context) ([]effectCount, error) {
-	rows, err := c.pool.Query(ctx, `
-		SELECT coalesce(p.provider, ''), e.state::text, count(*)
-		FROM effect e LEFT JOIN plan p ON p.id = e.plan_id
-		GROUP BY 1, 2`)
+	counts, err := ledger.CountByPlan(ctx, c.pool)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (effectCount, error) {
-		var e effectCount
-		err := r.Scan(&e.provider, &e.state, &e.n)
-		return e, err
-	})
+	var ids []int64
+	for _, k := range counts {
+		if k.PlanID != 0 {
+			ids = append(ids, k.PlanID)
+		}
+	}
+	providers, err := plan.Providers(ctx, c.pool, ids)
+	if err != nil {
+		return nil, err
+	}
+	// Several plans send through one provider: their counts add up.
+	sum := map[[2]string]float64{}
+	var order [][2]string
+	for _, k := range counts {
+		at := [2]string{providers[k.PlanID], string(k.State)}
+		if _, seen := sum[at]; !seen {
+			order = append(order, at)
+		}
+		sum[at] += float64(k.N)
+	}
+	out := make([]effectCount, 0, len(order))
+	for _, at := range order {
+		out = append(out, effectCount{provider: at[0], state: at[1], n: sum[at]})
+	}
+	return out, nil
 }
 
 // Init makes the per-provider series exist at zero, so dashboards and
