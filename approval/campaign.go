@@ -304,3 +304,39 @@ func CampaignTools(ctx context.Context, db onceplan.DB) ([]CampaignTool, error) 
 		return c, err
 	})
 }
+
+// Live lists, by id, the campaigns with a plan that run or are paused,
+// and those completed within the last completedWithin (whose last
+// messages may still be owed).
+func Live(ctx context.Context, db onceplan.DB, completedWithin time.Duration) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT c.id FROM campaign c
+		WHERE c.plan_id IS NOT NULL
+		  AND (c.state IN ('running', 'paused')
+		       OR (c.state = 'completed' AND EXISTS (SELECT 1 FROM campaign_event e
+		            WHERE e.campaign_id = c.id AND e.action = 'complete' AND e.created_at > now() - $1::interval)))
+		ORDER BY c.id`, completedWithin.String())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Names maps each of the campaigns ids names to its name; an unknown id
+// is absent.
+func Names(ctx context.Context, db onceplan.DB, ids []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `SELECT id::text, name FROM campaign WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var id, name string
+	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		out[id] = name
+		return nil
+	})
+	return out, err
+}

@@ -520,17 +520,7 @@ func (s *Service) ScanAttention(ctx context.Context, announce func(ctx context.C
 	// A campaign completed within two windows and a wait may still owe
 	// its last message (its growth came just before it completed).
 	recent := 2*s.cfg.Window + s.cfg.Wait
-	rows, err := s.cfg.DB.Query(ctx, `
-		SELECT c.id FROM campaign c
-		WHERE c.plan_id IS NOT NULL
-		  AND (c.state IN ('running', 'paused')
-		       OR (c.state = 'completed' AND EXISTS (SELECT 1 FROM campaign_event e
-		            WHERE e.campaign_id = c.id AND e.action = 'complete' AND e.created_at > now() - $1::interval)))
-		ORDER BY c.id`, recent.String())
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := approval.Live(ctx, s.cfg.DB, recent)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 )
@@ -186,24 +187,39 @@ type Delivery struct {
 // retrying or failed), newest first, at most limit.
 func Undelivered(ctx context.Context, db onceplan.DB, limit int) ([]Delivery, error) {
 	rows, err := db.Query(ctx, `
-		SELECT n.id, n.created_at, n.event, n.campaign_id, c.name, n.notifier, n.recipient,
+		SELECT n.id, n.created_at, n.event, n.campaign_id, n.notifier, n.recipient,
 		       coalesce(a.status, 'pending'), (SELECT count(*) FROM notification_attempt x WHERE x.notification_id = n.id),
 		       a.created_at, coalesce(a.http_status, 0), coalesce(a.answer, ''), coalesce(a.error, '')
-		FROM notification n JOIN campaign c ON c.id = n.campaign_id
+		FROM notification n
 		LEFT JOIN LATERAL (SELECT * FROM notification_attempt a WHERE a.notification_id = n.id ORDER BY a.id DESC LIMIT 1) a ON true
 		WHERE a.status IS DISTINCT FROM 'delivered'
 		ORDER BY n.id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
 		var d Delivery
 		var last *time.Time
-		err := r.Scan(&d.ID, &d.CreatedAt, &d.Event, &d.CampaignID, &d.CampaignName, &d.Notifier, &d.Recipient,
+		err := r.Scan(&d.ID, &d.CreatedAt, &d.Event, &d.CampaignID, &d.Notifier, &d.Recipient,
 			&d.State, &d.Attempts, &last, &d.HTTPStatus, &d.Answer, &d.Error)
 		if last != nil {
 			d.LastAt = *last
 		}
 		return d, err
 	})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(out))
+	for _, d := range out {
+		ids = append(ids, d.CampaignID)
+	}
+	names, err := approval.Names(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].CampaignName = names[out[i].CampaignID]
+	}
+	return out, nil
 }
