@@ -52,8 +52,11 @@ const (
 )
 
 // agentLease is the agents' lease in these tests: short, so recovery
-// begins within seconds.
-const agentLease = time.Second
+// begins within seconds, yet long enough that a begin answered late on a
+// busy machine (a takeover first probes the outside system) still leaves
+// the agent time to start its body before the lease ends; with 1 s, a
+// loaded run saw "the lease ended before the body could start".
+const agentLease = 3 * time.Second
 
 // toolAgentMain is the agent: one tool call through toolclient. With
 // TA_CRASH it begins, runs the body and calls the outside system with
@@ -575,6 +578,20 @@ func (w *toolWorld) pastTheWindow(tool, window string, i int) error {
 		return res.StatusCode == http.StatusNotFound
 	}) {
 		return fmt.Errorf("%s: the outside system did not forget the key within 30s", event)
+	}
+	// ... and once the killed agent's lease has ended (the server's
+	// lease_until), so the restart takes the call over instead of being
+	// told it is in flight.
+	if !await.Poll(30*time.Second, func() bool {
+		_, st, err := w.api(http.MethodGet, "/effects/"+string(key), w.operator, nil)
+		if err != nil {
+			return false
+		}
+		until, _ := st["lease_until"].(string)
+		end, err := time.Parse(time.RFC3339Nano, until)
+		return err != nil || time.Now().After(end)
+	}) {
+		return fmt.Errorf("%s: the killed agent's lease did not end within 30s", event)
 	}
 	r, err = w.runAgent(tool, event, "")
 	if err != nil {
