@@ -16,6 +16,7 @@ import (
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/internal/pgnotify"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -83,12 +84,12 @@ type Service struct {
 	// records (nil: nothing is announced).
 	Announcer Announcer
 	// decisions wakes WaitDecision's waiters (decision_wait.go).
-	decisions *decisionHub
+	decisions *pgnotify.Hub
 }
 
 // NewService returns a Service on pool.
 func NewService(pool *pgxpool.Pool, enqueuer Enqueuer) *Service {
-	return &Service{pool: pool, enqueuer: enqueuer, Now: time.Now, decisions: newDecisionHub(pool)}
+	return &Service{pool: pool, enqueuer: enqueuer, Now: time.Now, decisions: pgnotify.New(pool, DecisionChannel)}
 }
 
 // TargetsParams is an uploaded target list.
