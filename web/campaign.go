@@ -48,7 +48,7 @@ func (s *Server) handleCampaignList(c echo.Context) error {
 	for i, camp := range camps {
 		ids[i] = camp.ID
 	}
-	last, err := lastActivity(ctx, s.cfg.Pool, ids)
+	last, err := approval.LastEventAt(ctx, s.cfg.Pool, ids)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/web/view"
@@ -58,7 +59,7 @@ func (s *Server) approvalPage(c echo.Context, camp approval.Campaign) (view.Appr
 		return p, err
 	}
 	p.Approvals = len(p.Approvers)
-	names, err := userEmails(ctx, s.cfg.Pool, []int64{d.ProposedBy, d.LastEditedBy})
+	names, err := auth.Emails(ctx, s.cfg.Pool, []int64{d.ProposedBy, d.LastEditedBy})
 	if err != nil {
 		return p, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -55,7 +56,7 @@ func (s *Server) handleAudit(c echo.Context) error {
 			ids = append(ids, e.ActorID)
 		}
 	}
-	names, err := userEmails(ctx, s.cfg.Pool, ids)
+	names, err := auth.Emails(ctx, s.cfg.Pool, ids)
 	if err != nil {
 		return err
 	}

@@ -8,11 +8,8 @@ package web
 import (
 	"context"
 	"strings"
-	"time"
 
-	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
-	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -87,16 +84,6 @@ func draftTargets(ctx context.Context, db onceplan.DB, listID int64, after, limi
 		out[i] = view.DraftTarget{Ordinal: t.Ordinal, Line: t.Line, Target: t.Target, Vars: t.Vars}
 	}
 	return out, nil
-}
-
-// userEmails maps user ids to emails.
-func userEmails(ctx context.Context, db onceplan.DB, ids []int64) (map[int64]string, error) {
-	return auth.Emails(ctx, db, ids)
-}
-
-// lastActivity returns each campaign's latest audit event time.
-func lastActivity(ctx context.Context, db onceplan.DB, ids []string) (map[string]time.Time, error) {
-	return approval.LastEventAt(ctx, db, ids)
 }
 
 // bumps lists a key's recorded epoch bumps.
