@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from onceplan import Call, Client, InDoubt, NotPerformed, Rejected, subject  # noqa: E402
 
-LEASE_SECONDS = 2
+LEASE_SECONDS = 3
 
 
 def reach(point: str, crash: str, key: str) -> None:
