@@ -441,11 +441,9 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	if err != nil {
 		return report, err
 	}
-	return report, s.event(ctx, tx, &a, c, auth.ActionImport, "", "", map[string]any{
-		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
-		"rejected": report.RejectedCount, "suppressed": report.SuppressedCount, "empty": report.EmptyCount,
-		"target_count": report.TargetCount, "append": t.Append,
-	})
+	// The trail keeps the counts and the first refused lines: the draft's
+	// history (history.go).
+	return report, s.event(ctx, tx, &a, c, auth.ActionImport, "", "", importDetailOf(report, t.Append))
 }
 
 // MissingVarsError blocks a submission: targets lack variables the

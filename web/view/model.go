@@ -203,6 +203,15 @@ type ApprovalPage struct {
 	SuppressedNow int
 	// TestSend is the test-send form (nil when the user may not).
 	TestSend *TestSendForm
+	// Rejected says who rejected the version last submitted, when and
+	// why, while it is back with its proposer ("" otherwise).
+	Rejected string
+	// EmptyWarnings are the submission's warnings about the list, shown
+	// to the proposer at submit: the approver sees them too.
+	EmptyWarnings
+	// SampleNote says which targets the samples are, or why there are
+	// fewer than asked.
+	SampleNote string
 }
 
 // TargetRow is one target of a running plan.
@@ -322,17 +331,23 @@ type Metric struct {
 	Reasons []string `json:"reasons"`
 }
 
-// Event is one entry of the audit trail.
+// Event is one entry of the audit trail: the campaign's history.
 type Event struct {
 	At       time.Time
+	Version  int
 	Action   string
 	Actor    string
 	Reason   string
 	PlanHash string
 	Detail   string
+	// Summary says what happened in a sentence; Lines are the lines an
+	// import refused (the first of them), with why.
+	Summary string
+	Lines   []Rejection
 }
 
-// AuditPage shows the metric and the audit trail.
+// AuditPage shows the metric and the audit trail; a campaign never
+// approved (Campaign.HasPlan false) has no metric, only its history.
 type AuditPage struct {
 	Page
 	Campaign Campaign
