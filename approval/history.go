@@ -67,6 +67,10 @@ func (e Event) Summary() string {
 	v := fmt.Sprintf("version %d", e.Version)
 	switch auth.Action(e.Action) {
 	case auth.ActionCreate:
+		var cp copyDetail
+		if json.Unmarshal(e.Detail, &cp) == nil && cp.Of != "" {
+			return fmt.Sprintf("Created the campaign (%s) from campaign %q, importing the list of its version %d.", v, cp.Name, cp.Version)
+		}
 		return "Created the campaign (" + v + ")."
 	case auth.ActionEdit:
 		return "Saved the message of " + v + "."

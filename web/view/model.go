@@ -62,6 +62,9 @@ type Campaign struct {
 	// ListUnsubscribe: each message carries a one-click unsubscribe link
 	// (false: a transactional campaign).
 	ListUnsubscribe bool
+	// Starts says when it starts, in words, until it has started ("" once
+	// it has, or when it never will).
+	Starts string
 }
 
 // CampaignRow is one line of the campaigns list.
@@ -98,6 +101,21 @@ type NewCampaignPage struct {
 	FieldErrors       map[string]string
 	// Transactional: the box "no unsubscribe link" is ticked.
 	Transactional bool
+	// Start is when it starts once approved ("manual", "approval" or
+	// "at"), ScheduledAt the time for "at" (UTC, as typed).
+	Start       string
+	ScheduledAt string
+	// Copy is the campaign whose list the new one imports (a clone).
+	Copy *CopySource
+}
+
+// CopySource is the campaign a new one is made from: the list of its
+// current version is imported again.
+type CopySource struct {
+	ID          string
+	Name        string
+	Version     int
+	TargetCount int
 }
 
 // Rejection is a CSV line an import refused.
