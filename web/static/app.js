@@ -71,7 +71,6 @@
         el.setAttribute("data-stale-disabled", "");
       }
     });
-    document.documentElement.setAttribute("data-server", "silent");
   }
 
   // answered notes an answer; it reports whether the page was stale.
@@ -88,7 +87,6 @@
       el.disabled = false;
       el.removeAttribute("data-stale-disabled");
     });
-    document.documentElement.setAttribute("data-server", "answering");
     return true;
   }
 
