@@ -97,7 +97,9 @@ type TargetsParams struct {
 	Format        plan.Format
 	Body          io.Reader
 	AddressColumn string
-	Append        bool
+	// Encoding is the CSV's declared encoding ("": UTF-8).
+	Encoding plan.Encoding
+	Append   bool
 }
 
 // CreateParams is a new campaign with its first draft.
@@ -435,7 +437,7 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	}
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
-		AddressColumn: t.AddressColumn, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
+		AddressColumn: t.AddressColumn, Encoding: t.Encoding, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
 		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {

@@ -282,18 +282,22 @@ func (s *Server) handleImport(c echo.Context) error {
 		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: map[string]string{"targets": "choose a CSV file to upload"}})
 	}
 	defer file.Close()
-	res, err := s.cfg.Approval.ImportTargets(c.Request().Context(), mustActor(c), camp.ID, approval.TargetsParams{
-		Format: plan.FormatCSV, Body: file,
-		AddressColumn: strings.TrimSpace(c.FormValue("address_column")),
-		Append:        c.FormValue("append") != "",
-	})
-	if err != nil {
-		if errs, ok := fieldErrors(err); ok {
-			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+	encoding, err := plan.ParseEncoding(c.FormValue("encoding"))
+	if err == nil {
+		var res approval.Result
+		res, err = s.cfg.Approval.ImportTargets(c.Request().Context(), mustActor(c), camp.ID, approval.TargetsParams{
+			Format: plan.FormatCSV, Body: file, Encoding: encoding,
+			AddressColumn: strings.TrimSpace(c.FormValue("address_column")),
+			Append:        c.FormValue("append") != "",
+		})
+		if err == nil {
+			return s.redirectShowing(c, "/campaigns/"+camp.ID+"/draft", "imported", shownResult{campaign: camp.ID, report: res.Import})
 		}
-		return err
 	}
-	return s.redirectShowing(c, "/campaigns/"+camp.ID+"/draft", "imported", shownResult{campaign: camp.ID, report: res.Import})
+	if errs, ok := fieldErrors(err); ok {
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+	}
+	return err
 }
 
 // handleSubmit asks for approval of the draft the proposer was shown.

@@ -56,6 +56,8 @@ type newCampaignForm struct {
 	// Transactional: no unsubscribe link in the messages (the box
 	// "transactional" ticked).
 	Transactional bool
+	// Encoding is the uploaded list's declared encoding, as given.
+	Encoding string
 }
 
 func readNewCampaignForm(c echo.Context) newCampaignForm {
@@ -69,13 +71,18 @@ func readNewCampaignForm(c echo.Context) newCampaignForm {
 		RequiredApprovals: n,
 		Payload:           readPayloadForm(c),
 		Transactional:     c.FormValue("transactional") != "",
+		Encoding:          strings.TrimSpace(c.FormValue("encoding")),
 	}
 }
 
 // hash identifies what the form asks for (with the size of the uploaded
 // list, -1 without one): the request hash beside its idempotency key.
 func (f newCampaignForm) hash(listSize int64) string {
-	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional})
+	fields := []any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional}
+	if f.Encoding != "" {
+		fields = append(fields, f.Encoding)
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -89,6 +96,9 @@ func (f newCampaignForm) Validate(providers []string) error {
 		return &onceplan.FieldError{Field: "provider", Reason: "choose one of the configured providers: " + strings.Join(providers, ", ")}
 	case f.RequiredApprovals < 1 || f.RequiredApprovals > 10:
 		return &onceplan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
+	}
+	if _, err := plan.ParseEncoding(f.Encoding); err != nil {
+		return err
 	}
 	return f.Payload.Validate()
 }
