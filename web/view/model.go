@@ -286,16 +286,19 @@ type Bump struct {
 // TargetPage shows one target and every attempt at it.
 type TargetPage struct {
 	Page
-	Campaign     Campaign
-	Row          TargetRow
-	Vars         string
-	Attempts     []Attempt
-	Bumps        []Bump
-	Events       []ProviderEvent // bounces and complaints reported (package inbound)
-	CanResolve   bool
-	CanSupersede bool
-	CanRevoke    bool
-	CanOperate   bool
+	Campaign Campaign
+	Row      TargetRow
+	Vars     string
+	Attempts []Attempt
+	Bumps    []Bump
+	Events   []ProviderEvent // bounces and complaints reported (package inbound)
+	// AddressSuppressed is the suppression in force for the target's
+	// address (nil: none).
+	AddressSuppressed *SuppressionRow
+	CanResolve        bool
+	CanSupersede      bool
+	CanRevoke         bool
+	CanOperate        bool
 }
 
 // Metric is the exactly-once metric of a campaign's plan (package

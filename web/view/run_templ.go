@@ -1496,7 +1496,7 @@ func Target(p TargetPage) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = providerEvents(p.Events).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = providerEvents(p.Events, p.AddressSuppressed).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
