@@ -459,8 +459,12 @@ type MissingVarsError struct {
 
 func (e *MissingVarsError) Error() string {
 	first := e.Missing[0]
-	return fmt.Sprintf("%d targets lack merge variables the draft uses; first: line %d (%s) has no %s",
-		e.Total, first.Line, first.Target, strings.Join(first.Missing, ", "))
+	lack := fmt.Sprintf("%d targets lack", e.Total)
+	if e.Total == 1 {
+		lack = "1 target lacks"
+	}
+	return fmt.Sprintf("%s merge variables the draft uses; first: line %d (%s) has no %s",
+		lack, first.Line, first.Target, strings.Join(first.Missing, ", "))
 }
 
 // Is makes the error a validation error.

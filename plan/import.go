@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -417,4 +418,21 @@ func ListTargets(ctx context.Context, db onceplan.DB, listID int64, after, limit
 		err := r.Scan(&t.Ordinal, &t.Line, &t.Target, &t.Vars)
 		return t, err
 	})
+}
+
+// OrdinalOf finds the target of list listID with address (normalised as
+// a target's is) and returns its ordinal; a list without it is
+// onceplan.ErrNotFound, saying so.
+func OrdinalOf(ctx context.Context, db onceplan.DB, listID int64, address string) (int, error) {
+	target, err := ledger.NewEmailTarget(address)
+	if err != nil {
+		return 0, fieldErr("address", "%q is not an email address", strings.TrimSpace(address))
+	}
+	var ordinal int
+	err = db.QueryRow(ctx, `SELECT ordinal FROM target WHERE list_id = $1 AND target = $2 ORDER BY ordinal LIMIT 1`,
+		listID, target.Value).Scan(&ordinal)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: no target of the list has the address %s", onceplan.ErrNotFound, target.Value)
+	}
+	return ordinal, err
 }

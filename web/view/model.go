@@ -85,6 +85,11 @@ type Payload struct {
 	Subject string
 	Text    string
 	HTML    string
+	// Variables are the merge variables of the draft's list (its first
+	// target's, as a list's rows share its columns); ListImported says
+	// there is a list, so that none means none.
+	Variables    []string
+	ListImported bool
 }
 
 // NewCampaignPage is the form that creates a campaign.
