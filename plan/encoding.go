@@ -91,7 +91,7 @@ func decodeList(r io.Reader, enc Encoding, maxBytes int64) (io.Reader, error) {
 	}
 	var src io.Reader = br
 	if maxBytes > 0 {
-		src = &rawLimit{r: br, left: maxBytes}
+		src = &rawLimit{r: br, left: maxBytes, limit: maxBytes}
 	}
 	return cm.NewDecoder().Reader(src), nil
 }
@@ -105,9 +105,6 @@ type rawLimit struct {
 }
 
 func (l *rawLimit) Read(p []byte) (int, error) {
-	if l.limit == 0 {
-		l.limit = l.left
-	}
 	if int64(len(p)) > l.left+1 {
 		p = p[:l.left+1]
 	}
