@@ -97,7 +97,9 @@ type TargetsParams struct {
 	Format        plan.Format
 	Body          io.Reader
 	AddressColumn string
-	Append        bool
+	// Encoding is the CSV's declared encoding ("": UTF-8).
+	Encoding plan.Encoding
+	Append   bool
 }
 
 // CreateParams is a new campaign with its first draft.
@@ -460,7 +462,7 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	}
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
-		AddressColumn: t.AddressColumn, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
+		AddressColumn: t.AddressColumn, Encoding: t.Encoding, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
 		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {
@@ -505,8 +507,12 @@ type MissingVarsError struct {
 
 func (e *MissingVarsError) Error() string {
 	first := e.Missing[0]
-	return fmt.Sprintf("%d targets lack merge variables the draft uses; first: line %d (%s) has no %s",
-		e.Total, first.Line, first.Target, strings.Join(first.Missing, ", "))
+	lack := fmt.Sprintf("%d targets lack", e.Total)
+	if e.Total == 1 {
+		lack = "1 target lacks"
+	}
+	return fmt.Sprintf("%s merge variables the draft uses; first: line %d (%s) has no %s",
+		lack, first.Line, first.Target, strings.Join(first.Missing, ", "))
 }
 
 // Is makes the error a validation error.

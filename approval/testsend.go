@@ -381,3 +381,40 @@ func testKey(c Campaign, addr string) (ledger.Key, error) {
 	}
 	return ledger.NewKey(ledger.KeyInput{Event: "test:" + c.ID + ":" + hex.EncodeToString(b[:]), Tool: tool, Target: target})
 }
+
+// TestMessage is one reviewer's message of a recorded test send: what the
+// audit needs to recognise it in a provider's evidence (its key, and the
+// provider's receipt when it answered one), and what it says of it.
+type TestMessage struct {
+	CampaignID   string
+	CampaignName string
+	Version      int
+	Ordinal      int
+	To           string
+	Key          string
+	Receipt      string
+	At           time.Time
+}
+
+// TestMessages lists every message the trail records a test send made,
+// of every campaign, oldest first: a test message is no target's effect,
+// and a maildir or a provider log holds it beside the campaign's own.
+func TestMessages(ctx context.Context, db onceplan.DB) ([]TestMessage, error) {
+	rows, err := db.Query(ctx, `
+		SELECT e.campaign_id::text, c.name, coalesce(e.version, 0), coalesce((e.detail->>'ordinal')::int, 0),
+		       coalesce(d->>'to', ''), d->>'key', coalesce(d->>'receipt', ''), e.created_at
+		FROM campaign_event e
+		JOIN campaign c ON c.id = e.campaign_id
+		CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN jsonb_typeof(e.detail->'deliveries') = 'array'
+		                                             THEN e.detail->'deliveries' ELSE '[]'::jsonb END) d
+		WHERE e.action = 'test_send' AND coalesce(d->>'key', '') <> ''
+		ORDER BY e.id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (TestMessage, error) {
+		var m TestMessage
+		err := r.Scan(&m.CampaignID, &m.CampaignName, &m.Version, &m.Ordinal, &m.To, &m.Key, &m.Receipt, &m.At)
+		return m, err
+	})
+}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -35,7 +37,29 @@ func (r *Runner) Maintain(ctx context.Context) error {
 		r.cfg.Logger.Info("started scheduled campaigns", "campaigns", started)
 	}
 	errs = append(errs, r.recoverDeadOwners(ctx), r.recoverUnknowns(ctx), r.recoverToolCalls(ctx),
-		r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx))
+		r.requeueDeadWorkersTargets(ctx), r.completeFinished(ctx), r.sweepProviders(ctx))
+	return errors.Join(errs...)
+}
+
+// sweepProviders removes what a dead process left half done at a provider
+// (a maildir's tmp/ files): only what no live process may still be
+// writing (provider.Sweeper says how each decides).
+func (r *Runner) sweepProviders(ctx context.Context) error {
+	var errs []error
+	for _, name := range r.cfg.Providers.Names() {
+		p, _ := r.cfg.Providers.Get(name)
+		sw, ok := p.(provider.Sweeper)
+		if !ok {
+			continue
+		}
+		removed, err := sw.Sweep(ctx, time.Now())
+		if len(removed) > 0 {
+			r.cfg.Logger.Info("removed files a dead process left half written", "provider", name, "files", removed)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("provider %s: %w", name, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 

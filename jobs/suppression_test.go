@@ -113,7 +113,7 @@ func TestImportLeavesSuppressedAddressesOut(t *testing.T) {
 	// Every row suppressed: refused as a whole, saying so.
 	_, err = w.svc.Create(w.ctx, w.proposer, approvalCreate("outbox", "email\nbob@example.com\n"))
 	require.ErrorContains(t, err, "1 suppressed")
-	require.True(t, strings.Contains(err.Error(), "none of the list's 1 rows is a usable target"), err.Error())
+	require.True(t, strings.Contains(err.Error(), "the list's one row is not a usable target"), err.Error())
 }
 
 // approvalCreate is a draft on providerName with the CSV list csv.

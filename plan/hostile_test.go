@@ -405,7 +405,7 @@ func TestHostileListTenThousandInvalidLines(t *testing.T) {
 		fmt.Fprintf(&none, "nobody%d\n", i)
 	}
 	h.refused(t, plan.FormatCSV, strings.NewReader(none.String()),
-		"none of the list's 10000 rows is a usable target (10000 rejected, 0 duplicates)")
+		`none of the list's 10000 rows is a usable target (10000 rejected, 0 duplicates); line 2: address "nobody0" has no "@"`)
 }
 
 func TestHostileListMalformedJSON(t *testing.T) {

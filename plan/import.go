@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,9 @@ type ImportParams struct {
 	// AddressColumn names the CSV column holding addresses (default: the
 	// column named email or address).
 	AddressColumn string
+	// Encoding is the CSV's declared encoding ("": UTF-8; ParseEncoding).
+	// A JSON list is UTF-8 and may declare nothing else.
+	Encoding Encoding
 	// Append adds to the draft's current list instead of replacing it.
 	Append     bool
 	MaxTargets int   // default DefaultMaxTargets
@@ -245,7 +249,7 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	if p.Tool == "" {
 		p.Tool = "email.send"
 	}
-	opts := ReadOptions{AddressColumn: p.AddressColumn, MaxBytes: p.MaxBytes}
+	opts := ReadOptions{AddressColumn: p.AddressColumn, MaxBytes: p.MaxBytes, Encoding: p.Encoding}
 	var (
 		reader TargetReader
 		err    error
@@ -254,6 +258,9 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	case FormatCSV:
 		reader, err = NewCSVReader(p.Body, opts)
 	case FormatJSON:
+		if p.Encoding != "" && p.Encoding != EncodingUTF8 {
+			return report, fieldErr("encoding", "a JSON list is UTF-8, not %s", p.Encoding.Label())
+		}
 		reader, err = NewJSONReader(p.Body, opts)
 	default:
 		return report, fieldErr("format", "must be csv or json, not %q", p.Format)
@@ -322,14 +329,26 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	return report, nil
 }
 
+// noTargetsReason says why a list with no usable target is refused: how
+// its rows went, and the first rejected line's reason (the report is not
+// shown when the import is refused).
 func noTargetsReason(r *ImportReport) string {
 	if r.Rows == 0 {
 		return "the list has no targets"
 	}
+	counts := fmt.Sprintf("%d rejected, %s", r.RejectedCount, plural(r.Duplicate, "duplicate"))
 	if r.SuppressedCount > 0 {
-		return fmt.Sprintf("none of the list's %d rows is a usable target (%d rejected, %d duplicates, %d suppressed)", r.Rows, r.RejectedCount, r.Duplicate, r.SuppressedCount)
+		counts += fmt.Sprintf(", %d suppressed", r.SuppressedCount)
 	}
-	return fmt.Sprintf("none of the list's %d rows is a usable target (%d rejected, %d duplicates)", r.Rows, r.RejectedCount, r.Duplicate)
+	out := fmt.Sprintf("none of the list's %s is a usable target (%s)", plural(r.Rows, "row"), counts)
+	if r.Rows == 1 {
+		out = fmt.Sprintf("the list's one row is not a usable target (%s)", counts)
+	}
+	if len(r.Rejected) > 0 {
+		first := r.Rejected[0]
+		out += fmt.Sprintf("; line %d: %s", first.Line, first.Reason)
+	}
+	return out
 }
 
 // carryOver copies the current list's targets into the new list (server
@@ -432,4 +451,21 @@ func WriteListJSON(ctx context.Context, db onceplan.DB, listID int64, w io.Write
 	}
 	bw.WriteByte(']')
 	return bw.Flush()
+}
+
+// OrdinalOf finds the target of list listID with address (normalised as
+// a target's is) and returns its ordinal; a list without it is
+// onceplan.ErrNotFound, saying so.
+func OrdinalOf(ctx context.Context, db onceplan.DB, listID int64, address string) (int, error) {
+	target, err := ledger.NewEmailTarget(address)
+	if err != nil {
+		return 0, fieldErr("address", "%q is not an email address", strings.TrimSpace(address))
+	}
+	var ordinal int
+	err = db.QueryRow(ctx, `SELECT ordinal FROM target WHERE list_id = $1 AND target = $2 ORDER BY ordinal LIMIT 1`,
+		listID, target.Value).Scan(&ordinal)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w: no target of the list has the address %s", onceplan.ErrNotFound, target.Value)
+	}
+	return ordinal, err
 }

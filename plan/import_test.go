@@ -139,7 +139,7 @@ func TestImportLimitsRefuseTheWholeList(t *testing.T) {
 	// Only bad rows: nothing usable is an error too, and changes nothing.
 	_, err = b.importList(t, plan.ImportParams{Body: strings.NewReader("email\nnope\n")})
 	require.True(t, errors.As(err, &le), "%v", err)
-	require.Contains(t, err.Error(), "none of the list's 1 rows")
+	require.Contains(t, err.Error(), "the list's one row is not a usable target (1 rejected, 0 duplicates); line 2: ")
 	require.Equal(t, before, b.targets(t))
 	require.Equal(t, 1, countRows(t, b, `SELECT count(*) FROM target_list`), "no orphan list left behind")
 }

@@ -118,6 +118,10 @@ type ReadOptions struct {
 	// quotes, else ','. It must be an ASCII punctuation character or a tab,
 	// and not '"'.
 	Delimiter rune
+	// Encoding is the CSV's declared character encoding ("": UTF-8);
+	// a Latin-1 or Windows-1252 list is decoded to UTF-8 as it is read.
+	// Ignored for JSON, which is UTF-8.
+	Encoding Encoding
 }
 
 func (o ReadOptions) lineLimit() int {
@@ -167,9 +171,21 @@ func NewCSVReader(r io.Reader, opts ReadOptions) (TargetReader, error) {
 		delim = byte(d)
 	}
 
+	maxBytes := opts.MaxBytes
+	if opts.Encoding != "" && opts.Encoding != EncodingUTF8 {
+		var err error
+		if r, err = decodeList(r, opts.Encoding, maxBytes); err != nil {
+			return nil, err
+		}
+		maxBytes = 0 // counted as uploaded, before decoding
+	}
+
 	head := make([]byte, sniffBytes)
 	n, err := io.ReadFull(r, head)
 	atEOF := err == io.EOF || err == io.ErrUnexpectedEOF
+	if le := (*ListError)(nil); errors.As(err, &le) {
+		return nil, le
+	}
 	if err != nil && !atEOF {
 		return nil, fmt.Errorf("plan: reading the target list: %w", err)
 	}
@@ -181,8 +197,8 @@ func NewCSVReader(r io.Reader, opts ReadOptions) (TargetReader, error) {
 	if len(head) == 0 && atEOF {
 		return nil, &ListError{Reason: "the list is empty (no header row)"}
 	}
-	if reason := sniffBinary(head, !atEOF); reason != "" {
-		return nil, &ListError{Reason: reason}
+	if reason, line := sniffBinary(head, !atEOF); reason != "" {
+		return nil, &ListError{Line: line, Reason: reason}
 	}
 	if opts.Delimiter == 0 {
 		delim = detectDelimiter(head)
@@ -191,7 +207,7 @@ func NewCSVReader(r io.Reader, opts ReadOptions) (TargetReader, error) {
 	g := &csvGuard{
 		src:      io.MultiReader(bytes.NewReader(head), r),
 		total:    int64(bomLen),
-		maxBytes: opts.MaxBytes,
+		maxBytes: maxBytes,
 		limit:    opts.lineLimit(),
 		sc:       csvScanner{delim: delim, line: 1},
 	}
@@ -239,7 +255,7 @@ func (c *csvReader) readHeader(addressColumn string) error {
 		case strings.IndexByte(name, 0) >= 0:
 			return &ListError{Line: line, Reason: "the header row contains a NUL byte"}
 		case !utf8.ValidString(name):
-			return &ListError{Line: line, Reason: "the header row is not valid UTF-8"}
+			return &ListError{Line: line, Reason: notUTF8("the header row", name)}
 		case name == "":
 			return &ListError{Line: line, Reason: fmt.Sprintf("column %d of the header has no name", i+1)}
 		}
@@ -319,7 +335,7 @@ func (c *csvReader) Next() (Row, error) {
 				return Row{}, &RowError{Line: line, Reason: c.columnName(i) + " contains a NUL byte"}
 			}
 			if !utf8.ValidString(v) {
-				return Row{}, &RowError{Line: line, Reason: c.columnName(i) + " is not valid UTF-8"}
+				return Row{}, &RowError{Line: line, Reason: notUTF8(c.columnName(i), v)}
 			}
 		}
 		address := rec[c.addr]
@@ -395,6 +411,9 @@ func (g *csvGuard) Read(p []byte) (int, error) {
 		return 0, g.err
 	}
 	n, err := g.src.Read(p)
+	if le := (*ListError)(nil); errors.As(err, &le) {
+		g.err = le // a limit of the source's (rawLimit)
+	}
 	if g.maxBytes > 0 && g.total+int64(n) > g.maxBytes {
 		n = int(g.maxBytes - g.total)
 		g.err = &ListError{TooLarge: true, Reason: fmt.Sprintf("the list is larger than the %s limit", humanBytes(g.maxBytes))}
@@ -556,24 +575,27 @@ func (s *csvScanner) tooLong(limit int) *ListError {
 }
 
 // sniffBinary returns why head (the start of the file, BOM removed) is not a
-// text file, or "". more says whether the file continues past head, in
-// which case a multi-byte character cut at the end of head is not an error.
-// One bad byte is a bad row; a start that is more than a tenth control
-// characters or invalid UTF-8 is not a CSV file at all.
-func sniffBinary(head []byte, more bool) string {
+// text file, or "", and the line it names (0: none). more says whether the
+// file continues past head, in which case a multi-byte character cut at
+// the end of head is not an error. One bad byte is a bad row; a start that
+// is more than a tenth control characters or invalid UTF-8 is not a
+// UTF-8 CSV file at all: text in an 8-bit encoding when it has next to no
+// control characters (the line of its first byte that is not UTF-8 is
+// named), else not text.
+func sniffBinary(head []byte, more bool) (string, int) {
 	const notText = "the file is not a text CSV file"
 	switch {
 	case bytes.HasPrefix(head, []byte{0xFF, 0xFE}), bytes.HasPrefix(head, []byte{0xFE, 0xFF}):
-		return notText + " (it is UTF-16 encoded; save it as CSV UTF-8)"
+		return notText + " (it is UTF-16 encoded; save it as CSV UTF-8)", 0
 	case bytes.HasPrefix(head, []byte("PK\x03\x04")), bytes.HasPrefix(head, []byte{0xD0, 0xCF, 0x11, 0xE0}):
-		return notText + " (it looks like a spreadsheet workbook; save it as CSV UTF-8)"
+		return notText + " (it looks like a spreadsheet workbook; save it as CSV UTF-8)", 0
 	}
-	bad := 0
+	control, invalid, firstInvalid := 0, 0, -1
 	for i := 0; i < len(head); {
 		c := head[i]
 		if c < utf8.RuneSelf {
 			if c == 0x7F || (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') {
-				bad++
+				control++
 			}
 			i++
 			continue
@@ -583,14 +605,21 @@ func sniffBinary(head []byte, more bool) string {
 			if more && !utf8.FullRune(head[i:]) {
 				break
 			}
-			bad++
+			if firstInvalid < 0 {
+				firstInvalid = i
+			}
+			invalid++
 		}
 		i += size
 	}
-	if bad*10 > len(head) {
-		return notText
+	switch {
+	case (control+invalid)*10 <= len(head):
+		return "", 0
+	case control*100 <= len(head) && firstInvalid >= 0:
+		line := 1 + bytes.Count(head[:firstInvalid], []byte{'\n'})
+		return fmt.Sprintf("the file is not UTF-8 (byte 0x%02X); %s", head[firstInvalid], notUTF8Hint), line
 	}
-	return ""
+	return notText, 0
 }
 
 // detectDelimiter counts commas and semicolons outside quotes on the first

@@ -94,7 +94,7 @@ func TestReadCSVMessyFile(t *testing.T) {
 		{Line: 10, Address: "  spaced@example.com ", Vars: vars(" Spaced ", "Rome", " ")},
 		// line 11 is ";;;": no data, not a row
 		{Line: 12, Reject: `column "First Name" has a quote (") inside an unquoted value; quote the whole value and double the quotes inside it`},
-		{Line: 13, Reject: `column "First Name" is not valid UTF-8`},
+		{Line: 13, Reject: `column "First Name" is not valid UTF-8 (byte 0xE9); ` + notUTF8Hint},
 		{Line: 14, Address: "last@example.com", Vars: vars("Last", "Oslo", "multi\n\nline")},
 	}, items)
 }
@@ -318,7 +318,7 @@ func TestReadCSVRows(t *testing.T) {
 			input: "email\nx\x00@example.com\nx\xff@example.com\n",
 			want: []item{
 				{Line: 2, Reject: `column "email" contains a NUL byte`},
-				{Line: 3, Reject: `column "email" is not valid UTF-8`},
+				{Line: 3, Reject: `column "email" is not valid UTF-8 (byte 0xFF); ` + notUTF8Hint},
 			},
 		},
 		{

@@ -135,7 +135,8 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 	var listSize int64 = -1
 	if ok {
 		defer file.Close()
-		params.Targets = &approval.TargetsParams{Format: plan.FormatCSV, Body: file}
+		encoding, _ := plan.ParseEncoding(f.Encoding) // Validate checked it
+		params.Targets = &approval.TargetsParams{Format: plan.FormatCSV, Body: file, Encoding: encoding}
 		if fh, err := c.FormFile("targets"); err == nil {
 			listSize = fh.Size
 		}

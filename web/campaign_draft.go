@@ -120,6 +120,7 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	if p.Targets, err = draftTargets(ctx, s.cfg.Pool, d.ListID, 0, 20); err != nil {
 		return err
 	}
+	p.Payload.ListImported, p.Payload.Variables = d.TargetCount > 0, listVariables(p.Targets)
 	if o.payload == nil && d.TargetCount > 0 {
 		if err := s.checkDraft(ctx, d, &p); err != nil {
 			return err
@@ -128,13 +129,24 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	for k, v := range o.fieldErrors {
 		p.FieldErrors[k] = v
 	}
+	// A preview by address is the preview of that target's ordinal, so
+	// that the page's "Target #" and the test send show that target too.
 	address := strings.TrimSpace(c.QueryParam("address"))
 	ordinal, _ := strconv.Atoi(c.QueryParam("preview"))
 	if d.TargetCount > 0 {
-		if address == "" && ordinal <= 0 {
-			ordinal = 1
+		var pv view.Preview
+		if address != "" {
+			if ordinal, err = plan.OrdinalOf(ctx, s.cfg.Pool, d.ListID, address); err != nil {
+				_, _, msg := classify(err)
+				pv.Error = msg
+			}
 		}
-		pv := s.previewOf(c, camp, d, address, ordinal)
+		if pv.Error == "" {
+			if ordinal <= 0 {
+				ordinal = 1
+			}
+			pv = s.previewOf(c, camp, d, "", ordinal)
+		}
 		p.Preview = &pv
 	}
 	if p.TestSend, err = s.testSendForm(ctx, a, camp, d.TargetCount, "draft"); err != nil {
@@ -150,6 +162,9 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	p.HistoryTotal = len(history)
 	for i := len(history) - 1; i >= 0 && len(p.History) < draftHistoryLen; i-- {
 		p.History = append(p.History, history[i])
+	}
+	if p.TestSend != nil && p.Preview != nil && p.Preview.Ordinal > 0 {
+		p.TestSend.Ordinal = p.Preview.Ordinal
 	}
 	return s.render(c, status, view.Draft(p))
 }
@@ -228,11 +243,14 @@ func missingFieldErrors(pl plan.Payload, r plan.CheckReport, have []string) map[
 	fields := []struct{ name, text string }{{"subject", pl.Subject}, {"text", pl.Text}, {"html", pl.HTML}, {"from", pl.From}}
 	out := map[string]string{}
 	for _, v := range names {
-		n := strconv.Itoa(lacking[v])
-		if len(r.Missing) < r.MissingCount {
-			n = "at least " + n
+		n := strconv.Itoa(lacking[v]) + " targets have"
+		if lacking[v] == 1 {
+			n = "1 target has"
 		}
-		msg := "{{." + v + "}}: " + n + " targets have no such variable (first: line " + strconv.Itoa(first[v].Line) + ", " + first[v].Target + ")"
+		if len(r.Missing) < r.MissingCount {
+			n = "at least " + strconv.Itoa(lacking[v]) + " targets have"
+		}
+		msg := "{{." + v + "}}: " + n + " no such variable (first: line " + strconv.Itoa(first[v].Line) + ", " + first[v].Target + ")"
 		if len(have) > 0 {
 			msg += "; the list's variables are " + strings.Join(have, ", ")
 		}
@@ -320,18 +338,22 @@ func (s *Server) handleImport(c echo.Context) error {
 		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: map[string]string{"targets": "choose a CSV file to upload"}})
 	}
 	defer file.Close()
-	res, err := s.cfg.Approval.ImportTargets(c.Request().Context(), mustActor(c), camp.ID, approval.TargetsParams{
-		Format: plan.FormatCSV, Body: file,
-		AddressColumn: strings.TrimSpace(c.FormValue("address_column")),
-		Append:        c.FormValue("append") != "",
-	})
-	if err != nil {
-		if errs, ok := fieldErrors(err); ok {
-			return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+	encoding, err := plan.ParseEncoding(c.FormValue("encoding"))
+	if err == nil {
+		var res approval.Result
+		res, err = s.cfg.Approval.ImportTargets(c.Request().Context(), mustActor(c), camp.ID, approval.TargetsParams{
+			Format: plan.FormatCSV, Body: file, Encoding: encoding,
+			AddressColumn: strings.TrimSpace(c.FormValue("address_column")),
+			Append:        c.FormValue("append") != "",
+		})
+		if err == nil {
+			return s.redirectShowing(c, "/campaigns/"+camp.ID+"/draft", "imported", shownResult{campaign: camp.ID, report: res.Import})
 		}
-		return err
 	}
-	return s.redirectShowing(c, "/campaigns/"+camp.ID+"/draft", "imported", shownResult{campaign: camp.ID, report: res.Import})
+	if errs, ok := fieldErrors(err); ok {
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+	}
+	return err
 }
 
 // handleSubmit asks for approval of the draft the proposer was shown.

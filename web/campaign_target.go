@@ -11,6 +11,7 @@ import (
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/inbound"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -87,13 +88,29 @@ func (s *Server) handleTarget(c echo.Context) error {
 	if p.Bumps, err = bumps(ctx, store, t.Key); err != nil {
 		return err
 	}
-	events, err := inbound.EventsOf(ctx, s.cfg.Pool, t.Key)
+	events, err := inbound.EventsAbout(ctx, s.cfg.Pool, t.Key, t.Target)
 	if err != nil {
 		return err
 	}
 	for _, e := range events {
+		about := "this target's message"
+		switch {
+		case e.Key == "":
+			about = "the address (no message of ours named)"
+		case e.Key != t.Key:
+			about = "another campaign's message to the address"
+		}
 		p.Events = append(p.Events, view.ProviderEvent{Kind: string(e.Kind), Type: string(e.Type), Epoch: e.Epoch,
-			Detail: e.Detail, MessageID: e.MessageID, At: e.At, Received: e.CreatedAt})
+			Detail: e.Detail, MessageID: e.MessageID, At: e.At, Received: e.CreatedAt, About: about, Mine: e.Key == t.Key})
+	}
+	if entry, ok, err := suppression.Lookup(ctx, s.cfg.Pool, t.Target); err != nil {
+		return err
+	} else if ok {
+		rows, err := suppressionRows(ctx, s.cfg.Pool, []suppression.Entry{entry})
+		if err != nil {
+			return err
+		}
+		p.AddressSuppressed = &rows[0]
 	}
 	return s.render(c, http.StatusOK, view.Target(p))
 }

@@ -67,6 +67,8 @@ type newCampaignForm struct {
 	// CopyListOf names the campaign whose list the new one imports when
 	// no file is uploaded (a clone: /campaigns/new?from=ID).
 	CopyListOf string
+	// Encoding is the uploaded list's declared encoding, as given.
+	Encoding string
 }
 
 // The new-campaign form's choices of when to start.
@@ -94,14 +96,19 @@ func readNewCampaignForm(c echo.Context) newCampaignForm {
 		Start:             strings.TrimSpace(c.FormValue("start")),
 		ScheduledAt:       strings.TrimSpace(c.FormValue("scheduled_at")),
 		CopyListOf:        strings.TrimSpace(c.FormValue("copy_list_of")),
+		Encoding:          strings.TrimSpace(c.FormValue("encoding")),
 	}
 }
 
 // hash identifies what the form asks for (with the size of the uploaded
 // list, -1 without one): the request hash beside its idempotency key.
 func (f newCampaignForm) hash(listSize int64) string {
-	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional,
-		f.Start, f.ScheduledAt, f.CopyListOf})
+	fields := []any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional,
+		f.Start, f.ScheduledAt, f.CopyListOf}
+	if f.Encoding != "" {
+		fields = append(fields, f.Encoding)
+	}
+	b, _ := json.Marshal(fields)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -115,6 +122,9 @@ func (f *newCampaignForm) Validate(providers []string) error {
 		return &onceplan.FieldError{Field: "provider", Reason: "choose one of the configured providers: " + strings.Join(providers, ", ")}
 	case f.RequiredApprovals < 1 || f.RequiredApprovals > 10:
 		return &onceplan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
+	}
+	if _, err := plan.ParseEncoding(f.Encoding); err != nil {
+		return err
 	}
 	if err := f.readSchedule(); err != nil {
 		return err

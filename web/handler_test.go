@@ -407,7 +407,8 @@ func TestCampaignListShowsProgress(t *testing.T) {
 	var headlines []string
 	tid(d, "headline").Each(func(_ int, s *goquerySelection) { headlines = append(headlines, strings.TrimSpace(s.Text())) })
 	require.ElementsMatch(t, []string{"1 / 4", "—"}, headlines)
-	require.Equal(t, "1", tid(d, "count-done").Text())
+	require.Equal(t, "1 done · 3 not started", tid(d, "counts-brief").Text())
+	require.Equal(t, "audit: does not hold yet (3 not sent)", tid(d, "audit-verdict").Text())
 	// Viewers cannot start a campaign; proposers can.
 	require.Equal(t, 0, tid(d, "new-campaign").Length())
 	require.Equal(t, 1, tid(parse(t, b.as["proposer"].get("/campaigns")), "new-campaign").Length())

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
@@ -71,18 +73,36 @@ func (s *Server) renderSuppressions(c echo.Context, status int, fieldErrors map[
 	if p.Active, err = suppression.Count(ctx, s.cfg.Pool); err != nil {
 		return err
 	}
+	if p.Rows, err = suppressionRows(ctx, s.cfg.Pool, entries); err != nil {
+		return err
+	}
+	return s.render(c, status, view.Suppressions(p))
+}
+
+// suppressionRows shows entries as the pages do: the person who added
+// each, and the campaign whose link was used or whose message bounced, by
+// name (approval owns the names).
+func suppressionRows(ctx context.Context, db onceplan.DB, entries []suppression.Entry) ([]view.SuppressionRow, error) {
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.CampaignID != "" {
+			ids = append(ids, e.CampaignID)
+		}
+	}
+	names, err := approval.Names(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]view.SuppressionRow, 0, len(entries))
 	for _, e := range entries {
 		row := view.SuppressionRow{Address: e.Address, Reason: string(e.Reason), Source: string(e.Source),
-			By: e.Actor, Note: e.Note, CreatedAt: e.CreatedAt}
-		if row.By == "" && e.CampaignID != "" {
-			row.By = "campaign " + e.CampaignID
-		}
+			By: e.Actor, CampaignID: e.CampaignID, CampaignName: names[e.CampaignID], Note: e.Note, CreatedAt: e.CreatedAt}
 		if e.Removed != nil {
 			row.Removed, row.RemovedBy, row.RemovedReason, row.RemovedAt = true, e.Removed.Actor, e.Removed.Reason, e.Removed.CreatedAt
 		}
-		p.Rows = append(p.Rows, row)
+		rows = append(rows, row)
 	}
-	return s.render(c, status, view.Suppressions(p))
+	return rows, nil
 }
 
 func (s *Server) handleSuppressions(c echo.Context) error {

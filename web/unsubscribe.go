@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -101,11 +103,36 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 		return err
 	}
 	page.Address = sub.Address
+	page.Campaign, page.Sender = s.unsubscribeNames(ctx, sub.CampaignID)
 	page.Done = post
 	// Relative (the token alone): the page's own URL, also behind a
 	// proxy that serves Onceplan under a path.
 	page.Action = token
 	return s.render(c, http.StatusOK, view.Unsubscribe(page))
+}
+
+// unsubscribeNames are the name of the campaign a link came in and the
+// sender its messages are from (the approved plan's From, else the
+// draft's), for the page to say what the reader unsubscribes from. A
+// failure to read them is logged and the page says less: the
+// unsubscribe itself must not depend on it.
+func (s *Server) unsubscribeNames(ctx context.Context, campaignID string) (campaign, sender string) {
+	camp, err := approval.GetCampaign(ctx, s.cfg.Pool, campaignID)
+	if err != nil {
+		s.cfg.Logger.Warn("unsubscribe page: reading the campaign", "campaign", campaignID, "error", err)
+		return "", ""
+	}
+	if camp.PlanID != 0 {
+		if pl, err := plan.GetPlan(ctx, s.cfg.Pool, camp.PlanID); err == nil {
+			return camp.Name, pl.Payload.From
+		}
+	}
+	d, err := approval.GetDraft(ctx, s.cfg.Pool, camp.ID, camp.Version)
+	if err != nil {
+		s.cfg.Logger.Warn("unsubscribe page: reading the draft", "campaign", campaignID, "error", err)
+		return camp.Name, ""
+	}
+	return camp.Name, d.Payload.From
 }
 
 // sampleUnsubscribeURL is the unsubscribe link a preview of camp's

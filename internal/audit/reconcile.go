@@ -9,8 +9,10 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/time/rate"
@@ -37,11 +39,49 @@ type ProbeOpts struct {
 	Concurrency int
 }
 
+// OwnMessage is a message Onceplan sent that is no target's effect: a
+// test send to a reviewer, or a notification. Its key's event is
+// "test:…" or "notify:…", never a campaign's id, so it is no target's key
+// and the ledger has no attempt at it; a maildir or a provider log that
+// holds it is still the provider's honest record. [Reconcile] reports its
+// evidence as what it is (Report.Recognised), not as a stray.
+type OwnMessage struct {
+	// Kind says what it is: "test send" or "notification".
+	Kind string
+	// Key is the key it was sent under (at epoch 0).
+	Key string
+	// Receipt is the provider's id for it, when the trail kept one.
+	Receipt string
+	// Campaign names the campaign it was about (its name, else its id).
+	Campaign string
+	To       string
+	At       time.Time
+}
+
+// describe is the note a recognised message's finding carries.
+func (m OwnMessage) describe() string {
+	s := "a " + m.Kind
+	if m.Campaign != "" {
+		s += " of campaign " + strconv.Quote(m.Campaign)
+	}
+	if m.To != "" {
+		s += " to " + m.To
+	}
+	if !m.At.IsZero() {
+		s += ", " + m.At.UTC().Format("2006-01-02 15:04 UTC")
+	}
+	return s + ": not a target's effect"
+}
+
 // ReconcileParams name the plan and the evidence to hold it against.
 type ReconcileParams struct {
 	PlanID   int64
 	Evidence *Evidence // nil: none gathered (probe only)
 	Probe    *ProbeOpts
+	// OwnMessages are the test sends and notifications Onceplan recorded
+	// (approval.TestMessages, notify.Emails): evidence of one of them is
+	// listed in Report.Recognised instead of Report.Strays.
+	OwnMessages []OwnMessage
 	// ListMax caps each list of findings (default DefaultListMax).
 	ListMax int
 }
@@ -131,6 +171,10 @@ type Report struct {
 	// of this campaign outside the plan, and ids no attempt in the ledger
 	// has.
 	Strays FindingList `json:"strays"`
+	// Recognised: evidence of Onceplan's own messages that are no target's
+	// effect (ReconcileParams.OwnMessages): test sends and notifications,
+	// of any campaign. They neither count for nor against the plan.
+	Recognised FindingList `json:"recognised"`
 	// OtherCampaigns counts pieces of evidence for other campaigns'
 	// effects (a shared outbox or log); they are not this plan's business.
 	OtherCampaigns int `json:"other_campaigns"`
@@ -164,6 +208,7 @@ func Reconcile(ctx context.Context, db onceplan.DB, p ReconcileParams) (Report, 
 		EvidenceNotDone:     FindingList{Items: []Finding{}, max: listMax},
 		Duplicates:          FindingList{Items: []Finding{}, max: listMax},
 		Strays:              FindingList{Items: []Finding{}, max: listMax},
+		Recognised:          FindingList{Items: []Finding{}, max: listMax},
 	}
 	sources := ev.Sources()
 	r := &reconciler{ev: ev, rep: &rep}
@@ -186,6 +231,7 @@ func Reconcile(ctx context.Context, db onceplan.DB, p ReconcileParams) (Report, 
 			return cmp.Or(cmp.Compare(a.Ordinal, b.Ordinal), cmp.Compare(a.Epoch, b.Epoch))
 		})
 	}
+	r.recognise(p.OwnMessages)
 	if err := r.strays(ctx, db, m.CampaignID); err != nil {
 		return rep, err
 	}
@@ -445,6 +491,30 @@ func (r *reconciler) stopProbes() error {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// recognise files the evidence no target used that names one of
+// Onceplan's own messages (by its effect, its key or its receipt) in
+// Recognised, and marks it used, so that strays does not list it.
+func (r *reconciler) recognise(own []OwnMessage) {
+	for _, m := range own {
+		var f Finding
+		h := hashOf(m.Key, 0)
+		for _, x := range []*tally{r.ev.byEffect[h], r.ev.byKey[m.Key], r.receiptTally(m.Receipt)} {
+			if x == nil || x.used {
+				continue
+			}
+			x.used = true
+			f.Files += int(x.files)
+			f.Lines += int(x.lines)
+			f.Sources = append(f.Sources, r.lineSources(x)...)
+		}
+		if f.Files+f.Lines == 0 {
+			continue
+		}
+		f.Key, f.Target, f.State, f.Note, f.hash = m.Key, m.To, m.Kind, m.describe(), h
+		r.rep.Recognised.add(f)
+	}
+}
+
 // leftover is evidence no target of the plan accounted for, and what the
 // ledger knows of it.
 type leftover struct {
@@ -544,7 +614,7 @@ func (r *reconciler) strays(ctx context.Context, db onceplan.DB, campaign string
 // named by the provider).
 func (r *reconciler) nameFiles(ctx context.Context) error {
 	wanted := map[effectHash][]*Finding{}
-	for _, l := range []*FindingList{&r.rep.Duplicates, &r.rep.EvidenceNotDone, &r.rep.Strays} {
+	for _, l := range []*FindingList{&r.rep.Duplicates, &r.rep.EvidenceNotDone, &r.rep.Strays, &r.rep.Recognised} {
 		for i := range l.Items {
 			if f := &l.Items[i]; f.Files > 0 {
 				wanted[f.hash] = append(wanted[f.hash], f)

@@ -13,8 +13,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/notify"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
@@ -112,6 +114,11 @@ func auditCommand(ctx context.Context, env Env, args []string) error {
 		out := auditOutput{Campaign: c.Name}
 		if ev != nil || *probe {
 			params := audit.ReconcileParams{PlanID: c.PlanID, Evidence: ev}
+			if ev != nil {
+				if params.OwnMessages, err = ownMessages(ctx, pool); err != nil {
+					return err
+				}
+			}
 			if *probe {
 				p, closeProbe, err := probeProvider(ctx, pool, env, db, providers, c.PlanID)
 				if err != nil {
@@ -292,16 +299,17 @@ func printAudit(w io.Writer, out auditOutput) error {
 		printFindings(w, "evidence, not done in the ledger", rep.EvidenceNotDone)
 		printFindings(w, "duplicates", rep.Duplicates)
 		printFindings(w, "strays (evidence for effects outside this plan)", rep.Strays)
+		printFindings(w, "recognised (Onceplan's test sends and notifications, not target effects)", rep.Recognised)
 		if rep.OtherCampaigns > 0 {
-			fmt.Fprintf(w, "\n%d pieces of evidence belong to other campaigns (ignored)\n", rep.OtherCampaigns)
+			fmt.Fprintf(w, "\n%s of evidence %s to other campaigns (ignored)\n", counted(rep.OtherCampaigns, "piece", "pieces"), belongs(rep.OtherCampaigns))
 		}
 		for _, md := range rep.Maildirs {
 			if md.Unrecognised > 0 {
-				fmt.Fprintf(w, "\nmaildir %s: %d of %d files name no Onceplan effect (ignored)\n", md.Dir, md.Unrecognised, md.Files)
+				fmt.Fprintf(w, "\nmaildir %s: %d of %s %s no Onceplan effect (ignored)\n", md.Dir, md.Unrecognised, counted(md.Files, "file", "files"), verb(md.Unrecognised, "names", "name"))
 			}
 		}
 		if p := rep.Probe; p != nil && p.Errors > 0 {
-			fmt.Fprintf(w, "\nprobe %s: %d of %d probes failed\n", p.Provider, p.Errors, p.Probed)
+			fmt.Fprintf(w, "\nprobe %s: %d of %s failed\n", p.Provider, p.Errors, counted(p.Probed, "probe", "probes"))
 		}
 	}
 	if len(m.Reasons) > 0 {
@@ -338,10 +346,10 @@ func printFindings(w io.Writer, title string, l audit.FindingList) {
 		}
 		var ev []string
 		if f.Files > 0 {
-			ev = append(ev, fmt.Sprintf("%d files", f.Files))
+			ev = append(ev, counted(f.Files, "file", "files"))
 		}
 		if f.Lines > 0 {
-			ev = append(ev, fmt.Sprintf("%d log lines", f.Lines))
+			ev = append(ev, counted(f.Lines, "log line", "log lines"))
 		}
 		switch {
 		case f.ProbeMatches > 1:
@@ -387,3 +395,53 @@ func ungatedNote(m audit.Metric) string {
 	}
 	return "decided by rows written before PostgreSQL refused them"
 }
+
+// ownMessages lists the messages Onceplan sent that are no target's
+// effect — test sends (approval) and email notifications (notify) — for
+// the reconciliation to recognise instead of calling them strays.
+func ownMessages(ctx context.Context, db onceplan.DB) ([]audit.OwnMessage, error) {
+	tests, err := approval.TestMessages(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("reading the test sends: %w", err)
+	}
+	emails, err := notify.Emails(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("reading the notifications: %w", err)
+	}
+	out := make([]audit.OwnMessage, 0, len(tests)+len(emails))
+	for _, m := range tests {
+		out = append(out, audit.OwnMessage{Kind: "test send", Key: m.Key, Receipt: m.Receipt,
+			Campaign: cmp.Or(m.CampaignName, m.CampaignID), To: m.To, At: m.At})
+	}
+	ids := make([]string, 0, len(emails))
+	for _, e := range emails {
+		ids = append(ids, e.CampaignID)
+	}
+	names, err := approval.Names(ctx, db, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range emails {
+		out = append(out, audit.OwnMessage{Kind: "notification", Key: e.Key,
+			Campaign: cmp.Or(names[e.CampaignID], e.CampaignID), To: e.Recipient, At: e.CreatedAt})
+	}
+	return out, nil
+}
+
+// counted words a count with its noun: "1 file", "2 files".
+func counted(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+// verb is the verb's form for a subject of n.
+func verb(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func belongs(n int) string { return verb(n, "belongs", "belong") }

@@ -277,16 +277,24 @@ func scanRecorded(row pgx.Row) (Recorded, error) {
 	return r, err
 }
 
-// maxEventsShown bounds the events EventsOf returns (the newest).
+// maxEventsShown bounds the events EventsAbout returns (the newest).
 const maxEventsShown = 200
 
-// EventsOf returns the events tied to an effect key (any epoch), oldest
-// first, at most the newest 200: what the target page shows, soft
-// bounces counted there.
-func EventsOf(ctx context.Context, db onceplan.DB, key string) ([]Recorded, error) {
+// EventsAbout returns what providers reported about a target, oldest
+// first (the newest maxEventsShown): the events tied to its effect key
+// (any epoch), and those reported for its address — a bounce that named
+// no message of ours, or another campaign's message — since a hard
+// bounce or a complaint suppresses the address whichever message it was
+// about. address is the target's normalised address.
+func EventsAbout(ctx context.Context, db onceplan.DB, key, address string) ([]Recorded, error) {
 	rows, err := db.Query(ctx, `
-		SELECT * FROM (SELECT `+recordedCols+` FROM inbound_event WHERE key = $1 ORDER BY id DESC LIMIT $2) x
-		ORDER BY id`, key, maxEventsShown)
+		SELECT * FROM (
+			SELECT `+recordedCols+` FROM inbound_event WHERE id IN (
+				(SELECT id FROM inbound_event WHERE key = $1 ORDER BY id DESC LIMIT $3)
+				UNION
+				(SELECT id FROM inbound_event WHERE address = $2 ORDER BY id DESC LIMIT $3))
+			ORDER BY id DESC LIMIT $3) x
+		ORDER BY id`, key, address, maxEventsShown)
 	if err != nil {
 		return nil, err
 	}

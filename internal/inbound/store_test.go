@@ -85,7 +85,7 @@ func snsBody(t *testing.T, sesJSON string) []byte {
 // TestRecordTiesAndSuppresses: an SES hard bounce naming our Message-ID
 // for ann's effect is stored raw, tied to that effect (its key, epoch and
 // campaign), and suppresses ann's address pointing at the event and the
-// campaign; the target page's EventsOf lists it.
+// campaign; the target page's EventsAbout lists it.
 func TestRecordTiesAndSuppresses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -102,7 +102,7 @@ func TestRecordTiesAndSuppresses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbound.Result{Recorded: 1, Tied: 1, Suppressed: 1}, res)
 
-	got, err := inbound.EventsOf(b.ctx, b.app, b.key)
+	got, err := inbound.EventsAbout(b.ctx, b.app, b.key, "ann@example.com")
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	e := got[0]
@@ -165,7 +165,7 @@ func TestRecordSoftBounceTiedByReceipt(t *testing.T) {
 	res, err := inbound.Record(b.ctx, b.app, events)
 	require.NoError(t, err)
 	require.Equal(t, inbound.Result{Recorded: 1, Tied: 1}, res)
-	got, err := inbound.EventsOf(b.ctx, b.app, b.key)
+	got, err := inbound.EventsAbout(b.ctx, b.app, b.key, "ann@example.com")
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, inbound.SoftBounce, got[0].Type)
@@ -185,9 +185,15 @@ func TestRecordUntied(t *testing.T) {
 	res, err := inbound.Record(b.ctx, b.app, events)
 	require.NoError(t, err)
 	require.Equal(t, inbound.Result{Recorded: 1, Suppressed: 1}, res)
-	got, err := inbound.EventsOf(b.ctx, b.app, b.key)
+	// The target page lists it for the address, tied to no message.
+	got, err := inbound.EventsAbout(b.ctx, b.app, b.key, "ann@example.com")
 	require.NoError(t, err)
-	require.Empty(t, got)
+	require.Len(t, got, 1)
+	require.Empty(t, got[0].Key)
+	require.Zero(t, got[0].EffectID)
+	got, err = inbound.EventsAbout(b.ctx, b.app, b.key, "bob@example.com")
+	require.NoError(t, err)
+	require.Empty(t, got, "nothing of ann's on another address's page")
 	s, found, err := suppression.Lookup(b.ctx, b.app, "ann@example.com")
 	require.NoError(t, err)
 	require.True(t, found)

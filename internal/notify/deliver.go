@@ -151,13 +151,7 @@ func unwrapURL(err error) string {
 // provider. The key (so the Message-ID, and a deduplicating provider's
 // idempotency key) is the notification's own, the same on every try.
 func (n *Notifier) mail(ctx context.Context, id int64, to, subject, text string) answer {
-	target, err := ledger.NewEmailTarget(to)
-	if err != nil {
-		return answer{outcome: permanent, err: err.Error()}
-	}
-	// "notify:<id>" is no campaign's id, so the key is no target's (a
-	// target's event is its campaign's id).
-	key, err := ledger.NewKey(ledger.KeyInput{Event: "notify:" + strconv.FormatInt(id, 10), Tool: "email.send", Target: target})
+	target, key, err := MailKey(id, to)
 	if err != nil {
 		return answer{outcome: permanent, err: err.Error()}
 	}
@@ -175,4 +169,17 @@ func (n *Notifier) mail(ctx context.Context, id int64, to, subject, text string)
 		a.outcome, a.err = temporary, fmt.Sprintf("provider %s: %s: %s", n.provider.Name(), v.Outcome, v.Reason)
 	}
 	return a
+}
+
+// MailKey is the key an email notification is sent under (its Message-ID
+// derives from it): the notification's own, the same on every try.
+// "notify:<id>" is no campaign's id, so the key is no target's (a
+// target's event is its campaign's id).
+func MailKey(id int64, to string) (ledger.Target, ledger.Key, error) {
+	target, err := ledger.NewEmailTarget(to)
+	if err != nil {
+		return target, "", err
+	}
+	key, err := ledger.NewKey(ledger.KeyInput{Event: "notify:" + strconv.FormatInt(id, 10), Tool: "email.send", Target: target})
+	return target, key, err
 }

@@ -223,3 +223,47 @@ func Undelivered(ctx context.Context, db onceplan.DB, limit int) ([]Delivery, er
 	}
 	return out, nil
 }
+
+// Email is one email notification as recorded: enough for the audit to
+// recognise it in a provider's evidence (its key, MailKey) and to say what
+// it is.
+type Email struct {
+	ID         int64
+	CampaignID string
+	Event      Event
+	Recipient  string
+	Key        string
+	CreatedAt  time.Time
+}
+
+// Emails lists every email notification recorded, oldest first: they go
+// through the campaigns' providers, so a maildir or a provider log holds
+// them beside the campaigns' own messages.
+func Emails(ctx context.Context, db onceplan.DB) ([]Email, error) {
+	rows, err := db.Query(ctx, `
+		SELECT id, campaign_id::text, event, recipient, created_at FROM notification
+		WHERE kind = 'mailto' ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Email, error) {
+		var (
+			e     Email
+			event string
+		)
+		err := r.Scan(&e.ID, &e.CampaignID, &event, &e.Recipient, &e.CreatedAt)
+		e.Event = Event(event)
+		return e, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	kept := out[:0]
+	for _, e := range out {
+		if _, key, err := MailKey(e.ID, e.Recipient); err == nil {
+			e.Key = string(key)
+			kept = append(kept, e)
+		}
+	}
+	return kept, nil
+}

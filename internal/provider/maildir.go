@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Maildir raw answers are one line each:
@@ -140,9 +142,7 @@ func (p *maildirProvider) Send(ctx context.Context, r Request) ([]byte, error) {
 		return []byte(maildirErrBuild + err.Error() + maildirNothing), nil
 	}
 
-	var uniq [8]byte
-	_, _ = rand.Read(uniq[:])
-	tmpName := fmt.Sprintf("%s.%d.%s", name, os.Getpid(), hex.EncodeToString(uniq[:]))
+	tmpName := maildirTmpName(name)
 	tmp := filepath.Join(p.dir, "tmp", tmpName)
 	if err := writeSynced(tmp, func(f *os.File) error { _, err := msg.WriteTo(f); return err }); err != nil {
 		_ = os.Remove(tmp)
@@ -164,9 +164,17 @@ func (p *maildirProvider) Send(ctx context.Context, r Request) ([]byte, error) {
 	return []byte(maildirDelivered + "new/" + name), nil
 }
 
+// writeSynced writes a new file and syncs it, holding an exclusive lock
+// on it from its creation until it is closed: Sweep never removes a file
+// whose writer still holds the lock, and a writer that dies (killed)
+// releases it.
 func writeSynced(path string, write func(*os.File) error) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
+		return err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		_ = f.Close()
 		return err
 	}
 	if err := write(f); err != nil {
@@ -255,4 +263,102 @@ func maildirReceipt(where string) string {
 	name := path.Base(where)
 	name, _, _ = strings.Cut(name, ":")
 	return name
+}
+
+// MaildirTmpMaxAge is how old a file in a maildir's tmp/ must be (since it
+// was last written) before Sweep may remove it: many times the longest
+// write of a message, which is synced and linked into new/ as soon as it
+// is written. Age alone is not trusted: a file whose writer still holds
+// its lock is never removed, however old.
+const MaildirTmpMaxAge = time.Hour
+
+// Sweeper is a provider that leaves files behind when a process dies in
+// the middle of a call (a maildir's tmp/): Sweep removes those no process
+// may still be writing and names them. Maintenance calls it.
+type Sweeper interface {
+	Sweep(ctx context.Context, now time.Time) (removed []string, err error)
+}
+
+// maildirTmpName is a unique name in tmp/ for writing the file name:
+// "<name>.<pid>.<16 hex>" (isMaildirTmpName).
+func maildirTmpName(name string) string {
+	var uniq [8]byte
+	_, _ = rand.Read(uniq[:])
+	return fmt.Sprintf("%s.%d.%s", name, os.Getpid(), hex.EncodeToString(uniq[:]))
+}
+
+// isMaildirTmpName reports whether name is a tmp/ file Send writes:
+// "<40 hex>.onceplan.<pid>.<16 hex>". Other files (another program's
+// delivery in progress) are never touched.
+func isMaildirTmpName(name string) bool {
+	base, rest, ok := strings.Cut(name, maildirFileSuffix+".")
+	if !ok || len(base) != maildirFileHashChars || !isHex(base) {
+		return false
+	}
+	pid, uniq, ok := strings.Cut(rest, ".")
+	return ok && pid != "" && strings.Trim(pid, "0123456789") == "" && len(uniq) == 16 && isHex(uniq)
+}
+
+func isHex(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// Sweep removes the files Send left in tmp/ when its process died between
+// writing a message and linking it into new/: only files named as Send
+// names them, last written at least MaildirTmpMaxAge before now, and not
+// locked by a live writer (Send holds an exclusive lock while it writes;
+// Sweep removes a file only while holding that lock itself). A half
+// written file was never delivered: the effect's attempt is recovered
+// from the ledger, and the message is written again under a new name.
+func (p *maildirProvider) Sweep(ctx context.Context, now time.Time) ([]string, error) {
+	dir := filepath.Join(p.dir, "tmp")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("maildir %s: reading tmp/: %w", p.dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return removed, err
+		}
+		if !e.Type().IsRegular() || !isMaildirTmpName(e.Name()) {
+			continue
+		}
+		gone, err := sweepOne(filepath.Join(dir, e.Name()), now)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if gone {
+			removed = append(removed, "tmp/"+e.Name())
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// sweepOne removes path when it is old enough and nobody holds its lock.
+func sweepOne(path string, now time.Time) (bool, error) {
+	info, err := os.Lstat(path)
+	if err != nil || now.Sub(info.ModTime()) < MaildirTmpMaxAge {
+		return false, nil // gone meanwhile (Send removes its own), or young
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, nil
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return false, nil // a live writer holds it
+	}
+	// Written to since it was looked at: someone still uses it.
+	if again, err := f.Stat(); err != nil || !again.ModTime().Equal(info.ModTime()) {
+		return false, nil
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("maildir: removing %s: %w", path, err)
+	}
+	return true, nil
 }

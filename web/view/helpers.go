@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // num formats n with thin thousands separators ("1,000,000").
@@ -146,4 +147,101 @@ func runURL(campaignID string, f TargetFilter, after string) string {
 		u += "?" + q.Encode()
 	}
 	return u
+}
+
+// mergeRef is how a template names merge variable v: {{.v}}, or, for a
+// column whose name is not an identifier ("First Name"), {{index . "v"}}.
+func mergeRef(v string) string {
+	ident := v != ""
+	for i, r := range v {
+		if !(r == '_' || unicode.IsLetter(r) || i > 0 && unicode.IsDigit(r)) {
+			ident = false
+			break
+		}
+	}
+	if ident {
+		return "{{." + v + "}}"
+	}
+	return "{{index . " + strconv.Quote(v) + "}}"
+}
+
+// count words n of a noun: "1 row", "2 rows", "1,000 rows".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return num(n) + " " + many
+}
+
+// agree is the word of a phrase that agrees with n: one when n is 1.
+func agree(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// countsBrief words a list's counts that are not zero, in the legend's
+// order: "6 done · 1 not started".
+func countsBrief(c Counts) string {
+	var parts []string
+	for _, s := range CountStates {
+		if n := c.Get(s); n > 0 {
+			parts = append(parts, num(n)+" "+label(s))
+		}
+	}
+	if len(parts) == 0 {
+		return "no targets"
+	}
+	return strings.Join(parts, " · ")
+}
+
+// The verdict a campaign list row gives from its counts (the audit's read
+// model): the audit cannot hold while a target is missing (not started,
+// or held outside the plan) or in doubt (pending, unknown); with failed
+// targets it holds only if each was refused for good, which the audit
+// page says; otherwise it holds by the counts.
+func verdictHolds(c Counts) string {
+	switch {
+	case c.NotStarted+c.Outside+c.Pending+c.Unknown > 0:
+		return "no"
+	case c.Failed > 0:
+		return "unsure"
+	}
+	return "yes"
+}
+
+func verdictText(c Counts) string {
+	switch verdictHolds(c) {
+	case "no":
+		var why []string
+		if n := c.NotStarted + c.Outside; n > 0 {
+			why = append(why, num(n)+" not sent")
+		}
+		if n := c.Pending + c.Unknown; n > 0 {
+			why = append(why, num(n)+" in doubt")
+		}
+		return "audit: does not hold yet (" + strings.Join(why, ", ") + ")"
+	case "unsure":
+		return "audit: holds only if the " + count(c.Failed, "failed target was", "failed targets were") + " refused for good"
+	}
+	return "audit: holds"
+}
+
+func verdictClass(c Counts) string {
+	switch verdictHolds(c) {
+	case "no":
+		return "state-unknown"
+	case "unsure":
+		return "state-failed"
+	}
+	return "state-done"
+}
+
+// listSep follows item i of n in a sentence: a comma, or the full stop.
+func listSep(i, n int) string {
+	if i == n-1 {
+		return "."
+	}
+	return ","
 }

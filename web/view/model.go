@@ -88,6 +88,11 @@ type Payload struct {
 	Subject string
 	Text    string
 	HTML    string
+	// Variables are the merge variables of the draft's list (its first
+	// target's, as a list's rows share its columns); ListImported says
+	// there is a list, so that none means none.
+	Variables    []string
+	ListImported bool
 }
 
 // NewCampaignPage is the form that creates a campaign.
@@ -313,16 +318,19 @@ type Bump struct {
 // TargetPage shows one target and every attempt at it.
 type TargetPage struct {
 	Page
-	Campaign     Campaign
-	Row          TargetRow
-	Vars         string
-	Attempts     []Attempt
-	Bumps        []Bump
-	Events       []ProviderEvent // bounces and complaints reported (package inbound)
-	CanResolve   bool
-	CanSupersede bool
-	CanRevoke    bool
-	CanOperate   bool
+	Campaign Campaign
+	Row      TargetRow
+	Vars     string
+	Attempts []Attempt
+	Bumps    []Bump
+	Events   []ProviderEvent // bounces and complaints reported (package inbound)
+	// AddressSuppressed is the suppression in force for the target's
+	// address (nil: none).
+	AddressSuppressed *SuppressionRow
+	CanResolve        bool
+	CanSupersede      bool
+	CanRevoke         bool
+	CanOperate        bool
 }
 
 // Metric is the exactly-once metric of a campaign's plan (package
