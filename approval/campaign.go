@@ -322,6 +322,25 @@ func Live(ctx context.Context, db onceplan.DB, completedWithin time.Duration) ([
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// RunningProviders lists the providers the running campaigns send
+// through, each once.
+func RunningProviders(ctx context.Context, db onceplan.DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT provider FROM campaign WHERE state = $1`, string(StateRunning))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Running lists the running campaigns by id.
+func Running(ctx context.Context, db onceplan.DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM campaign WHERE state = $1`, string(StateRunning))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // Names maps each of the campaigns ids names to its name; an unknown id
 // is absent.
 func Names(ctx context.Context, db onceplan.DB, ids []string) (map[string]string, error) {
