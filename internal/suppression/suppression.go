@@ -357,7 +357,9 @@ func (s Set) Lookup(address string) (string, bool) {
 }
 
 // InList counts the targets of a target list whose address is suppressed
-// now: the approval page shows it, since they will not be mailed.
+// now: the approval page shows it, since they will not be mailed. The
+// list's targets are the plan's, read through its list_target (migration
+// 0030).
 func InList(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	if listID == 0 {
 		return 0, nil
