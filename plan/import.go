@@ -362,12 +362,14 @@ func (s *importSource) carryOver(ctx context.Context, tx pgx.Tx, oldList int64) 
 // dropUnfrozenList removes a list nothing points at any more (a draft's
 // superseded list): deleting its target_list row takes its targets with it
 // (migration 0014). A list a plan froze, a draft uses or a submission
-// named stays; PostgreSQL's foreign keys would refuse the delete anyway,
+// named (approval's rows, read through campaign_draft and
+// campaign_submission, migration 0030) stays; PostgreSQL's foreign keys would refuse the delete anyway,
 // but that would fail the import.
 func dropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
 	var used bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan WHERE list_id = $1)
-		OR EXISTS (SELECT 1 FROM draft WHERE list_id = $1) OR EXISTS (SELECT 1 FROM submission WHERE list_id = $1)`,
+		OR EXISTS (SELECT 1 FROM campaign_draft() d WHERE d.list_id = $1)
+		OR EXISTS (SELECT 1 FROM campaign_submission() s WHERE s.list_id = $1)`,
 		list).Scan(&used); err != nil || used {
 		return err
 	}
