@@ -367,7 +367,7 @@ func InList(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `
 		SELECT count(DISTINCT t.ordinal) FROM suppression s
-		JOIN target t ON t.list_id = $1 AND t.target = s.address
+		JOIN list_target() t ON t.list_id = $1 AND t.target = s.address
 		WHERE `+notRemoved, listID).Scan(&n)
 	return n, err
 }
