@@ -195,7 +195,8 @@ type Draft struct {
 	UpdatedAt    time.Time    `json:"updated_at"`
 }
 
-// GetDraft reads a draft version with its list's size and digest.
+// GetDraft reads a draft version with its list's size and digest (the
+// plan's, through its target_list_summary, migration 0030).
 func GetDraft(ctx context.Context, db onceplan.DB, campaignID string, version int) (Draft, error) {
 	var d Draft
 	if !validUUID(campaignID) {
@@ -205,7 +206,7 @@ func GetDraft(ctx context.Context, db onceplan.DB, campaignID string, version in
 		SELECT d.campaign_id, d.version, d.from_addr, d.subject, d.text_body, d.html_body,
 		       coalesce(d.list_id, 0), coalesce(l.target_count, 0), coalesce(l.digest, ''),
 		       d.proposed_by, d.last_edited_by, d.created_at, d.updated_at
-		FROM draft d LEFT JOIN target_list l ON l.id = d.list_id
+		FROM draft d LEFT JOIN target_list_summary() l ON l.id = d.list_id
 		WHERE d.campaign_id = $1 AND d.version = $2`, campaignID, version).Scan(
 		&d.CampaignID, &d.Version, &d.Payload.From, &d.Payload.Subject, &d.Payload.Text, &d.Payload.HTML,
 		&d.ListID, &d.TargetCount, &d.ListDigest, &d.ProposedBy, &d.LastEditedBy, &d.CreatedAt, &d.UpdatedAt)
@@ -316,6 +317,25 @@ func Live(ctx context.Context, db onceplan.DB, completedWithin time.Duration) ([
 		       OR (c.state = 'completed' AND EXISTS (SELECT 1 FROM campaign_event e
 		            WHERE e.campaign_id = c.id AND e.action = 'complete' AND e.created_at > now() - $1::interval)))
 		ORDER BY c.id`, completedWithin.String())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// RunningProviders lists the providers the running campaigns send
+// through, each once.
+func RunningProviders(ctx context.Context, db onceplan.DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT DISTINCT provider FROM campaign WHERE state = $1`, string(StateRunning))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// Running lists the running campaigns by id.
+func Running(ctx context.Context, db onceplan.DB) ([]string, error) {
+	rows, err := db.Query(ctx, `SELECT id FROM campaign WHERE state = $1`, string(StateRunning))
 	if err != nil {
 		return nil, err
 	}

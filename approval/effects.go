@@ -18,15 +18,11 @@ import (
 // campaign's approved plans: an action on one campaign's page or route can
 // never touch another campaign's effects.
 func keyOfCampaign(ctx context.Context, tx pgx.Tx, campaignID, key string) error {
-	var ours bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
-		WHERE p.campaign_id = $1 AND t.key = $2)`, campaignID, key).Scan(&ours); err != nil {
-		return err
-	}
-	if !ours {
+	_, err := plan.TargetOfKey(ctx, tx, campaignID, key)
+	if errors.Is(err, onceplan.ErrNotFound) {
 		return fmt.Errorf("%w: key %s is not a target of campaign %s", onceplan.ErrNotFound, key, campaignID)
 	}
-	return nil
+	return err
 }
 
 // CampaignOfKey finds the campaign whose approved plan has key as a target
@@ -35,10 +31,8 @@ func (s *Service) CampaignOfKey(ctx context.Context, key string) (string, error)
 	if _, err := ledger.ParseKey(key); err != nil {
 		return "", fmt.Errorf("%w: %v", onceplan.ErrInvalid, err)
 	}
-	var id string
-	err := s.pool.QueryRow(ctx, `SELECT p.campaign_id FROM target t JOIN plan p ON p.list_id = t.list_id
-		WHERE t.key = $1 ORDER BY p.id DESC LIMIT 1`, key).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
+	id, err := plan.CampaignOfKey(ctx, s.pool, key)
+	if errors.Is(err, onceplan.ErrNotFound) {
 		return "", fmt.Errorf("%w: no approved plan has a target with key %s", onceplan.ErrNotFound, key)
 	}
 	return id, err
@@ -66,9 +60,8 @@ func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID,
 	var epoch int
 	err := s.effectAction(ctx, a, campaignID, key, auth.ActionSupersede, func(tx pgx.Tx, cp *Campaign) error {
 		c := *cp
-		var target string
-		if err := tx.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
-			WHERE p.campaign_id = $1 AND t.key = $2 ORDER BY p.id DESC LIMIT 1`, c.ID, key).Scan(&target); err != nil {
+		target, err := plan.TargetOfKey(ctx, tx, c.ID, key)
+		if err != nil {
 			return err
 		}
 		if !strings.EqualFold(strings.TrimSpace(confirmTarget), target) {
@@ -81,7 +74,6 @@ func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID,
 			}
 			return fmt.Errorf("%w: only a done target can be superseded; %s has no done effect at its current epoch", onceplan.ErrConflict, target)
 		}
-		var err error
 		if epoch, err = store.Bump(ctx, ledger.BumpParams{
 			Key: ledger.Key(key), ActorKind: ledger.ActorHuman, Actor: a.String(), Reason: reason,
 		}); err != nil {

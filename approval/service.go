@@ -678,19 +678,6 @@ func approvalErr(err error) error {
 	return err
 }
 
-// Approvals counts the distinct approvals of the campaign's current hash.
-func (s *Service) Approvals(ctx context.Context, id string) (int, error) {
-	c, err := GetCampaign(ctx, s.pool, id)
-	if err != nil {
-		return 0, err
-	}
-	r, err := s.result(ctx, s.pool, c)
-	if err != nil {
-		return 0, err
-	}
-	return approvals(ctx, s.pool, c, r.PlanHash)
-}
-
 // approvals counts the distinct approvals of campaign c's current version
 // under hash.
 func approvals(ctx context.Context, db onceplan.DB, c Campaign, hash string) (int, error) {

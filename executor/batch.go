@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
 )
 
 // Group commit (docs/ARCHITECTURE.md, "Group commit"). The writes of an
@@ -308,21 +309,11 @@ func (b *batcher) flushTargets(reqs []*targetReq) {
 				ordinals = append(ordinals, int32(o))
 			}
 		}
-		// One list per statement, "ordinal = ANY(…)": the primary key's
-		// index, whatever the statistics say about the table.
-		rows, err := b.pool.Query(bg, `SELECT ordinal, target, key, vars FROM target WHERE list_id = $1 AND ordinal = ANY($2::int[])`,
-			pgx.QueryExecModeExec, list, ordinals)
-		got := map[int]targetRes{}
-		if err == nil {
-			var (
-				ordinal int
-				res     targetRes
-			)
-			_, err = pgx.ForEachRow(rows, []any{&ordinal, &res.to, &res.key, &res.vars}, func() error {
-				got[ordinal] = res
-				res = targetRes{}
-				return nil
-			})
+		// One list per statement: the plan's read (plan.TargetsAt).
+		read, err := plan.TargetsAt(bg, b.pool, list, ordinals)
+		got := make(map[int]targetRes, len(read))
+		for _, t := range read {
+			got[t.Ordinal] = targetRes{to: t.Address, key: t.Key, vars: t.Vars}
 		}
 		if err != nil {
 			b.failed("target read", len(rs), err)

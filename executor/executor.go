@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -256,6 +257,15 @@ func LiveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration
 // liveWorkers is LiveWorkers; every says to count every provider known,
 // not only those named.
 func liveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration, every bool, providers []string) (map[string]int, error) {
+	providers = slices.Clone(providers)
+	if every {
+		// The providers running campaigns send through: approval's to say.
+		running, err := approval.RunningProviders(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		providers = append(providers, running...)
+	}
 	if providers == nil {
 		providers = []string{}
 	}
@@ -264,8 +274,7 @@ func liveWorkers(ctx context.Context, db onceplan.DB, ownerTimeout time.Duration
 		                WHERE n.name = ANY (p.providers)
 		                  AND EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = p.owner))
 		FROM (SELECT unnest($2::text[])
-		      UNION SELECT unnest(providers) FROM worker_process WHERE $3
-		      UNION SELECT provider FROM campaign WHERE $3 AND state = 'running') n (name)`,
+		      UNION SELECT unnest(providers) FROM worker_process WHERE $3) n (name)`,
 		ownerTimeout.String(), providers, every)
 	if err != nil {
 		return nil, err
@@ -339,32 +348,36 @@ func (e *Executor) planFor(ctx context.Context, id int64) (*cachedPlan, error) {
 // stops fetching from a paused queue, but jobs fetched before the pause
 // (up to the queue's workers, in every process) would otherwise go on
 // calling a provider that just answered "over quota".
+//
+// The campaign is approval's to read (approval.GetCampaign); the queue's
+// pause is River's, asked through onceplan_paused_queue (migration 0027).
 func (e *Executor) campaignGate(ctx context.Context, p plan.Plan, queue string) (Result, bool, error) {
-	var state string
-	var current int64
-	var queuePaused bool
-	err := e.cfg.Pool.QueryRow(ctx, `
-		SELECT state, coalesce(plan_id, 0), EXISTS (SELECT 1 FROM onceplan_paused_queue() q WHERE q.name = $2::text)
-		FROM campaign WHERE id = $1`, p.CampaignID, queue).Scan(&state, &current, &queuePaused)
-	if errors.Is(err, pgx.ErrNoRows) {
+	c, err := approval.GetCampaign(ctx, e.cfg.Pool, p.CampaignID)
+	if errors.Is(err, onceplan.ErrNotFound) {
 		return Result{Action: Complete, Outcome: "campaign gone"}, false, nil
 	}
 	if err != nil {
 		return Result{}, false, err
 	}
 	switch {
-	case current != p.ID:
+	case c.PlanID != p.ID:
 		// A newer version was approved: its own jobs carry on.
 		return Result{Action: Complete, Outcome: "superseded"}, false, nil
-	case approval.State(state) == approval.StateRunning && queuePaused:
-		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "provider paused"}, false, nil
-	case approval.State(state) == approval.StateRunning:
+	case c.State == approval.StateRunning:
+		var queuePaused bool
+		if err := e.cfg.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM onceplan_paused_queue() q WHERE q.name = $1::text)`,
+			queue).Scan(&queuePaused); err != nil {
+			return Result{}, false, err
+		}
+		if queuePaused {
+			return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "provider paused"}, false, nil
+		}
 		return Result{}, true, nil
-	case approval.State(state) == approval.StatePaused:
+	case c.State == approval.StatePaused:
 		return Result{Action: Snooze, After: e.cfg.PausedSnooze, Outcome: "paused"}, false, nil
 	default:
 		// Cancelled, or edited back into a draft: end without claiming.
-		return Result{Action: Complete, Outcome: "campaign " + state}, false, nil
+		return Result{Action: Complete, Outcome: "campaign " + string(c.State)}, false, nil
 	}
 }
 

@@ -14,6 +14,14 @@ import (
 	"github.com/onceplan/onceplan/plan"
 )
 
+// The statements of this package join River's tables, its own, to other
+// packages' rows through the reads their owners publish in the schema
+// (docs/ARCHITECTURE.md, "Where each rule lives"; migration 0030): the
+// ledger's attempts (effect_attempt), the plan's targets and frozen plans
+// (list_target, frozen_plan), the campaigns (campaign_record) and the
+// workers' heartbeats (worker_heartbeat). PostgreSQL inlines each, so every
+// statement keeps the plan it had with the tables named.
+
 // unfinishedJob is the SQL condition for "job j is not finished": the
 // predicate of the index river_job_onceplan_live (migration 0011), which
 // only holds unfinished jobs. A query that looks jobs up by plan must say
@@ -32,10 +40,11 @@ var liveJob = unfinishedJob + `
 // notBlocked is the SQL condition for "target t has no blocking ledger row
 // at its key's current epoch, and was not recorded as suppressed for plan
 // @plan" (a suppressed target is final for its plan: no job for it). Each
-// rule is the ledger's, stated in the database (migrations 0027 and 0029):
-// effect_blocks, effect_current_epoch and target_suppressed_in.
+// rule is the ledger's, stated in the database (migrations 0027, 0029 and
+// 0030): effect_attempt, effect_blocks, effect_current_epoch and
+// target_suppressed_in.
 const notBlocked = `NOT EXISTS (
-	SELECT 1 FROM effect f
+	SELECT 1 FROM effect_attempt() f
 	WHERE f.key = t.key AND effect_blocks(f.state)
 	  AND f.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur))
 	AND NOT EXISTS (SELECT 1 FROM target_suppressed_in(@plan) ts WHERE ts.ordinal = t.ordinal)`
@@ -73,7 +82,7 @@ var noLiveJob = `NOT EXISTS (
 
 func (e *Enqueuer) sql(cond string) string {
 	return `
-		SELECT t.ordinal FROM target t
+		SELECT t.ordinal FROM list_target() t
 		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
 		  AND ` + noLiveJob + `
 		ORDER BY t.ordinal LIMIT @limit`
@@ -87,7 +96,7 @@ func (e *Enqueuer) sql(cond string) string {
 // target — quadratic (100,000 targets took minutes).
 func (e *Enqueuer) firstSQL(cond string) string {
 	return `
-		SELECT t.ordinal FROM target t
+		SELECT t.ordinal FROM list_target() t
 		WHERE t.list_id = @list AND ` + cond + ` AND ` + notBlocked + `
 		ORDER BY t.ordinal LIMIT @limit`
 }
@@ -102,9 +111,9 @@ func (e *Enqueuer) firstSQL(cond string) string {
 // campaign's first start then reads its targets without probing the
 // ledger for each: 1,000,000 probes were most of a million-target start.
 const untouchedSQL = `
-	NOT EXISTS (SELECT 1 FROM plan q WHERE q.campaign_id = @campaign AND EXISTS (SELECT 1 FROM effect f WHERE f.plan_id = q.id))
-	AND NOT EXISTS (SELECT 1 FROM effect f JOIN target t ON t.list_id = @list AND t.key = f.key WHERE f.plan_id IS NULL)
-	AND NOT EXISTS (SELECT 1 FROM target_suppressed ts WHERE ts.plan_id = @plan)`
+	NOT EXISTS (SELECT 1 FROM frozen_plan() q WHERE q.campaign_id = @campaign AND EXISTS (SELECT 1 FROM effect_attempt() f WHERE f.plan_id = q.id))
+	AND NOT EXISTS (SELECT 1 FROM effect_attempt() f JOIN list_target() t ON t.list_id = @list AND t.key = f.key WHERE f.plan_id IS NULL)
+	AND NOT EXISTS (SELECT 1 FROM target_suppressed_in(@plan) ts)`
 
 // untouched reports untouchedSQL for p, in tx's view.
 func untouched(ctx context.Context, db onceplan.DB, p plan.Plan) (bool, error) {
@@ -141,7 +150,7 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 	} else if fresh, err := untouched(ctx, tx, p); err != nil {
 		return 0, err
 	} else if fresh {
-		query = `SELECT t.ordinal FROM target t WHERE t.list_id = @list AND t.ordinal > @after ORDER BY t.ordinal LIMIT @limit`
+		query = `SELECT t.ordinal FROM list_target() t WHERE t.list_id = @list AND t.ordinal > @after ORDER BY t.ordinal LIMIT @limit`
 	}
 	total, after := 0, 0
 	for {
@@ -184,7 +193,7 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 		"silent": (e.OwnerTimeout / HeartbeatsPerOwnerTimeout * 2).Round(time.Millisecond).String(),
 	}
 	if queue {
-		query := `SELECT count(*) FROM target t WHERE t.list_id = @list AND ` + notBlocked
+		query := `SELECT count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
 		if existing {
 			query += ` AND ` + noLiveJob
 		}
@@ -206,8 +215,8 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 		       coalesce(extract(epoch FROM greatest(max(w.seen_at) + @owner_timeout::interval - now(), '0')), 0),
 		       coalesce(extract(epoch FROM now() - max(w.seen_at)), 0)
 		FROM stalled s
-		JOIN target t ON t.list_id = @list AND t.ordinal >= s.first AND t.ordinal < s."end"
-		LEFT JOIN worker_process w ON w.owner = s.owner
+		JOIN list_target() t ON t.list_id = @list AND t.ordinal >= s.first AND t.ordinal < s."end"
+		LEFT JOIN worker_heartbeat() w ON w.owner = s.owner
 		WHERE `+notBlocked+`
 		  AND NOT EXISTS (SELECT 1 FROM river_job j
 		    WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND `+jobCovers("t.ordinal")+`
@@ -226,10 +235,10 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 // plan's failed attempts (effect_plan_target), so a plan without failures
 // costs one short index range, not a walk of its list.
 var failedForGoodSQL = `
-	SELECT count(DISTINCT t.ordinal) FROM effect e
-	JOIN target t ON t.list_id = @list AND t.ordinal = e.ordinal
+	SELECT count(DISTINCT t.ordinal) FROM effect_attempt() e
+	JOIN list_target() t ON t.list_id = @list AND t.ordinal = e.ordinal
 	WHERE e.plan_id = @plan AND e.state = 'failed' AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur)
-	  AND NOT EXISTS (SELECT 1 FROM effect n WHERE n.key = e.key AND n.epoch = e.epoch AND n.id > e.id)
+	  AND NOT EXISTS (SELECT 1 FROM effect_attempt() n WHERE n.key = e.key AND n.epoch = e.epoch AND n.id > e.id)
 	  AND ` + notBlocked + ` AND ` + noLiveJob
 
 // FailedForGood counts campaign c's targets (of its current plan) that

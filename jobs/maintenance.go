@@ -70,7 +70,7 @@ func (r *Runner) timeout() string { return r.cfg.OwnerTimeout.String() }
 // an owner's heartbeat: recoverToolCalls takes them.
 func (r *Runner) recoverDeadOwners(ctx context.Context) error {
 	effects, err := r.effects(ctx, `
-		SELECT id FROM effect e
+		SELECT id FROM effect_attempt() e
 		WHERE e.state = 'pending' AND e.plan_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = e.owner)
 		ORDER BY e.created_at LIMIT $2`, r.timeout(), recoveryBatch)
 	if err != nil {
@@ -93,7 +93,7 @@ func (r *Runner) recoverUnknowns(ctx context.Context) error {
 		return nil
 	}
 	effects, err := r.effects(ctx, `
-		SELECT e.id FROM effect e JOIN plan p ON p.id = e.plan_id
+		SELECT e.id FROM effect_attempt() e JOIN frozen_plan() p ON p.id = e.plan_id
 		WHERE e.state = 'unknown' AND p.provider = ANY($1)
 		ORDER BY e.updated_at LIMIT $2`, names, recoveryBatch)
 	if err != nil {
@@ -155,7 +155,7 @@ func (r *Runner) recoverAll(ctx context.Context, effects []ledger.Effect) error 
 // the ledger settled and do nothing.
 func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 	rows, err := r.cfg.Pool.Query(ctx, `
-		SELECT DISTINCT c.id FROM river_job j JOIN campaign c ON c.plan_id = (j.args ->> 'plan_id')::bigint
+		SELECT DISTINCT c.id FROM river_job j JOIN campaign_record() c ON c.plan_id = (j.args ->> 'plan_id')::bigint
 		WHERE j.kind = 'onceplan_effect' AND j.state = 'running' AND c.state = 'running'
 		  AND NOT EXISTS (SELECT 1 FROM worker_alive($1::interval) w WHERE w.owner = `+jobOwner+`)`, r.timeout())
 	if err != nil {
@@ -189,11 +189,11 @@ func (r *Runner) requeueDeadWorkersTargets(ctx context.Context) error {
 var completeCheckSQL = `
 SELECT EXISTS (SELECT 1 FROM river_job j
                WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + liveJob + `)
-    OR EXISTS (SELECT 1 FROM effect e JOIN plan p ON p.id = @plan
-               JOIN target t ON t.list_id = p.list_id AND t.key = e.key
+    OR EXISTS (SELECT 1 FROM effect_attempt() e JOIN frozen_plan() p ON p.id = @plan
+               JOIN list_target() t ON t.list_id = p.list_id AND t.key = e.key
                WHERE e.state = 'pending')
-    OR EXISTS (SELECT 1 FROM river_job j JOIN plan p ON p.id = @plan
-               JOIN target t ON t.list_id = p.list_id AND t.ordinal >= ` + jobFirst + ` AND t.ordinal < ` + jobEnd + `
+    OR EXISTS (SELECT 1 FROM river_job j JOIN frozen_plan() p ON p.id = @plan
+               JOIN list_target() t ON t.list_id = p.list_id AND t.ordinal >= ` + jobFirst + ` AND t.ordinal < ` + jobEnd + `
                WHERE j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND j.state = 'running'
                  AND ` + notBlocked + `)`
 
@@ -202,11 +202,7 @@ SELECT EXISTS (SELECT 1 FROM river_job j
 // a campaign open: they wait for a human or a resume, and the audit says
 // the campaign does not hold yet.
 func (r *Runner) completeFinished(ctx context.Context) error {
-	rows, err := r.cfg.Pool.Query(ctx, `SELECT id FROM campaign WHERE state = 'running'`)
-	if err != nil {
-		return err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := approval.Running(ctx, r.cfg.Pool)
 	if err != nil {
 		return err
 	}

@@ -145,7 +145,7 @@ func (r *Runner) backoff(ctx context.Context, tx pgx.Tx, name, queue string, now
 		// stops at the first.
 		var accepted bool
 		if err := tx.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM effect e JOIN plan p ON p.id = e.plan_id
+			SELECT EXISTS (SELECT 1 FROM effect_attempt() e JOIN frozen_plan() p ON p.id = e.plan_id
 			               WHERE e.id > $1 AND e.state = 'done' AND p.provider = $2)`, mark, name).Scan(&accepted); err != nil {
 			return ResumeQueueArgs{}, err
 		}
@@ -154,7 +154,7 @@ func (r *Runner) backoff(ctx context.Context, tx pgx.Tx, name, queue string, now
 		}
 	}
 	d = min(max(d, r.cfg.QuotaBackoffStart), r.cfg.QuotaBackoffMax)
-	if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM effect`).Scan(&mark); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(e.id), 0) FROM effect_attempt() e`).Scan(&mark); err != nil {
 		return ResumeQueueArgs{}, err
 	}
 	return ResumeQueueArgs{Queue: queue, Until: now.Add(d), BackoffMS: d.Milliseconds(), EffectMark: mark}, nil

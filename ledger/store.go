@@ -208,6 +208,21 @@ func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
 	return out, translate(err)
 }
 
+// Newest returns the newest attempts at any of keys, across epochs, newest
+// first: at most limit of them.
+func (s *Store) Newest(ctx context.Context, keys []Key, limit int) ([]Effect, error) {
+	ks := make([]string, len(keys))
+	for i, k := range keys {
+		ks[i] = string(k)
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = ANY ($1::text[]) ORDER BY id DESC LIMIT $2`, ks, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Effect, error) { return scanEffect(r) })
+	return out, translate(err)
+}
+
 // FirstAttemptAt is when the first attempt at key and epoch was claimed:
 // the first call with that effect id can be no earlier, so a provider's
 // dedupe window or probe retention measured from it closes no later than

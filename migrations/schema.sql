@@ -81,6 +81,52 @@ $$;
 
 
 --
+-- Name: campaign_approval(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_approval() RETURNS TABLE(id bigint, campaign_id uuid, version integer, plan_hash text, approver_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT a.id, a.campaign_id, a.version, a.plan_hash, a.approver_id, a.created_at FROM approval a
+$$;
+
+
+--
+-- Name: campaign_draft(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_draft() RETURNS TABLE(campaign_id uuid, version integer, list_id bigint, proposed_by bigint, last_edited_by bigint)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT d.campaign_id, d.version, d.list_id, d.proposed_by, d.last_edited_by FROM draft d
+$$;
+
+
+--
+-- Name: campaign_record(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_record() RETURNS TABLE(id uuid, name text, provider text, tool text, state text, version integer, plan_id bigint, required_approvals integer, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT c.id, c.name, c.provider, c.tool, c.state, c.version, c.plan_id,
+           c.required_approvals, c.created_at
+    FROM campaign c
+$$;
+
+
+--
+-- Name: campaign_run(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_run() RETURNS TABLE(id bigint, campaign_id uuid, plan_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT r.id, r.campaign_id, r.plan_id, r.created_at FROM run r
+$$;
+
+
+--
 -- Name: campaign_running_plan(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -88,6 +134,29 @@ CREATE FUNCTION public.campaign_running_plan() RETURNS TABLE(campaign_id uuid, p
     LANGUAGE sql STABLE
     AS $$
     SELECT c.id, c.plan_id FROM campaign c WHERE c.state = 'running'
+$$;
+
+
+--
+-- Name: campaign_submission(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_submission() RETURNS TABLE(id bigint, campaign_id uuid, version integer, plan_hash text, list_id bigint, proposed_by bigint, last_edited_by bigint)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT s.id, s.campaign_id, s.version, s.plan_hash, s.list_id, s.proposed_by, s.last_edited_by
+    FROM submission s
+$$;
+
+
+--
+-- Name: campaign_trail(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_trail() RETURNS TABLE(id bigint, campaign_id uuid, action text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT ev.id, ev.campaign_id, ev.action, ev.created_at FROM campaign_event ev
 $$;
 
 
@@ -172,6 +241,21 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: effect_attempt(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_attempt() RETURNS TABLE(id bigint, key text, epoch integer, state public.effect_state, attempt integer, owner text, job_id bigint, plan_id bigint, ordinal integer, receipt text, reason text, failure text, resolved_by text, resolution text, revoked_by text, revoke_reason text, created_at timestamp with time zone, updated_at timestamp with time zone, settled_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT e.id, e.key, e.epoch, e.state, e.attempt, e.owner, e.job_id,
+           e.plan_id, e.ordinal, e.receipt, e.reason, e.failure,
+           e.resolved_by, e.resolution, e.revoked_by, e.revoke_reason,
+           e.created_at, e.updated_at, e.settled_at
+    FROM effect e
 $$;
 
 
@@ -311,6 +395,19 @@ $$;
 
 
 --
+-- Name: effect_latest_response(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_latest_response(effect bigint) RETURNS TABLE(body bytea, kind text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT r.body, r.kind FROM effect_response r
+    WHERE r.effect_id = effect_latest_response.effect
+    ORDER BY r.id DESC LIMIT 1
+$$;
+
+
+--
 -- Name: effect_response_person(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -430,6 +527,31 @@ BEGIN
     NEW.updated_at := now();
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: frozen_plan(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.frozen_plan() RETURNS TABLE(id bigint, campaign_id uuid, version integer, provider text, tool text, from_addr text, subject text, text_body text, html_body text, list_unsubscribe boolean, list_id bigint, target_count integer, plan_hash text, proposed_by bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT p.id, p.campaign_id, p.version, p.provider, p.tool,
+           p.from_addr, p.subject, p.text_body, p.html_body, p.list_unsubscribe,
+           p.list_id, p.target_count, p.plan_hash, p.proposed_by, p.created_at
+    FROM plan p
+$$;
+
+
+--
+-- Name: list_target(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.list_target() RETURNS TABLE(list_id bigint, ordinal integer, target text, key text, vars jsonb, line integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT t.list_id, t.ordinal, t.target, t.key, t.vars, t.line FROM target t
 $$;
 
 
@@ -762,6 +884,28 @@ $$;
 
 
 --
+-- Name: suppression_entry(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.suppression_entry() RETURNS TABLE(id bigint, address text, reason text, source text, actor text, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT s.id, s.address, s.reason, s.source, s.actor, s.created_at FROM suppression s
+$$;
+
+
+--
+-- Name: suppression_removed(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.suppression_removed() RETURNS TABLE(suppression_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT sr.suppression_id, sr.created_at FROM suppression_removal sr
+$$;
+
+
+--
 -- Name: target_list_frozen_no_delete(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -801,6 +945,17 @@ $$;
 
 
 --
+-- Name: target_list_summary(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.target_list_summary() RETURNS TABLE(id bigint, campaign_id uuid, target_count integer, digest text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT l.id, l.campaign_id, l.target_count, l.digest FROM target_list l
+$$;
+
+
+--
 -- Name: target_suppressed_in(bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -808,6 +963,17 @@ CREATE FUNCTION public.target_suppressed_in(plan bigint) RETURNS TABLE(ordinal i
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT ts.ordinal FROM target_suppressed ts WHERE ts.plan_id = target_suppressed_in.plan
+$$;
+
+
+--
+-- Name: target_suppressed_record(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.target_suppressed_record() RETURNS TABLE(plan_id bigint, ordinal integer, key text, suppression_id bigint, created_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT ts.plan_id, ts.ordinal, ts.key, ts.suppression_id, ts.created_at FROM target_suppressed ts
 $$;
 
 
@@ -1129,6 +1295,17 @@ CREATE FUNCTION public.worker_alive(within interval) RETURNS TABLE(owner text)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT w.owner FROM worker_process w WHERE w.seen_at > now() - worker_alive.within
+$$;
+
+
+--
+-- Name: worker_heartbeat(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.worker_heartbeat() RETURNS TABLE(owner text, seen_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT w.owner, w.seen_at FROM worker_process w
 $$;
 
 

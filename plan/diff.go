@@ -167,10 +167,11 @@ FROM target o LEFT JOIN target n ON n.list_id = $2 AND n.key = o.key
 WHERE o.list_id = $1`
 
 // doneSQL is the SQL condition that target t's key has an effect done at
-// its current epoch (the ledger's effect_current_epoch, migration 0029):
+// its current epoch, asked of the ledger's attempts (effect_attempt,
+// migration 0030) and current epochs (effect_current_epoch, 0029):
 // the ledger's unique index holds it, so no run of any version sends it
 // again. A page asks it of the rows it walks, one key at a time.
-const doneSQL = `EXISTS (SELECT 1 FROM effect e WHERE e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
+const doneSQL = `EXISTS (SELECT 1 FROM effect_attempt() e WHERE e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
 	AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur))`
 
 // currentEpochsJoin gives target t's key the latest epoch of its bumps as
@@ -186,7 +187,7 @@ const currentEpochsJoin = `LEFT JOIN effect_bumped_epoch() cur ON cur.key = t.ke
 // at most one done effect at an epoch (the ledger's unique index of
 // blocking attempts), so each target counts once.
 const doneCountSQL = `SELECT count(*) FROM target t
-JOIN effect e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
+JOIN effect_attempt() e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
 ` + currentEpochsJoin + `
 WHERE t.list_id = $1 AND e.epoch = coalesce(cur.epoch, 0)`
 
@@ -248,7 +249,7 @@ ORDER BY t.key LIMIT @limit`,
 		RowsChanged: diffChangedSQL,
 		RowsDone: `
 SELECT t.key, t.ordinal, t.target, t.vars, 0, '{}'::jsonb FROM target t
-JOIN effect e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
+JOIN effect_attempt() e ON e.key = t.key AND e.state = '` + string(ledger.StateDone) + `'
 ` + currentEpochsJoin + `
 WHERE t.list_id = @current AND t.key > @after AND t.key <= @last AND e.epoch = coalesce(cur.epoch, 0)
 ORDER BY t.key LIMIT @limit`,

@@ -54,6 +54,32 @@ func PlanOf(ctx context.Context, db onceplan.DB, campaignID string, version int,
 		campaignID, version, hash))
 }
 
+// TargetOfKey is the address of the target whose key is key in a plan
+// frozen for campaign campaignID (the newest that has it; a key names one
+// address, whatever the version); onceplan.ErrNotFound when none has it.
+func TargetOfKey(ctx context.Context, db onceplan.DB, campaignID, key string) (string, error) {
+	var target string
+	err := db.QueryRow(ctx, `SELECT t.target FROM plan p JOIN target t ON t.list_id = p.list_id
+		WHERE p.campaign_id = $1 AND t.key = $2 ORDER BY p.id DESC LIMIT 1`, campaignID, key).Scan(&target)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", onceplan.ErrNotFound
+	}
+	return target, err
+}
+
+// CampaignOfKey is the campaign of the newest frozen plan with a target
+// whose key is key (keys carry the campaign as their event, so there is
+// at most one); onceplan.ErrNotFound when no plan has it.
+func CampaignOfKey(ctx context.Context, db onceplan.DB, key string) (string, error) {
+	var id string
+	err := db.QueryRow(ctx, `SELECT p.campaign_id FROM target t JOIN plan p ON p.list_id = t.list_id
+		WHERE t.key = $1 ORDER BY p.id DESC LIMIT 1`, key).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", onceplan.ErrNotFound
+	}
+	return id, err
+}
+
 // FreezeParams is the approved version of a campaign that a plan freezes.
 type FreezeParams struct {
 	CampaignID      string

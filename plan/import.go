@@ -382,17 +382,48 @@ func (s *importSource) carryOver(ctx context.Context, tx pgx.Tx, oldList int64) 
 // dropUnfrozenList removes a list nothing points at any more (a draft's
 // superseded list): deleting its target_list row takes its targets with it
 // (migration 0014). A list a plan froze, a draft uses or a submission
-// named stays; PostgreSQL's foreign keys would refuse the delete anyway,
+// named (approval's rows, read through campaign_draft and
+// campaign_submission, migration 0030) stays; PostgreSQL's foreign keys would refuse the delete anyway,
 // but that would fail the import.
 func dropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
 	var used bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan WHERE list_id = $1)
-		OR EXISTS (SELECT 1 FROM draft WHERE list_id = $1) OR EXISTS (SELECT 1 FROM submission WHERE list_id = $1)`,
+		OR EXISTS (SELECT 1 FROM campaign_draft() d WHERE d.list_id = $1)
+		OR EXISTS (SELECT 1 FROM campaign_submission() s WHERE s.list_id = $1)`,
 		list).Scan(&used); err != nil || used {
 		return err
 	}
 	_, err := tx.Exec(ctx, `DELETE FROM target_list WHERE id = $1`, list)
 	return err
+}
+
+// Target is one target of a list as an effect needs it: its ordinal,
+// normalised address, key and variables.
+type Target struct {
+	Ordinal int
+	Address string
+	Key     string
+	Vars    map[string]string
+}
+
+// TargetsAt reads the targets of list listID at ordinals, in no particular
+// order; an ordinal the list does not have is left out. It is the read
+// every effect makes before it renders its message (the executor's target
+// batch asks it once for all the workers waiting). One list, "ordinal =
+// ANY(…)": the primary key's index whatever the statistics say, planned
+// for each call (two indexes of target start with list_id, and which is
+// better depends on the list), never from a cached generic plan.
+func TargetsAt(ctx context.Context, db onceplan.DB, listID int64, ordinals []int32) ([]Target, error) {
+	rows, err := db.Query(ctx, `SELECT ordinal, target, key, vars FROM target WHERE list_id = $1 AND ordinal = ANY($2::int[])`,
+		pgx.QueryExecModeExec, listID, ordinals)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Target, error) {
+		var t Target
+		err := r.Scan(&t.Ordinal, &t.Address, &t.Key, &t.Vars)
+		return t, err
+	})
 }
 
 // ListTarget is one target of a list as imported: its ordinal, the line

@@ -17,6 +17,17 @@
 //     here, in the world;
 //   - the per-target export ([Export]), streamed as CSV or JSON.
 //
+// It is the one read model that joins several owners' tables in one
+// statement, for speed and for one snapshot; it reads each through what its
+// owner publishes in the schema (docs/ARCHITECTURE.md, "Where each rule
+// lives"): the ledger's attempts, current epochs and suppressed records
+// (effect_attempt, effect_current_epoch, effect_bumped_epoch,
+// target_suppressed_record), the plan's frozen plans and lists
+// (frozen_plan, target_list_summary, list_target), the campaign's rows
+// (campaign_record, campaign_draft, campaign_submission, campaign_approval,
+// campaign_run, campaign_trail) and the suppression list's
+// (suppression_entry, suppression_removed), each inlined by PostgreSQL.
+//
 // # What the numbers mean
 //
 // Every approved target is counted in exactly one of exactly_once, missing,

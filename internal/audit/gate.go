@@ -50,40 +50,40 @@ const gateVersion = 24
 // citing an entry of another address, or one taken off before it. Only
 // plans frozen before @since are read: on a database made since, nothing.
 const ungatedSQL = `
-WITH c AS (SELECT campaign_id FROM plan WHERE id = @plan),
-plans AS (SELECT o.id, o.list_id FROM plan o, c WHERE o.campaign_id = c.campaign_id AND o.created_at < @since),
+WITH c AS (SELECT fp.campaign_id FROM frozen_plan() fp WHERE fp.id = @plan),
+plans AS (SELECT o.id, o.list_id FROM frozen_plan() o, c WHERE o.campaign_id = c.campaign_id AND o.created_at < @since),
 att AS (
   SELECT e.plan_id, e.ordinal, t.target, e.created_at
-  FROM plans o JOIN effect e ON e.plan_id = o.id JOIN target t ON t.list_id = o.list_id AND t.ordinal = e.ordinal
+  FROM plans o JOIN effect_attempt() e ON e.plan_id = o.id JOIN list_target() t ON t.list_id = o.list_id AND t.ordinal = e.ordinal
   WHERE e.created_at < @since
 )
 SELECT 'closed', a.ordinal, a.target, a.created_at, coalesce(last.action, 'no decision')
 FROM att a
 LEFT JOIN LATERAL (
-  SELECT ev.action FROM campaign_event ev, c
+  SELECT ev.action FROM campaign_trail() ev, c
   WHERE ev.campaign_id = c.campaign_id AND ev.created_at <= a.created_at
     AND ev.action IN ('start', 'resume', 'pause', 'cancel', 'complete', 'edit', 'import')
   ORDER BY ev.created_at DESC, ev.id DESC LIMIT 1
 ) last ON true
-WHERE NOT EXISTS (SELECT 1 FROM run r WHERE r.plan_id = a.plan_id AND r.created_at <= a.created_at)
+WHERE NOT EXISTS (SELECT 1 FROM campaign_run() r WHERE r.plan_id = a.plan_id AND r.created_at <= a.created_at)
    OR last.action IS NULL OR last.action NOT IN ('start', 'resume')
 UNION ALL
 SELECT 'suppressed', a.ordinal, a.target, a.created_at, s.id::text
 FROM att a
 JOIN LATERAL (
-  SELECT s.id FROM suppression s
+  SELECT s.id FROM suppression_entry() s
   WHERE s.address = a.target AND s.created_at < a.created_at
-    AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id AND sr.created_at < a.created_at)
+    AND NOT EXISTS (SELECT 1 FROM suppression_removed() sr WHERE sr.suppression_id = s.id AND sr.created_at < a.created_at)
   ORDER BY s.id LIMIT 1
 ) s ON true
 UNION ALL
 SELECT CASE WHEN s.address <> t.target THEN 'not_its_own' ELSE 'removed' END, ts.ordinal, t.target, ts.created_at, s.id::text
 FROM plans o
-JOIN target_suppressed ts ON ts.plan_id = o.id
-JOIN target t ON t.list_id = o.list_id AND t.ordinal = ts.ordinal
-JOIN suppression s ON s.id = ts.suppression_id
+JOIN target_suppressed_record() ts ON ts.plan_id = o.id
+JOIN list_target() t ON t.list_id = o.list_id AND t.ordinal = ts.ordinal
+JOIN suppression_entry() s ON s.id = ts.suppression_id
 WHERE ts.created_at < @since
-  AND (s.address <> t.target OR EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id AND sr.created_at <= ts.created_at))
+  AND (s.address <> t.target OR EXISTS (SELECT 1 FROM suppression_removed() sr WHERE sr.suppression_id = s.id AND sr.created_at <= ts.created_at))
 ORDER BY 2, 1`
 
 // readUngated reads ungatedSQL for the plan in tx's snapshot.

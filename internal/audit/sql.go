@@ -39,8 +39,10 @@ package audit
 // ordinal an attempt names is an approved target's; ForPlan says when an
 // older ledger counts more than that.
 //
-// The current epoch is 0 unless the key was bumped (effect_bump is small:
-// each bump is a human act or a registered policy's). A blocking attempt
+// The current epoch is 0 unless the key was bumped: the ledger's
+// effect_bumped_epoch (migration 0029), the latest epoch of each key ever
+// bumped, hashed once (bumps are few: each is a human act or a registered
+// policy's), joined to the list by key. A blocking attempt
 // (pending, done, unknown, stranded) is always the newest of its key and
 // epoch, since no attempt can start beside it, and there is at most one
 // (the ledger's unique index), so those are counted as they come. A failed
@@ -62,39 +64,40 @@ counted AS (
 SELECT p.campaign_id, p.version, p.target_count, p.list_id,
        c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.revoked,
        (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
-          SELECT 1 FROM effect e WHERE e.key = s.key AND effect_blocks(e.state)
+          SELECT 1 FROM effect_attempt() e WHERE e.key = s.key AND effect_blocks(e.state)
             AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(s.key) cur))) AS suppressed
 FROM p CROSS JOIN counted c`
 
 // planAttempts is the WITH list metricSQL and failedSQL share: the plan
-// (p), its keys' current epochs (bumped), the attempts that count for its
-// targets (attempt) and the targets the claim found suppressed (sup).
+// (p), the current epochs of its bumped keys, by ordinal (bumped: the
+// ledger's effect_bumped_epoch; a target not there is at epoch 0), the
+// attempts that count for its targets (attempt) and the targets the claim
+// found suppressed (sup).
 var planAttempts = `
-WITH p AS MATERIALIZED (SELECT id, campaign_id, version, list_id, target_count FROM plan WHERE id = @plan),
+WITH p AS MATERIALIZED (SELECT fp.id, fp.campaign_id, fp.version, fp.list_id, fp.target_count FROM frozen_plan() fp WHERE fp.id = @plan),
 bumped AS (
-  SELECT t.ordinal, max(b.epoch) AS epoch
-  FROM effect_bump b JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = b.key
-  GROUP BY t.ordinal
+  SELECT t.ordinal, cur.epoch
+  FROM effect_bumped_epoch() cur JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.key = cur.key
 ),
 attempt AS (
   SELECT e.ordinal, e.id, e.epoch, e.state, e.failure, e.reason
-  FROM effect e
-  WHERE e.plan_id = ANY (ARRAY(SELECT o.id FROM plan o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  FROM effect_attempt() e
+  WHERE e.plan_id = ANY (ARRAY(SELECT o.id FROM frozen_plan() o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
   UNION ALL
   SELECT ot.ordinal, oe.id, oe.epoch, oe.state, oe.failure, oe.reason
-  FROM plan o
-  JOIN effect oe ON oe.plan_id = o.id
-  JOIN target ot ON ot.list_id = (SELECT list_id FROM p) AND ot.key = oe.key
+  FROM frozen_plan() o
+  JOIN effect_attempt() oe ON oe.plan_id = o.id
+  JOIN list_target() ot ON ot.list_id = (SELECT list_id FROM p) AND ot.key = oe.key
   WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
-    AND EXISTS (SELECT 1 FROM plan v, p WHERE v.campaign_id = p.campaign_id AND v.list_id <> p.list_id)
+    AND EXISTS (SELECT 1 FROM frozen_plan() v, p WHERE v.campaign_id = p.campaign_id AND v.list_id <> p.list_id)
 ),
 sup AS MATERIALIZED (
-  SELECT ts.ordinal, ts.key FROM target_suppressed ts
-  WHERE ts.plan_id = ANY (ARRAY(SELECT o.id FROM plan o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  SELECT ts.ordinal, ts.key FROM target_suppressed_record() ts
+  WHERE ts.plan_id = ANY (ARRAY(SELECT o.id FROM frozen_plan() o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
   UNION
-  SELECT t.ordinal, t.key FROM target_suppressed ts
-  JOIN plan o ON o.id = ts.plan_id
-  JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.key = ts.key
+  SELECT t.ordinal, t.key FROM target_suppressed_record() ts
+  JOIN frozen_plan() o ON o.id = ts.plan_id
+  JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.key = ts.key
   WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
 )`
 
@@ -107,7 +110,7 @@ SELECT coalesce(a.failure, ''), coalesce(a.reason, ''), count(*)::int,
        (array_agg(t.target ORDER BY a.ordinal))[1:3]
 FROM attempt a
 LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
-JOIN target t ON t.list_id = (SELECT list_id FROM p) AND t.ordinal = a.ordinal
+JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.ordinal = a.ordinal
 WHERE a.epoch = coalesce(bu.epoch, 0) AND a.state = 'failed'
   AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)
 GROUP BY 1, 2
@@ -116,7 +119,7 @@ LIMIT 20`
 
 // newerAttempt finds an attempt at the same key and epoch as attempt a,
 // started after it.
-const newerAttempt = `SELECT 1 FROM effect me JOIN effect n ON n.key = me.key AND n.epoch = me.epoch AND n.id > me.id WHERE me.id = a.id`
+const newerAttempt = `SELECT 1 FROM effect_attempt() me JOIN effect_attempt() n ON n.key = me.key AND n.epoch = me.epoch AND n.id > me.id WHERE me.id = a.id`
 
 // noJIT is set for the metric's transaction: the planner costs the
 // newer-attempt check as if it ran for every attempt (it runs only for
@@ -126,9 +129,9 @@ const noJIT = `SET LOCAL jit = off`
 
 // campaignByID and campaignsByName find the campaign an operator names.
 const (
-	campaignByID    = `SELECT id, name, coalesce(plan_id, 0) FROM campaign WHERE id = $1::uuid`
-	campaignsByName = `SELECT id, name, coalesce(plan_id, 0) FROM campaign WHERE name = $1 ORDER BY created_at LIMIT 3`
-	campaignPlan    = `SELECT coalesce(plan_id, 0) FROM campaign WHERE id = $1::uuid`
+	campaignByID    = `SELECT c.id, c.name, coalesce(c.plan_id, 0) FROM campaign_record() c WHERE c.id = $1::uuid`
+	campaignsByName = `SELECT c.id, c.name, coalesce(c.plan_id, 0) FROM campaign_record() c WHERE c.name = $1 ORDER BY c.created_at LIMIT 3`
+	campaignPlan    = `SELECT coalesce(c.plan_id, 0) FROM campaign_record() c WHERE c.id = $1::uuid`
 )
 
 // The per-target read model: "what is this target's state now?", asked by
@@ -156,8 +159,8 @@ const (
 // parameter): made by a plan of the campaign whose list it is. Keys do not
 // depend on the text, so any version's plan counts.
 func ownAttempt(attempt, list string) string {
-	return attempt + ".plan_id IN (SELECT op.id FROM plan op WHERE op.campaign_id = " +
-		"(SELECT ol.campaign_id FROM target_list ol WHERE ol.id = " + list + "))"
+	return attempt + ".plan_id IN (SELECT op.id FROM frozen_plan() op WHERE op.campaign_id = " +
+		"(SELECT ol.campaign_id FROM target_list_summary() ol WHERE ol.id = " + list + "))"
 }
 
 // countedAttempt is the SQL condition that the attempt aliased attempt
@@ -197,14 +200,14 @@ LEFT JOIN LATERAL (
   SELECT ` + attemptState("x", "t.list_id") + ` AS state, effect_blocks(x.state) AS blocking,
          x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,
          count(*) OVER () AS attempts, min(x.created_at) OVER () AS first_at, max(x.updated_at) OVER () AS last_at
-  FROM effect x WHERE x.key = t.key AND x.epoch = cur.epoch AND ` + countedAttempt("x", "t.list_id") + `
+  FROM effect_attempt() x WHERE x.key = t.key AND x.epoch = cur.epoch AND ` + countedAttempt("x", "t.list_id") + `
   ORDER BY ` + decidingOrder("x") + `
   LIMIT 1
 ) e ON true
 LEFT JOIN LATERAL (
   SELECT ts.created_at AS at,
          s.reason || ' (' || replace(s.source, '_', ' ') || CASE WHEN s.actor <> '' THEN ', by ' || s.actor ELSE '' END || ')' AS why
-  FROM target_suppressed ts JOIN suppression s ON s.id = ts.suppression_id
+  FROM target_suppressed_record() ts JOIN suppression_entry() s ON s.id = ts.suppression_id
   WHERE ts.key = t.key AND ` + ownAttempt("ts", "t.list_id") + `
   ORDER BY ts.created_at LIMIT 1
 ) sup ON true
@@ -241,14 +244,14 @@ const targetState = "CASE WHEN e.blocking THEN e.state WHEN sup.at IS NOT NULL T
 var listCountsSQL = `
 WITH decided AS (
   SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, effect_blocks(e.state) AS blocking
-  FROM target t
-  JOIN effect e ON e.key = t.key
+  FROM list_target() t
+  JOIN effect_attempt() e ON e.key = t.key
   WHERE t.list_id = $1 AND ` + countedAttempt("e", "$1") + `
   ORDER BY e.key, e.epoch DESC, ` + decidingOrder("e") + `
 ), current AS (
   SELECT d.key, d.state, d.blocking FROM decided d WHERE d.epoch = (SELECT cur.epoch FROM effect_current_epoch(d.key) cur)
 ), suppressed AS (
-  SELECT DISTINCT t.key FROM target_suppressed ts JOIN target t ON t.list_id = $1 AND t.key = ts.key
+  SELECT DISTINCT t.key FROM target_suppressed_record() ts JOIN list_target() t ON t.list_id = $1 AND t.key = ts.key
   WHERE ` + ownAttempt("ts", "$1") + `
 )
 SELECT CASE WHEN NOT c.blocking AND EXISTS (SELECT 1 FROM suppressed s WHERE s.key = c.key) THEN '` + StateSuppressed + `' ELSE c.state END, count(*)
@@ -257,7 +260,7 @@ UNION ALL
 SELECT '` + StateSuppressed + `', count(*) FROM suppressed s WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.key = s.key)`
 
 // planList reads the target list a plan froze, for the export.
-const planList = `SELECT list_id, target_count FROM plan WHERE id = $1`
+const planList = `SELECT p.list_id, p.target_count FROM frozen_plan() p WHERE p.id = $1`
 
 // ledgerIdentities streams every attempt's identity and the campaign of
 // the plan that made it, to name evidence no target of the audited plan
@@ -265,7 +268,7 @@ const planList = `SELECT list_id, target_count FROM plan WHERE id = $1`
 // evidence exists.
 const ledgerIdentities = `
 SELECT e.key, e.epoch, coalesce(e.receipt, ''), coalesce(p.campaign_id::text, '')
-FROM effect e LEFT JOIN plan p ON p.id = e.plan_id`
+FROM effect_attempt() e LEFT JOIN frozen_plan() p ON p.id = e.plan_id`
 
 // frozenPlanSQL reads what a plan's integrity is checked against: its
 // payload and approved hash, its campaign's quorum, and the distinct
@@ -275,29 +278,29 @@ FROM effect e LEFT JOIN plan p ON p.id = e.plan_id`
 // the draft's last editor), as PostgreSQL's freeze rule counts them
 // (migration 0014).
 const frozenPlanSQL = `
-WITH p AS (SELECT * FROM plan WHERE id = $1),
+WITH p AS (SELECT * FROM frozen_plan() fp WHERE fp.id = $1),
 s AS (
-  SELECT s.proposed_by, s.last_edited_by FROM submission s, p
+  SELECT s.proposed_by, s.last_edited_by FROM campaign_submission() s, p
   WHERE s.campaign_id = p.campaign_id AND s.version = p.version AND s.plan_hash = p.plan_hash
   ORDER BY s.id DESC LIMIT 1
 ),
 author AS (
   SELECT proposed_by AS id FROM s UNION ALL SELECT last_edited_by FROM s
   UNION ALL SELECT p.proposed_by FROM p WHERE NOT EXISTS (SELECT 1 FROM s)
-  UNION ALL SELECT d.last_edited_by FROM draft d, p
+  UNION ALL SELECT d.last_edited_by FROM campaign_draft() d, p
     WHERE d.campaign_id = p.campaign_id AND d.version = p.version AND NOT EXISTS (SELECT 1 FROM s)
 )
 SELECT p.campaign_id, p.provider, p.tool, p.from_addr, p.subject, p.text_body, p.html_body,
        p.list_id, p.target_count, p.plan_hash, c.required_approvals, NOT p.list_unsubscribe,
-       (SELECT count(DISTINCT a.approver_id)::int FROM approval a
+       (SELECT count(DISTINCT a.approver_id)::int FROM campaign_approval() a
         WHERE a.campaign_id = p.campaign_id AND a.version = p.version AND a.plan_hash = p.plan_hash
           AND a.approver_id NOT IN (SELECT id FROM author))
-FROM p JOIN campaign c ON c.id = p.campaign_id`
+FROM p JOIN campaign_record() c ON c.id = p.campaign_id`
 
 // listRowsSQL reads a list's rows in ordinal order, as the digest takes
 // them: the variables as PostgreSQL prints them, re-encoded canonically
 // by plan.AppendCanonicalVars.
-const listRowsSQL = `SELECT ordinal, target, key, vars::text FROM target WHERE list_id = $1 ORDER BY ordinal`
+const listRowsSQL = `SELECT t.ordinal, t.target, t.key, t.vars::text FROM list_target() t WHERE t.list_id = $1 ORDER BY t.ordinal`
 
 // outsideSQL counts the plan's approved targets whose key, at its current
 // epoch, is held by an attempt made outside any plan (effect_outside_plan
@@ -305,6 +308,6 @@ const listRowsSQL = `SELECT ordinal, target, key, vars::text FROM target WHERE l
 // effect of its own, and the held attempt never counts as one.
 var outsideSQL = `
 SELECT count(DISTINCT t.ordinal)::int
-FROM effect e JOIN target t ON t.list_id = @list AND t.key = e.key
+FROM effect_attempt() e JOIN list_target() t ON t.list_id = @list AND t.key = e.key
 WHERE e.plan_id IS NULL AND effect_blocks(e.state) AND t.ordinal <= @count
   AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(e.key) cur)`

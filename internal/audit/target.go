@@ -120,29 +120,29 @@ const stateCond = "($4::text = '' OR " + targetState + " = $4::text)"
 
 var (
 	// byOrdinal: the list's primary key (list_id, ordinal) from a cursor.
-	byOrdinal = shape{"target t", "t.list_id = $1 AND t.ordinal > $2", "t.ordinal", "$3"}
+	byOrdinal = shape{"list_target() t", "t.list_id = $1 AND t.ordinal > $2", "t.ordinal", "$3"}
 	// oneOrdinal: one target by the primary key.
-	oneOrdinal = shape{"target t", "t.list_id = $1 AND t.ordinal = $2", "t.ordinal", "1"}
+	oneOrdinal = shape{"list_target() t", "t.list_id = $1 AND t.ordinal = $2", "t.ordinal", "1"}
 	// byPrefix: the (list_id, target) index from a cursor. C.UTF-8
 	// collation: code point order, so the prefix range is
 	// [prefix, prefix || U+10FFFF).
-	byPrefix = shape{"target t",
+	byPrefix = shape{"list_target() t",
 		"t.list_id = $1 AND t.target >= $2 AND t.target < $2 || chr(1114111) AND t.target > $3 AND " + stateCond,
 		"t.target", "$5"}
 	// fromLedger: the ledger's rows in state $2, joined to the list by
 	// (list_id, key).
 	fromLedger = shape{`(
-		SELECT DISTINCT t0.* FROM effect d JOIN target t0 ON t0.list_id = $1 AND t0.key = d.key
+		SELECT DISTINCT t0.* FROM effect_attempt() d JOIN list_target() t0 ON t0.list_id = $1 AND t0.key = d.key
 		WHERE d.state = $2::text::effect_state AND t0.ordinal > $3
 	) t`, targetState + " = $2::text", "t.ordinal", "$4"}
 	// fromSuppressed: the targets recorded as suppressed, joined to the
 	// list by (list_id, key) ($2 is the state, as in fromLedger).
 	fromSuppressed = shape{`(
-		SELECT DISTINCT t0.* FROM target_suppressed s0 JOIN target t0 ON t0.list_id = $1 AND t0.key = s0.key
+		SELECT DISTINCT t0.* FROM target_suppressed_record() s0 JOIN list_target() t0 ON t0.list_id = $1 AND t0.key = s0.key
 		WHERE t0.ordinal > $3
 	) t`, targetState + " = $2::text", "t.ordinal", "$4"}
 	// inWindow: the primary key between two ordinals, filtered.
-	inWindow = shape{"target t", "t.list_id = $1 AND t.ordinal > $2 AND t.ordinal <= $3 AND " + stateCond, "t.ordinal", "$5"}
+	inWindow = shape{"list_target() t", "t.list_id = $1 AND t.ordinal > $2 AND t.ordinal <= $3 AND " + stateCond, "t.ordinal", "$5"}
 )
 
 // queryRows reads the targets of one shape.

@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -190,8 +191,8 @@ type tie struct {
 // (provider.MessageID) is the one the event names, or whose receipt is
 // the provider's message id. A target's key is a function of its
 // campaign, tool and address (plan.TargetKey), so the candidates are the
-// effects at the address's key in each campaign, looked up by
-// key: no index of targets by address across lists is needed, and the
+// effects at the address's key in each campaign, which the ledger looks
+// up by key (ledger.Store.Newest): no index of targets by address across lists is needed, and the
 // import, which writes a million target rows at a time, pays for none.
 func (r *recorder) tieOf(ctx context.Context, addr string, e Event) (tie, error) {
 	if e.MessageID == "" && e.ProviderMessageID == "" {
@@ -202,44 +203,32 @@ func (r *recorder) tieOf(ctx context.Context, addr string, e Event) (tie, error)
 		return tie{}, err
 	}
 	var (
-		keys       []string
+		keys       []ledger.Key
 		campaignOf = map[string]string{}
 	)
 	for _, c := range campaigns {
 		if _, key, err := plan.TargetKey(c.id, c.tool, addr); err == nil {
-			keys = append(keys, string(key))
+			keys = append(keys, key)
 			campaignOf[string(key)] = c.id
 		}
 	}
 	if len(keys) == 0 {
 		return tie{}, nil
 	}
-	rows, err := r.tx.Query(ctx, `
-		SELECT e.id, e.key, e.epoch, coalesce(e.receipt, '') FROM effect e
-		WHERE e.key = ANY ($1::text[])
-		ORDER BY e.id DESC
-		LIMIT $2`, keys, maxCandidates)
+	effects, err := ledger.NewStore(r.tx).Newest(ctx, keys, maxCandidates)
 	if err != nil {
 		return tie{}, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			c       tie
-			receipt string
-		)
-		if err := rows.Scan(&c.effectID, &c.key, &c.epoch, &receipt); err != nil {
-			return tie{}, err
-		}
-		c.campaignID = campaignOf[c.key]
+	for _, eff := range effects {
+		c := tie{effectID: eff.ID, key: string(eff.Key), epoch: eff.Epoch, campaignID: campaignOf[string(eff.Key)]}
 		if e.MessageID != "" && strings.EqualFold(provider.MessageID(c.key, c.epoch), e.MessageID) {
 			return c, nil
 		}
-		if receiptMatches(receipt, e.ProviderMessageID) {
+		if receiptMatches(eff.Receipt, e.ProviderMessageID) {
 			return c, nil
 		}
 	}
-	return tie{}, rows.Err()
+	return tie{}, nil
 }
 
 // receiptMatches reports whether an effect's receipt names the provider's

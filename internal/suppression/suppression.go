@@ -357,7 +357,9 @@ func (s Set) Lookup(address string) (string, bool) {
 }
 
 // InList counts the targets of a target list whose address is suppressed
-// now: the approval page shows it, since they will not be mailed.
+// now: the approval page shows it, since they will not be mailed. The
+// list's targets are the plan's, read through its list_target (migration
+// 0030).
 func InList(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	if listID == 0 {
 		return 0, nil
@@ -365,7 +367,7 @@ func InList(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	var n int
 	err := db.QueryRow(ctx, `
 		SELECT count(DISTINCT t.ordinal) FROM suppression s
-		JOIN target t ON t.list_id = $1 AND t.target = s.address
+		JOIN list_target() t ON t.list_id = $1 AND t.target = s.address
 		WHERE `+notRemoved, listID).Scan(&n)
 	return n, err
 }

@@ -335,7 +335,7 @@ func (s *Service) humanAct(ctx context.Context, a auth.Actor, key ledger.Key, ac
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM tool_attempt a JOIN effect e ON e.id = a.effect_id
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM tool_attempt a JOIN effect_attempt() e ON e.id = a.effect_id
 			WHERE a.key = $1 AND ($2 = '' OR e.state::text = $2) FOR UPDATE OF a`, string(key), string(state)); err != nil {
 			return err
 		}

@@ -29,7 +29,7 @@ const recoverable = `((e.state = 'pending' AND a.lease_until < now()
 // change locks its attempt and re-checks it.
 func (s *Service) RecoverDue(ctx context.Context, limit int) (int, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT e.id FROM effect e
+		SELECT e.id FROM effect_attempt() e
 		JOIN tool_attempt a ON a.effect_id = e.id
 		JOIN tool_policy p ON p.id = a.policy_id
 		WHERE e.state IN ('pending', 'unknown') AND e.plan_id IS NULL AND `+recoverable+`
@@ -112,7 +112,7 @@ func readDoubt(ctx context.Context, db DB, id int64) (doubt, error) {
 	err := db.QueryRow(ctx, `
 		SELECT a.key, c.tool, c.event, e.state, a.lease_id::text, a.lease_until, a.lease_until < now(), a.policy_id, a.holder,
 		       a.lease_until + p.settle_window <= now(), tool_first_call_at(a.effect_id), now()
-		FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key JOIN tool_policy p ON p.id = a.policy_id
+		FROM tool_attempt a JOIN effect_attempt() e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key JOIN tool_policy p ON p.id = a.policy_id
 		WHERE a.effect_id = $1`, id).
 		Scan(&d.key, &d.tool, &d.event, &state, &d.leaseID, &d.leaseUntil, &d.expired, &policyID, &d.holder, &d.windowOver, &d.firstCall, &d.now)
 	if err != nil {

@@ -570,7 +570,7 @@ func lockAttempt(ctx context.Context, tx pgx.Tx, key ledger.Key, lease string) (
 	if err == nil {
 		err = tx.QueryRow(ctx, `
 			SELECT e.state, a.takeovers, a.policy_id, c.tool, c.event, a.lease_until, a.lease_until < now()
-			FROM tool_attempt a JOIN effect e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
+			FROM tool_attempt a JOIN effect_attempt() e ON e.id = a.effect_id JOIN tool_call c ON c.key = a.key
 			WHERE a.effect_id = $1`, r.effectID).
 			Scan(&state, &r.takeovers, &policyID, &r.tool, &r.event, &r.leaseUntil, &r.leaseEnded)
 	}

@@ -142,11 +142,14 @@ func (s Status) InDoubt() bool {
 // latestAttemptFrom is the FROM clause of every read of calls: each
 // intent c, its key's current epoch cur, its latest attempt x at that
 // epoch (the blocking one when there is one: none can be inserted after
-// it while it blocks) and the attempt's lease a.
+// it while it blocks) and the attempt's lease a. The attempts and their
+// raw answers are the ledger's, read through effect_attempt and
+// effect_latest_response (migration 0030), as every statement of this
+// package that joins them does.
 var latestAttemptFrom = `
 FROM tool_call c
 CROSS JOIN LATERAL effect_current_epoch(c.key) cur
-LEFT JOIN LATERAL (SELECT e.* FROM effect e WHERE e.key = c.key AND e.epoch = cur.epoch ORDER BY e.id DESC LIMIT 1) x ON true
+LEFT JOIN LATERAL (SELECT e.* FROM effect_attempt() e WHERE e.key = c.key AND e.epoch = cur.epoch ORDER BY e.id DESC LIMIT 1) x ON true
 LEFT JOIN tool_attempt a ON a.effect_id = x.id`
 
 // statusQuery reads the call's intent and its latest attempt at the key's
@@ -161,10 +164,10 @@ SELECT c.identity, c.args, c.args_digest, cur.epoch,
        coalesce(greatest(0, floor(extract(epoch FROM a.lease_until - now())))::int, 0), coalesce(c.created_by_user, 0),
        coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
        r.body, coalesce(r.kind, ''),
-       (SELECT min(f.created_at) FROM effect f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
+       (SELECT min(f.created_at) FROM effect_attempt() f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
 LEFT JOIN tool_approval ap ON ap.request_id = a.approval_id
 LEFT JOIN app_user u ON u.id = ap.decided_by
-LEFT JOIN LATERAL (SELECT body, kind FROM effect_response WHERE effect_id = x.id ORDER BY id DESC LIMIT 1) r ON true
+LEFT JOIN LATERAL effect_latest_response(x.id) r ON true
 WHERE c.key = $1`
 
 // identity is the stored canonical JSON of a key's identity.

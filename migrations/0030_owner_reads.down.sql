@@ -1,0 +1,15 @@
+DROP FUNCTION worker_heartbeat();
+DROP FUNCTION suppression_removed();
+DROP FUNCTION suppression_entry();
+DROP FUNCTION campaign_trail();
+DROP FUNCTION campaign_run();
+DROP FUNCTION campaign_approval();
+DROP FUNCTION campaign_submission();
+DROP FUNCTION campaign_draft();
+DROP FUNCTION campaign_record();
+DROP FUNCTION list_target();
+DROP FUNCTION target_list_summary();
+DROP FUNCTION frozen_plan();
+DROP FUNCTION target_suppressed_record();
+DROP FUNCTION effect_latest_response(bigint);
+DROP FUNCTION effect_attempt();
