@@ -38,6 +38,10 @@ type PostmarkOpts struct {
 	SMTP *SMTP
 	// NowFunc is the sink's clock (nil: time.Now), for retention and lag.
 	NowFunc func() time.Time
+	// Limit is the request rate enforced on POST /email (default none):
+	// past it, 429 without Retry-After, creating nothing. Postmark
+	// publishes no number; a test chooses one.
+	Limit RateLimit
 }
 
 // PostmarkMessage is one outbound message the sink accepted.
@@ -72,6 +76,7 @@ func (m PostmarkMessage) EffectID() string { return m.Metadata["onceplan_effect"
 type Postmark struct {
 	srv  *httptest.Server
 	opts PostmarkOpts
+	gate *limitGate
 
 	mu        sync.Mutex
 	msgs      []PostmarkMessage
@@ -99,7 +104,7 @@ func NewPostmark(opts PostmarkOpts) *Postmark {
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now
 	}
-	p := &Postmark{opts: opts}
+	p := &Postmark{opts: opts, gate: newLimitGate(opts.Limit)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /email", p.email)
 	mux.HandleFunc("GET /messages/outbound", p.search)
@@ -120,8 +125,11 @@ func (p *Postmark) Token() string { return p.opts.Token }
 // URL is the provider URL of the sink:
 // postmark://TOKEN@api.postmarkapp.com?endpoint=http://127.0.0.1:PORT.
 func (p *Postmark) URL() string {
-	return "postmark://" + url.PathEscape(p.opts.Token) + "@api.postmarkapp.com?endpoint=" + url.QueryEscape(p.srv.URL)
+	return "postmark://" + url.PathEscape(p.opts.Token) + "@api.postmarkapp.com?endpoint=" + url.QueryEscape(p.srv.URL) + "&" + providerRateOption(p.opts.Limit)
 }
+
+// RateLimited is how many sends the sink refused for its rate limit.
+func (p *Postmark) RateLimited() int { return p.gate.count() }
 
 // SMTPURL is the provider URL of Postmark's SMTP relay when the sink was
 // given one (opts.SMTP): the relay's address with the server token as
@@ -275,6 +283,10 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 	}
 	if !p.authorized(r) {
 		writeJSON(rw, http.StatusUnauthorized, postmarkError{ErrorCode: 10, Message: "Request does not contain a valid Server token."})
+		return
+	}
+	if ok, _ := p.gate.allow(); !ok {
+		writeJSON(rw, http.StatusTooManyRequests, postmarkError{ErrorCode: 429, Message: "Rate limit exceeded."})
 		return
 	}
 	var in struct {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +26,11 @@ type ResendOpts struct {
 	Window time.Duration
 	// Now is the sink's clock (default time.Now), for window tests.
 	Now func() time.Time
+	// Limit is the request rate enforced (default none): past it, 429
+	// rate_limit_exceeded with Resend's ratelimit-* and Retry-After
+	// headers, creating nothing. Resend documents 2 requests per second
+	// per team by default.
+	Limit RateLimit
 }
 
 // DefaultResendSinkKey is the API key a Resend sink accepts by default.
@@ -96,11 +103,14 @@ type Resend struct {
 	fail  cannedFailure
 	after afterApply
 	delay time.Duration
+	limit RateLimit
+	gate  *limitGate
 }
 
 // NewResend starts a Resend sink.
 func NewResend(opts ResendOpts) *Resend {
-	s := &Resend{apiKey: opts.APIKey, window: opts.Window, now: opts.Now, keys: map[string]*resendKey{}}
+	s := &Resend{apiKey: opts.APIKey, window: opts.Window, now: opts.Now, keys: map[string]*resendKey{},
+		limit: opts.Limit, gate: newLimitGate(opts.Limit)}
 	if s.apiKey == "" {
 		s.apiKey = DefaultResendSinkKey
 	}
@@ -127,10 +137,14 @@ func (s *Resend) Endpoint() string { return s.srv.URL }
 func (s *Resend) APIKey() string { return s.apiKey }
 
 // URL is the provider URL of the sink:
-// resend://KEY@?endpoint=http%3A%2F%2F127.0.0.1%3APORT.
+// resend://KEY@?endpoint=http%3A%2F%2F127.0.0.1%3APORT&rate=…, the rate
+// the sink's own (rate=none when it enforces none).
 func (s *Resend) URL() string {
-	return "resend://" + url.PathEscape(s.apiKey) + "@?endpoint=" + url.QueryEscape(s.srv.URL)
+	return "resend://" + url.PathEscape(s.apiKey) + "@?endpoint=" + url.QueryEscape(s.srv.URL) + "&" + providerRateOption(s.limit)
 }
+
+// RateLimited is how many requests the sink refused for its rate limit.
+func (s *Resend) RateLimited() int { return s.gate.count() }
 
 // Close stops the server (waiting for requests in progress).
 func (s *Resend) Close() { s.srv.Close() }
@@ -297,6 +311,16 @@ func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
 	case auth != "Bearer "+s.apiKey:
 		s.record(r, body, http.StatusForbidden, false)
 		resendError(rw, http.StatusForbidden, "invalid_api_key", "API key is invalid.")
+		return
+	}
+	if ok, after := s.gate.allow(); !ok {
+		s.record(r, body, http.StatusTooManyRequests, false)
+		h := rw.Header()
+		h.Set("Retry-After", strconv.Itoa(after))
+		h.Set("Ratelimit-Limit", strconv.Itoa(max(1, int(math.Ceil(s.limit.PerSecond)))))
+		h.Set("Ratelimit-Remaining", "0")
+		h.Set("Ratelimit-Reset", strconv.Itoa(after))
+		resendError(rw, http.StatusTooManyRequests, "rate_limit_exceeded", fmt.Sprintf("Too many requests. You can only make %s requests per second. See rate limit response headers for more information. Or contact support to increase rate limit.", strconv.FormatFloat(s.limit.PerSecond, 'f', -1, 64)))
 		return
 	}
 	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,8 @@ func TestResendSinkIdempotencyAsDocumented(t *testing.T) {
 func TestResendSinkAuthAndValidation(t *testing.T) {
 	t.Parallel()
 	b := setupResend(t, sink.ResendOpts{APIKey: "re_custom"})
-	require.Equal(t, "resend://re_custom@?endpoint="+strings.NewReplacer(":", "%3A", "/", "%2F").Replace(b.sink.Endpoint()), b.sink.URL())
+	require.Equal(t, "resend://re_custom@?endpoint="+strings.NewReplacer(":", "%3A", "/", "%2F").Replace(b.sink.Endpoint()), b.sink.URL()[:strings.Index(b.sink.URL(), "&")])
+	require.True(t, strings.HasSuffix(b.sink.URL(), "&rate=none"), "a stand-in without a limit says so in its URL: %s", b.sink.URL())
 	a := b.post(t, "", "k1", docEmail)
 	require.Equal(t, http.StatusUnauthorized, a.status)
 	require.Equal(t, "missing_api_key", a.body["name"])
@@ -181,4 +183,30 @@ func sendRaw(t *testing.T, s *sink.SMTP, data string) {
 	t.Helper()
 	c := mustDialSMTP(t, s)
 	require.Regexp(t, `^250 `, c.send("a@example.test", []string{"b@example.test"}, data))
+}
+
+// TestResendSinkEnforcesItsRateLimit: a stand-in given a rate limit (one
+// request every 20 s, two at once, so that a slow machine cannot earn a
+// third in time) answers a third request 429 rate_limit_exceeded with the
+// ratelimit-* and Retry-After headers, creating nothing; its URL carries
+// the rate, so a provider built from it paces to it.
+func TestResendSinkEnforcesItsRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setupResend(t, sink.ResendOpts{Limit: sink.RateLimit{PerSecond: 0.05, Burst: 2}})
+	require.True(t, strings.HasSuffix(b.sink.URL(), "&rate=0.05/s"), b.sink.URL())
+	for i := range 2 {
+		a := b.post(t, b.bearer(), "", docEmail)
+		require.Equal(t, http.StatusOK, a.status, "request %d", i+1)
+	}
+	third := b.post(t, b.bearer(), "", docEmail)
+	require.Equal(t, http.StatusTooManyRequests, third.status)
+	require.Equal(t, "rate_limit_exceeded", third.body["name"])
+	require.Equal(t, "1", third.header.Get("Ratelimit-Limit"))
+	require.Equal(t, "0", third.header.Get("Ratelimit-Remaining"))
+	after, err := strconv.Atoi(third.header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, after >= 1 && after <= 20, "Retry-After %d, want the seconds to the next token", after)
+	require.Equal(t, third.header.Get("Retry-After"), third.header.Get("Ratelimit-Reset"))
+	require.Len(t, b.sink.Effects(), 2, "the refused request created nothing")
+	require.Equal(t, 1, b.sink.RateLimited())
 }
