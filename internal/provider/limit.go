@@ -127,7 +127,7 @@ func (l *limiter) paceThrough(db onceplan.DB, name string) {
 	l.pace = &sharedPacer{db: db, name: name, every: every}
 }
 
-// sharedPacer takes turns from provider_pace (migration 0030), through
+// sharedPacer takes turns from provider_pace (migration 0031), through
 // the database function provider_pace_take: one schedule per provider
 // name for every process, on the database's clock.
 type sharedPacer struct {
