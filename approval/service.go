@@ -112,6 +112,10 @@ type CreateParams struct {
 	Transactional bool
 	Payload       plan.Payload
 	Targets       *TargetsParams // optional
+	// CopyListOf, when set and Targets is not, names a campaign whose
+	// current version's target list the new draft starts from (a clone):
+	// imported as an upload is, the suppression list applied.
+	CopyListOf string
 	// IdempotencyKey, when set, makes Create safe to retry: the same actor
 	// with the same key gets the campaign the first call made (Result.Replayed),
 	// provided RequestHash matches; a different RequestHash is refused with
@@ -313,7 +317,21 @@ func (s *Service) Create(ctx context.Context, a auth.Actor, p CreateParams) (Res
 		if err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, auth.ActionCreate, "", "", nil); err != nil {
+		var (
+			from   Draft
+			detail any
+		)
+		if p.Targets == nil && p.CopyListOf != "" {
+			src, err := GetCampaign(ctx, tx, p.CopyListOf)
+			if err != nil {
+				return fmt.Errorf("%w: there is no campaign %s to copy the list of", onceplan.ErrNotFound, p.CopyListOf)
+			}
+			if from, err = GetDraft(ctx, tx, src.ID, src.Version); err != nil {
+				return err
+			}
+			detail = copyDetail{Of: src.ID, Name: src.Name, Version: src.Version}
+		}
+		if err := s.event(ctx, tx, &a, c, auth.ActionCreate, "", "", detail); err != nil {
 			return err
 		}
 		if p.IdempotencyKey != "" {
@@ -329,8 +347,15 @@ func (s *Service) Create(ctx context.Context, a auth.Actor, p CreateParams) (Res
 			}
 		}
 		var report *plan.ImportReport
-		if p.Targets != nil {
+		switch {
+		case p.Targets != nil:
 			r, err := s.importInto(ctx, tx, a, c, *p.Targets)
+			if err != nil {
+				return err
+			}
+			report = &r
+		case from.ListID != 0:
+			r, err := s.importCopy(ctx, tx, a, c, from.ListID)
 			if err != nil {
 				return err
 			}
@@ -441,11 +466,34 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	if err != nil {
 		return report, err
 	}
-	return report, s.event(ctx, tx, &a, c, auth.ActionImport, "", "", map[string]any{
-		"rows": report.Rows, "accepted": report.Accepted, "duplicate": report.Duplicate,
-		"rejected": report.RejectedCount, "suppressed": report.SuppressedCount, "empty": report.EmptyCount,
-		"target_count": report.TargetCount, "append": t.Append,
-	})
+	// The trail keeps the counts and the first refused lines: the draft's
+	// history (history.go).
+	return report, s.event(ctx, tx, &a, c, auth.ActionImport, "", "", importDetailOf(report, t.Append))
+}
+
+// copyDetail is the create entry's detail of a campaign made from another:
+// the campaign, and the version whose list it copied.
+type copyDetail struct {
+	Of      string `json:"copy_of"`
+	Name    string `json:"copy_of_name"`
+	Version int    `json:"copy_of_version"`
+}
+
+// importCopy imports list listID (another campaign's) into campaign c's
+// draft through importInto, as the JSON list plan.WriteListJSON streams
+// from a connection of its own: whatever applies to an upload — the
+// suppression list, normalisation, the report, the trail — applies.
+func (s *Service) importCopy(ctx context.Context, tx pgx.Tx, a auth.Actor, c Campaign, listID int64) (plan.ImportReport, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pw.CloseWithError(plan.WriteListJSON(ctx, s.pool, listID, pw))
+	}()
+	report, err := s.importInto(ctx, tx, a, c, TargetsParams{Format: plan.FormatJSON, Body: pr})
+	pr.Close() // an import that stopped early ends the writer too
+	<-done
+	return report, err
 }
 
 // MissingVarsError blocks a submission: targets lack variables the

@@ -317,6 +317,34 @@ func DoneCount(ctx context.Context, db onceplan.DB, listID int64) (int, error) {
 	return n, err
 }
 
+// DefaultSampleWindow is how many of a list's first targets SendSample
+// looks through: a sample is a few messages, and a version whose first
+// targets were all sent before says so rather than walk a million rows.
+const DefaultSampleWindow = 20_000
+
+// SendSample is the first n ordinals of list listID (0: none) that a run
+// of it would send now, among its first window targets: those whose key
+// has no done effect at its current epoch (doneSQL: an earlier version
+// sent them, and none sends them again) and whose address is not
+// suppressed (the suppression list's rule, onceplan_suppressed, migration
+// 0024). An approver's sample messages are theirs, never those of people
+// who will not be mailed.
+func SendSample(ctx context.Context, db onceplan.DB, listID int64, n, window int) ([]int, error) {
+	if listID == 0 || n <= 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT t.ordinal FROM target t
+		WHERE t.list_id = $1 AND t.ordinal <= $3
+		  AND NOT `+doneSQL+`
+		  AND onceplan_suppressed(t.target) IS NULL
+		ORDER BY t.ordinal LIMIT $2`, listID, n, window)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
 // withoutJIT runs f in a transaction with JIT off (and settings, each a
 // SET LOCAL statement), when db can begin one (a pool, or a transaction:
 // a savepoint); else on db as it is.

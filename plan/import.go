@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -399,4 +400,36 @@ func ListTargets(ctx context.Context, db onceplan.DB, listID int64, after, limit
 		err := r.Scan(&t.Ordinal, &t.Line, &t.Target, &t.Vars)
 		return t, err
 	})
+}
+
+// WriteListJSON writes list listID to w as the JSON target list an import
+// reads (NewJSONReader: an array of {"address", "vars"}), in ordinal order,
+// streamed: a campaign made from another imports it as it would an upload,
+// so the suppression list, normalisation and the report apply as to any.
+func WriteListJSON(ctx context.Context, db onceplan.DB, listID int64, w io.Writer) error {
+	rows, err := db.Query(ctx, `
+		SELECT json_build_object('address', target, 'vars', vars)::text FROM target
+		WHERE list_id = $1 ORDER BY ordinal`, listID)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	bw := bufio.NewWriter(w)
+	bw.WriteByte('[')
+	var elem string
+	for first := true; rows.Next(); first = false {
+		if err := rows.Scan(&elem); err != nil {
+			return err
+		}
+		if !first {
+			bw.WriteByte(',')
+		}
+		bw.WriteString(elem)
+		bw.WriteByte('\n')
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	bw.WriteByte(']')
+	return bw.Flush()
 }

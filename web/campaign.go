@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -29,7 +30,28 @@ func campaignView(c approval.Campaign) view.Campaign {
 	return view.Campaign{
 		ID: c.ID, Name: c.Name, State: string(c.State), Provider: c.Provider, Version: c.Version,
 		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0, ListUnsubscribe: c.ListUnsubscribe,
+		Starts: startsWords(c, time.Now()),
 	}
+}
+
+// startsWords says when campaign c starts, as its settings say (fixed at
+// create: approval.Service.Approve starts it on approval, StartDue at its
+// time), until it has started: "" once it has, or once cancelled.
+func startsWords(c approval.Campaign, now time.Time) string {
+	switch c.State {
+	case approval.StateDraft, approval.StatePendingApproval, approval.StateApproved:
+	default:
+		return ""
+	}
+	switch {
+	case c.ScheduledAt != nil && c.State == approval.StateApproved && !c.ScheduledAt.After(now):
+		return "by itself at the workers' next maintenance round (its time, " + view.When(*c.ScheduledAt) + ", has come)"
+	case c.ScheduledAt != nil:
+		return "by itself at " + view.When(*c.ScheduledAt) + ", once approved"
+	case c.StartOnApproval:
+		return "as soon as it is approved"
+	}
+	return "when an operator presses Start, once approved"
 }
 
 // mustActor returns the signed-in actor (routes that call it require one).

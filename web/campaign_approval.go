@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -91,8 +92,26 @@ func (s *Server) approvalPage(c echo.Context, camp approval.Campaign) (view.Appr
 	if p.TestSend, err = s.testSendForm(ctx, mustActor(c), camp, d.TargetCount, "approval"); err != nil {
 		return p, err
 	}
-	for i := 1; i <= min(sampleCount, d.TargetCount); i++ {
-		p.Samples = append(p.Samples, s.previewOf(c, camp, d, "", i))
+	// The samples are of people this version will mail: not those an
+	// earlier version already sent to, nor the suppressed.
+	sample, err := plan.SendSample(ctx, s.cfg.Pool, d.ListID, sampleCount, plan.DefaultSampleWindow)
+	if err != nil {
+		return p, err
+	}
+	for _, ordinal := range sample {
+		p.Samples = append(p.Samples, s.previewOf(c, camp, d, "", ordinal))
+	}
+	p.SampleNote = sampleNote(len(sample), d.TargetCount)
+	// The warnings the proposer was shown at submit (plan.Check, the
+	// submission's own check), for the approver to weigh.
+	if d.TargetCount > 0 {
+		r, err := plan.Check(ctx, s.cfg.Pool, d.Content())
+		if err != nil {
+			if _, ok := fieldErrors(err); !ok {
+				return p, err
+			}
+		}
+		p.EmptyWarnings = emptyWarnings(r)
 	}
 	p.After, _ = strconv.Atoi(c.QueryParam("after"))
 	p.After = max(p.After, 0)
@@ -109,8 +128,27 @@ func (s *Server) approvalPage(c echo.Context, camp approval.Campaign) (view.Appr
 	if p.SuppressedNow, err = suppression.InList(ctx, s.cfg.Pool, d.ListID); err != nil {
 		return p, err
 	}
+	if p.Rejected, err = s.rejection(ctx, camp); err != nil {
+		return p, err
+	}
 	p.Diffs, err = s.approvalDiffs(ctx, camp)
 	return p, err
+}
+
+// sampleNote says which targets the approval page's samples are, or why
+// there are fewer than sampleCount.
+func sampleNote(found, targets int) string {
+	switch {
+	case targets == 0:
+		return ""
+	case found == 0:
+		return "No sample: none of the first " + view.Targets(min(targets, plan.DefaultSampleWindow)) + " will be sent by this version (an earlier version sent them, or their addresses are suppressed)."
+	case found < min(sampleCount, targets) && targets <= plan.DefaultSampleWindow:
+		return "Only " + view.Targets(found) + " of the list will be sent by this version; the others were sent by an earlier version or are suppressed."
+	case found < min(sampleCount, targets):
+		return "Only " + view.Targets(found) + " of the first " + view.Targets(plan.DefaultSampleWindow) + " will be sent by this version; the others were sent by an earlier version or are suppressed."
+	}
+	return "The first targets this version will send: those an earlier version already sent to, and suppressed addresses, are passed by."
 }
 
 func (s *Server) handleApproval(c echo.Context) error {

@@ -32,23 +32,39 @@ func (s *Server) metric(ctx context.Context, pl plan.Plan) (view.Metric, string,
 	}, "From the ledger and the frozen plan, read again in one snapshot; duplicates are measured against the provider's own evidence by `onceplan audit --maildir/--provider-log/--probe`.", nil
 }
 
+// handleAudit shows a campaign's exactly-once metric and its trail; a
+// campaign never approved has no plan to audit, and shows its history.
 func (s *Server) handleAudit(c echo.Context) error {
 	camp, err := s.campaignOf(c)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
-	pl, err := s.planOf(ctx, camp)
-	if err != nil {
+	p := view.AuditPage{Page: s.page(c, "Audit "+camp.Name, "campaigns"), Campaign: campaignView(camp)}
+	if camp.PlanID == 0 {
+		p.Title = "History of " + camp.Name
+	} else {
+		pl, err := s.planOf(ctx, camp)
+		if err != nil {
+			return err
+		}
+		if p.Metric, p.Source, err = s.metric(ctx, pl); err != nil {
+			return err
+		}
+	}
+	if p.Events, err = s.history(ctx, camp); err != nil {
 		return err
 	}
-	m, source, err := s.metric(ctx, pl)
-	if err != nil {
-		return err
-	}
+	return s.render(c, http.StatusOK, view.Audit(p))
+}
+
+// history is a campaign's trail for a person, oldest first: who, and what
+// each entry records in a sentence (approval.Event.Summary), with the
+// lines an import refused.
+func (s *Server) history(ctx context.Context, camp approval.Campaign) ([]view.Event, error) {
 	events, err := approval.Events(ctx, s.cfg.Pool, camp.ID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var ids []int64
 	for _, e := range events {
@@ -58,9 +74,9 @@ func (s *Server) handleAudit(c echo.Context) error {
 	}
 	names, err := auth.Emails(ctx, s.cfg.Pool, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	p := view.AuditPage{Page: s.page(c, "Audit "+camp.Name, "campaigns"), Campaign: campaignView(camp), Metric: m, Source: source}
+	out := make([]view.Event, 0, len(events))
 	for _, e := range events {
 		actor := "system"
 		if e.ActorID != 0 {
@@ -69,11 +85,19 @@ func (s *Server) handleAudit(c echo.Context) error {
 				actor = "agent:" + actor
 			}
 		}
-		p.Events = append(p.Events, view.Event{
-			At: e.CreatedAt, Action: e.Action, Actor: actor, Reason: e.Reason, PlanHash: e.PlanHash, Detail: string(e.Detail),
-		})
+		v := view.Event{
+			At: e.CreatedAt, Version: e.Version, Action: e.Action, Actor: actor, Reason: e.Reason, PlanHash: e.PlanHash,
+			Detail: string(e.Detail), Summary: e.Summary(),
+		}
+		if e.Action == string(auth.ActionTestSend) {
+			v.Reason = "" // its reason is the summary's "to whom", said there
+		}
+		for _, l := range e.RejectedLines() {
+			v.Lines = append(v.Lines, view.Rejection{Line: l.Line, Reason: l.Reason})
+		}
+		out = append(out, v)
 	}
-	return s.render(c, http.StatusOK, view.Audit(p))
+	return out, nil
 }
 
 // exportHeaders names the download; exportFailed takes the name back when

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"mime/multipart"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -19,20 +20,73 @@ func (s *Server) providerNames() []string {
 	return s.cfg.Providers.Names()
 }
 
-func (s *Server) newCampaignPage(c echo.Context, f newCampaignForm, errs map[string]string) view.NewCampaignPage {
+func (s *Server) newCampaignPage(c echo.Context, f newCampaignForm, errs map[string]string) (view.NewCampaignPage, error) {
 	p := view.NewCampaignPage{
 		Page: s.page(c, "New campaign", "campaigns"), Name: f.Name, Provider: f.Provider,
 		Providers: s.providerNames(), RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.view(), FieldErrors: errs,
-		Transactional: f.Transactional,
+		Transactional: f.Transactional, Start: f.Start, ScheduledAt: f.ScheduledAt,
 	}
 	if p.RequiredApprovals < 1 {
 		p.RequiredApprovals = 1
 	}
-	return p
+	if p.Start == "" {
+		p.Start = startManual
+	}
+	if f.CopyListOf != "" {
+		ctx := c.Request().Context()
+		src, err := approval.GetCampaign(ctx, s.cfg.Pool, f.CopyListOf)
+		if err != nil {
+			return p, err
+		}
+		d, err := approval.GetDraft(ctx, s.cfg.Pool, src.ID, src.Version)
+		if err != nil {
+			return p, err
+		}
+		p.Copy = &view.CopySource{ID: src.ID, Name: src.Name, Version: src.Version, TargetCount: d.TargetCount}
+		p.Title = "New campaign from " + src.Name
+	}
+	return p, nil
 }
 
+func (s *Server) renderNewCampaign(c echo.Context, status int, f newCampaignForm, errs map[string]string) error {
+	p, err := s.newCampaignPage(c, f, errs)
+	if err != nil {
+		return err
+	}
+	return s.render(c, status, view.NewCampaign(p))
+}
+
+// handleCampaignNew shows the form that makes a campaign; with ?from=ID
+// (a clone), filled from that campaign's current version: its name, its
+// settings and message, and its list, which the new draft imports again.
 func (s *Server) handleCampaignNew(c echo.Context) error {
-	return s.render(c, http.StatusOK, view.NewCampaign(s.newCampaignPage(c, newCampaignForm{RequiredApprovals: 1}, nil)))
+	f := newCampaignForm{RequiredApprovals: 1}
+	if from := c.QueryParam("from"); from != "" {
+		ctx := c.Request().Context()
+		src, err := approval.GetCampaign(ctx, s.cfg.Pool, from)
+		if err != nil {
+			return err
+		}
+		d, err := approval.GetDraft(ctx, s.cfg.Pool, src.ID, src.Version)
+		if err != nil {
+			return err
+		}
+		f = newCampaignForm{
+			Name: copyName(src.Name), Provider: src.Provider, RequiredApprovals: src.RequiredApprovals,
+			Payload:       payloadForm{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
+			Transactional: !src.ListUnsubscribe, CopyListOf: src.ID,
+		}
+	}
+	return s.renderNewCampaign(c, http.StatusOK, f, nil)
+}
+
+// copyName names a clone after its source, within a name's 200 bytes.
+func copyName(name string) string {
+	const suffix = " (copy)"
+	if len(name)+len(suffix) > 200 {
+		name = strings.ToValidUTF8(name[:200-len(suffix)], "")
+	}
+	return name + suffix
 }
 
 // uploadedFile opens the multipart file field name; ok is false when the
@@ -65,13 +119,14 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 	f := readNewCampaignForm(c)
 	if err := f.Validate(s.providerNames()); err != nil {
 		if errs, ok := fieldErrors(err); ok {
-			return s.render(c, http.StatusUnprocessableEntity, view.NewCampaign(s.newCampaignPage(c, f, errs)))
+			return s.renderNewCampaign(c, http.StatusUnprocessableEntity, f, errs)
 		}
 		return err
 	}
 	params := approval.CreateParams{
 		Name: f.Name, Provider: f.Provider, RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.payload(),
-		Transactional: f.Transactional,
+		Transactional: f.Transactional, ScheduledAt: f.scheduledAt, StartOnApproval: f.Start == startOnApproval,
+		CopyListOf: f.CopyListOf,
 	}
 	file, ok, err := uploadedFile(c, "targets")
 	if err != nil {
@@ -91,7 +146,7 @@ func (s *Server) handleCampaignCreate(c echo.Context) error {
 	res, err := s.cfg.Approval.Create(c.Request().Context(), mustActor(c), params)
 	if err != nil {
 		if errs, ok := fieldErrors(err); ok {
-			return s.render(c, http.StatusUnprocessableEntity, view.NewCampaign(s.newCampaignPage(c, f, errs)))
+			return s.renderNewCampaign(c, http.StatusUnprocessableEntity, f, errs)
 		}
 		return err
 	}

@@ -18,6 +18,24 @@ import (
 	"github.com/onceplan/onceplan/web/view"
 )
 
+// draftHistoryLen is how many of a campaign's latest trail entries the
+// draft page shows (the audit page shows every one).
+const draftHistoryLen = 10
+
+// rejection says, while campaign camp is back in draft because an
+// approver rejected the version submitted, who did, when and why (the
+// decision's own words, approval.Decision.Message); "" otherwise.
+func (s *Server) rejection(ctx context.Context, camp approval.Campaign) (string, error) {
+	if camp.State != approval.StateDraft {
+		return "", nil
+	}
+	d, err := s.cfg.Approval.Decision(ctx, camp.ID)
+	if err != nil || d.Decision != approval.DecisionRejected {
+		return "", err
+	}
+	return d.Message(), nil
+}
+
 // draftOpts is what a draft page shows beyond the stored draft.
 type draftOpts struct {
 	payload     *payloadForm      // the form as submitted (when refused)
@@ -122,6 +140,17 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	if p.TestSend, err = s.testSendForm(ctx, a, camp, d.TargetCount, "draft"); err != nil {
 		return err
 	}
+	if p.Rejected, err = s.rejection(ctx, camp); err != nil {
+		return err
+	}
+	history, err := s.history(ctx, camp)
+	if err != nil {
+		return err
+	}
+	p.HistoryTotal = len(history)
+	for i := len(history) - 1; i >= 0 && len(p.History) < draftHistoryLen; i-- {
+		p.History = append(p.History, history[i])
+	}
 	return s.render(c, status, view.Draft(p))
 }
 
@@ -155,13 +184,22 @@ func (s *Server) checkDraft(ctx context.Context, d approval.Draft, p *view.Draft
 	if len(p.Missing) > 0 && p.Flash == flashes["saved"] {
 		p.Flash = flashes["saved-incomplete"]
 	}
-	if r.EmptyCount > 0 {
-		p.EmptyTotal, p.EmptyWarning = r.EmptyCount, plan.EmptyWarning(r.Empty[0], r.EmptyCount)
-		for _, e := range r.Empty {
-			p.Empty = append(p.Empty, view.EmptyVar{Line: e.Line, Target: e.Target, Empty: strings.Join(e.Empty, ", ")})
-		}
-	}
+	p.EmptyWarnings = emptyWarnings(r)
 	return nil
+}
+
+// emptyWarnings is the check's warning about blank merge variables, for
+// the draft and the approval page.
+func emptyWarnings(r plan.CheckReport) view.EmptyWarnings {
+	var w view.EmptyWarnings
+	if r.EmptyCount == 0 {
+		return w
+	}
+	w.EmptyTotal, w.EmptyWarning = r.EmptyCount, plan.EmptyWarning(r.Empty[0], r.EmptyCount)
+	for _, e := range r.Empty {
+		w.Empty = append(w.Empty, view.EmptyVar{Line: e.Line, Target: e.Target, Empty: strings.Join(e.Empty, ", ")})
+	}
+	return w
 }
 
 // missingFieldErrors words, for each payload field, the variables it reads

@@ -5,9 +5,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -56,7 +58,27 @@ type newCampaignForm struct {
 	// Transactional: no unsubscribe link in the messages (the box
 	// "transactional" ticked).
 	Transactional bool
+	// Start says when the campaign starts once approved: startManual (an
+	// operator presses Start), startOnApproval, or startAt ScheduledAt
+	// (the form's text, a UTC date and time; scheduledAt once read).
+	Start       string
+	ScheduledAt string
+	scheduledAt *time.Time
+	// CopyListOf names the campaign whose list the new one imports when
+	// no file is uploaded (a clone: /campaigns/new?from=ID).
+	CopyListOf string
 }
+
+// The new-campaign form's choices of when to start.
+const (
+	startManual     = "manual"
+	startOnApproval = "approval"
+	startAt         = "at"
+)
+
+// scheduleLayouts are the texts a datetime-local field sends (with or
+// without seconds), read as UTC, as every time the pages show is.
+var scheduleLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05"}
 
 func readNewCampaignForm(c echo.Context) newCampaignForm {
 	n, err := strconv.Atoi(strings.TrimSpace(c.FormValue("required_approvals")))
@@ -69,19 +91,23 @@ func readNewCampaignForm(c echo.Context) newCampaignForm {
 		RequiredApprovals: n,
 		Payload:           readPayloadForm(c),
 		Transactional:     c.FormValue("transactional") != "",
+		Start:             strings.TrimSpace(c.FormValue("start")),
+		ScheduledAt:       strings.TrimSpace(c.FormValue("scheduled_at")),
+		CopyListOf:        strings.TrimSpace(c.FormValue("copy_list_of")),
 	}
 }
 
 // hash identifies what the form asks for (with the size of the uploaded
 // list, -1 without one): the request hash beside its idempotency key.
 func (f newCampaignForm) hash(listSize int64) string {
-	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional})
+	b, _ := json.Marshal([]any{f.Name, f.Provider, f.RequiredApprovals, f.Payload, listSize, f.Transactional,
+		f.Start, f.ScheduledAt, f.CopyListOf})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
 
 // Validate checks the form against the configured providers.
-func (f newCampaignForm) Validate(providers []string) error {
+func (f *newCampaignForm) Validate(providers []string) error {
 	switch {
 	case f.Name == "" || len(f.Name) > 200:
 		return &onceplan.FieldError{Field: "name", Reason: "is required (at most 200 characters)"}
@@ -90,7 +116,34 @@ func (f newCampaignForm) Validate(providers []string) error {
 	case f.RequiredApprovals < 1 || f.RequiredApprovals > 10:
 		return &onceplan.FieldError{Field: "required_approvals", Reason: "must be a number from 1 to 10"}
 	}
+	if err := f.readSchedule(); err != nil {
+		return err
+	}
 	return f.Payload.Validate()
+}
+
+// readSchedule checks the choice of start and reads its time.
+func (f *newCampaignForm) readSchedule() error {
+	switch f.Start {
+	case "", startManual, startOnApproval:
+		if f.ScheduledAt != "" {
+			return &onceplan.FieldError{Field: "scheduled_at", Reason: "choose \"at a time\" to start at " + f.ScheduledAt + ", or clear the time"}
+		}
+		return nil
+	case startAt:
+	default:
+		return &onceplan.FieldError{Field: "start", Reason: "choose when the campaign starts: manual, approval or at"}
+	}
+	if f.ScheduledAt == "" {
+		return &onceplan.FieldError{Field: "scheduled_at", Reason: "give the date and time (UTC) to start at, such as 2030-01-31T09:00"}
+	}
+	for _, layout := range scheduleLayouts {
+		if t, err := time.ParseInLocation(layout, f.ScheduledAt, time.UTC); err == nil {
+			f.scheduledAt = &t
+			return nil
+		}
+	}
+	return &onceplan.FieldError{Field: "scheduled_at", Reason: fmt.Sprintf("%q is not a date and time (UTC) such as 2030-01-31T09:00", f.ScheduledAt)}
 }
 
 // reasonForm is any decision that needs a reason.

@@ -58,6 +58,7 @@ var flashes = map[string]string{
 	"suppressed-before": "The address was already suppressed; its entry is unchanged.",
 	"unsuppressed":      "Address taken off the suppression list; the removal is recorded.",
 	"prefs-saved":       "Your notification choices are saved.",
+	"password-changed":  "Your password is changed. You are signed out everywhere else; this browser stays signed in. API tokens are not affected.",
 	"tool-approved":     "Approved: the call may be performed with exactly these args (the agent's next begin does it).",
 	"tool-rejected":     "Rejected: the call is not performed.",
 }

@@ -89,6 +89,8 @@ func routeTable() []route {
 
 		{http.MethodGet, "/account/notifications", signedIn, "", h((*Server).handleAccountNotifications)},
 		{http.MethodPost, "/account/notifications", signedIn, "", h((*Server).handleAccountNotificationsSave)},
+		{http.MethodGet, accountPasswordPath, signedIn, "", h((*Server).handleAccountPassword)},
+		{http.MethodPost, accountPasswordPath, signedIn, "", h((*Server).handleAccountPasswordSave)},
 
 		{http.MethodGet, "/admin", admin, "", h((*Server).handleAdmin)},
 		{http.MethodPost, "/admin/users", admin, "", h((*Server).handleUserCreate)},

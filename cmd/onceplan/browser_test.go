@@ -75,9 +75,17 @@ func (s *liveServer) output() string {
 // after ownerTimeout, and waits until it listens.
 func serveUI(t *testing.T, dir, ownerTimeout string) *liveServer {
 	t.Helper()
-	cmd := exec.Command(binary, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0",
-		"--provider", "outbox=maildir://"+filepath.Join(dir, "outbox")+"?rate="+browserRate,
-		"--owner-timeout", ownerTimeout, "--maintenance-interval", "1s", "--job-timeout", "20s", "--rescue-after", "30s")
+	return serveUIWith(t, dir, "127.0.0.1:0", browserRate, "--owner-timeout", ownerTimeout)
+}
+
+// serveUIWith is serveUI listening on listen, its outbox sending at rate,
+// with more flags.
+func serveUIWith(t *testing.T, dir, listen, rate string, extra ...string) *liveServer {
+	t.Helper()
+	args := append([]string{"serve", "--data-dir", dir, "--listen", listen,
+		"--provider", "outbox=maildir://" + filepath.Join(dir, "outbox") + "?rate=" + rate,
+		"--maintenance-interval", "1s", "--job-timeout", "20s", "--rescue-after", "30s"}, extra...)
+	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL=", "ONCEPLAN_ADMIN_EMAIL="+adminEmail, "ONCEPLAN_ADMIN_PASSWORD="+adminPassword)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)

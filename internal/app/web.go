@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/approval"
@@ -49,6 +50,9 @@ const DemoTargets = 300
 type DemoOptions struct {
 	Provider string
 	Targets  int // 0: DemoTargets
+	// Who names the process's account and host for the administration
+	// trail, which records the demo proposer it makes (as EnsureAdmin's).
+	Who string
 }
 
 // EnsureDemo creates, on a database with no campaign yet, a demo campaign
@@ -67,9 +71,16 @@ func EnsureDemo(ctx context.Context, pool *pgxpool.Pool, svc *approval.Service, 
 	}
 	u, err := auth.GetUserByEmail(ctx, pool, DemoProposer)
 	if err != nil {
-		u, err = auth.CreateUser(ctx, pool, auth.NewUser{
-			Email: DemoProposer, Name: "Demo proposer", Roles: []auth.Role{auth.RoleProposer},
-			Password: auth.GeneratePassword(),
+		// Made like any other user: in the administration trail, as done
+		// by the process that started (nobody is signed in yet).
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if u, err = auth.CreateUser(ctx, tx, auth.NewUser{
+				Email: DemoProposer, Name: "Demo proposer", Roles: []auth.Role{auth.RoleProposer},
+				Password: auth.GeneratePassword(),
+			}); err != nil {
+				return err
+			}
+			return auth.RecordCLIEvent(ctx, tx, opts.Who, auth.EventUserAdd, u.Email, map[string]any{"roles": u.Roles, "demo": true})
 		})
 		if err != nil {
 			return "", fmt.Errorf("creating the demo proposer: %w", err)

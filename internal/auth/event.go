@@ -15,7 +15,8 @@ const (
 	EventUserRoles   = "user_roles"
 	EventUserDisable = "user_disable"
 	EventUserEnable  = "user_enable"
-	// EventUserPassword: a password set on the command line.
+	// EventUserPassword: a password set on the command line, or changed
+	// by its own user in the web UI (ChangePassword).
 	EventUserPassword = "user_password"
 	EventTokenCreate  = "token_create"
 	EventTokenRevoke  = "token_revoke"

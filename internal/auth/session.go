@@ -141,11 +141,7 @@ func Login(ctx context.Context, db onceplan.DB, email, password string, meta Log
 		if user, err = GetUser(ctx, tx, user.ID); err != nil {
 			return err
 		}
-		token = newSecret()
-		_, err = tx.Exec(ctx, `
-			INSERT INTO session (id, user_id, expires_at, user_agent, ip)
-			VALUES ($1, $2, now() + make_interval(secs => $3), $4, $5)`,
-			secretHash(token), user.ID, SessionMaxAge.Seconds(), meta.UserAgent, meta.IP)
+		token, err = startSession(ctx, tx, user.ID, meta)
 		return err
 	})
 	if err != nil {
@@ -155,6 +151,17 @@ func Login(ctx context.Context, db onceplan.DB, email, password string, meta Log
 		return "", User{}, refusal
 	}
 	return token, user, nil
+}
+
+// startSession starts a session of user userID and returns its token (for
+// the session cookie); only the token's SHA-256 is stored.
+func startSession(ctx context.Context, tx pgx.Tx, userID int64, meta LoginMeta) (string, error) {
+	token := newSecret()
+	_, err := tx.Exec(ctx, `
+		INSERT INTO session (id, user_id, expires_at, user_agent, ip)
+		VALUES ($1, $2, now() + make_interval(secs => $3), $4, $5)`,
+		secretHash(token), userID, SessionMaxAge.Seconds(), meta.UserAgent, meta.IP)
+	return token, err
 }
 
 // truncate cuts s to at most n bytes, dropping a rune cut in half.

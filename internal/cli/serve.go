@@ -158,7 +158,7 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	}
 	if *demo {
 		names := ws.Providers.Names()
-		id, err := app.EnsureDemo(ctx, d.Pool, ws.Approval, app.DemoOptions{Provider: names[0], Targets: app.DemoTargets})
+		id, err := app.EnsureDemo(ctx, d.Pool, ws.Approval, app.DemoOptions{Provider: names[0], Targets: app.DemoTargets, Who: cliActor()})
 		if err != nil {
 			srv.Shutdown(context.Background())
 			return err

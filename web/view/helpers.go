@@ -38,6 +38,10 @@ func when(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05 UTC")
 }
 
+// When is when for the handlers' sentences: every time a page shows
+// reads the same.
+func When(t time.Time) string { return when(t) }
+
 // whenISO is a machine-readable time for <time datetime>.
 func whenISO(t time.Time) string {
 	if t.IsZero() {

@@ -62,6 +62,9 @@ type Campaign struct {
 	// ListUnsubscribe: each message carries a one-click unsubscribe link
 	// (false: a transactional campaign).
 	ListUnsubscribe bool
+	// Starts says when it starts, in words, until it has started ("" once
+	// it has, or when it never will).
+	Starts string
 }
 
 // CampaignRow is one line of the campaigns list.
@@ -98,6 +101,21 @@ type NewCampaignPage struct {
 	FieldErrors       map[string]string
 	// Transactional: the box "no unsubscribe link" is ticked.
 	Transactional bool
+	// Start is when it starts once approved ("manual", "approval" or
+	// "at"), ScheduledAt the time for "at" (UTC, as typed).
+	Start       string
+	ScheduledAt string
+	// Copy is the campaign whose list the new one imports (a clone).
+	Copy *CopySource
+}
+
+// CopySource is the campaign a new one is made from: the list of its
+// current version is imported again.
+type CopySource struct {
+	ID          string
+	Name        string
+	Version     int
+	TargetCount int
 }
 
 // Rejection is a CSV line an import refused.
@@ -203,6 +221,15 @@ type ApprovalPage struct {
 	SuppressedNow int
 	// TestSend is the test-send form (nil when the user may not).
 	TestSend *TestSendForm
+	// Rejected says who rejected the version last submitted, when and
+	// why, while it is back with its proposer ("" otherwise).
+	Rejected string
+	// EmptyWarnings are the submission's warnings about the list, shown
+	// to the proposer at submit: the approver sees them too.
+	EmptyWarnings
+	// SampleNote says which targets the samples are, or why there are
+	// fewer than asked.
+	SampleNote string
 }
 
 // TargetRow is one target of a running plan.
@@ -322,17 +349,23 @@ type Metric struct {
 	Reasons []string `json:"reasons"`
 }
 
-// Event is one entry of the audit trail.
+// Event is one entry of the audit trail: the campaign's history.
 type Event struct {
 	At       time.Time
+	Version  int
 	Action   string
 	Actor    string
 	Reason   string
 	PlanHash string
 	Detail   string
+	// Summary says what happened in a sentence; Lines are the lines an
+	// import refused (the first of them), with why.
+	Summary string
+	Lines   []Rejection
 }
 
-// AuditPage shows the metric and the audit trail.
+// AuditPage shows the metric and the audit trail; a campaign never
+// approved (Campaign.HasPlan false) has no metric, only its history.
 type AuditPage struct {
 	Page
 	Campaign Campaign

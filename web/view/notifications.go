@@ -52,6 +52,16 @@ type AccountNotificationsPage struct {
 	MailsUsers bool
 }
 
+// AccountPasswordPage is the form that changes the signed-in user's own
+// password.
+type AccountPasswordPage struct {
+	Page
+	Email       string
+	FieldErrors map[string]string
+	// MinLength is the password policy's least length, in characters.
+	MinLength int
+}
+
 // answerOf words a delivery's last answer for a table cell.
 func answerOf(d DeliveryRow) string {
 	var parts []string
