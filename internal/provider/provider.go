@@ -288,3 +288,15 @@ func (r *Registry) PaceThrough(db onceplan.DB) {
 		}
 	}
 }
+
+// RateOf is p's configured rate limit in calls per second (0: none) and
+// whose budget it is (RateScopeProcess or RateScopeAccount).
+func RateOf(p Provider) (perSecond float64, scope string) {
+	if r, ok := p.(interface {
+		PerSecond() float64
+		RateScope() string
+	}); ok {
+		return r.PerSecond(), r.RateScope()
+	}
+	return 0, RateScopeProcess
+}
