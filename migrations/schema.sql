@@ -827,6 +827,57 @@ $$;
 
 
 --
+-- Name: provider_pace_forward(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.provider_pace_forward() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.name IS DISTINCT FROM OLD.name THEN
+        RAISE EXCEPTION 'provider_pace: a row''s provider is not changed'
+            USING ERRCODE = 'check_violation';
+    END IF;
+    IF NEW.last_at < OLD.last_at THEN
+        RAISE EXCEPTION 'provider_pace: turn of % moved back from % to %', OLD.name, OLD.last_at, NEW.last_at
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
+-- Name: provider_pace_take(text, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.provider_pace_take(name text, every_us bigint, max_wait_us bigint, OUT taken boolean, OUT wait_us bigint, OUT at timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    last timestamptz;
+    now_ timestamptz;
+BEGIN
+    IF every_us IS NULL OR every_us <= 0 OR max_wait_us IS NULL OR max_wait_us < 0 THEN
+        RAISE EXCEPTION 'provider_pace_take: every_us must be positive and max_wait_us not negative'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT p.last_at INTO last FROM provider_pace p WHERE p.name = provider_pace_take.name FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO provider_pace AS p (name, last_at) VALUES (provider_pace_take.name, '-infinity')
+        ON CONFLICT ON CONSTRAINT provider_pace_pkey DO NOTHING;
+        SELECT p.last_at INTO last FROM provider_pace p WHERE p.name = provider_pace_take.name FOR UPDATE;
+    END IF;
+    now_ := clock_timestamp(); -- after the lock: the turn is measured from when it is given
+    at := greatest(last + make_interval(secs => every_us / 1e6), now_);
+    wait_us := floor(extract(epoch FROM at - now_) * 1e6)::bigint;
+    taken := wait_us <= max_wait_us;
+    IF taken THEN
+        UPDATE provider_pace p SET last_at = at WHERE p.name = provider_pace_take.name;
+    END IF;
+END $$;
+
+
+--
 -- Name: river_job_state_in_bitmask(bit, public.river_job_state); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1950,6 +2001,17 @@ CREATE VIEW public.plan_target AS
 
 
 --
+-- Name: provider_pace; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.provider_pace (
+    name text NOT NULL,
+    last_at timestamp with time zone NOT NULL,
+    CONSTRAINT provider_pace_name_check CHECK ((name <> ''::text))
+);
+
+
+--
 -- Name: river_job; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2694,6 +2756,14 @@ ALTER TABLE ONLY public.plan
 
 ALTER TABLE ONLY public.plan
     ADD CONSTRAINT plan_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: provider_pace provider_pace_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.provider_pace
+    ADD CONSTRAINT provider_pace_pkey PRIMARY KEY (name);
 
 
 --
@@ -3618,6 +3688,13 @@ CREATE TRIGGER plan_no_truncate BEFORE TRUNCATE ON public.plan FOR EACH STATEMEN
 --
 
 CREATE TRIGGER plan_write_once BEFORE DELETE OR UPDATE ON public.plan FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: provider_pace provider_pace_forward; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER provider_pace_forward BEFORE UPDATE ON public.provider_pace FOR EACH ROW EXECUTE FUNCTION public.provider_pace_forward();
 
 
 --
@@ -4915,6 +4992,13 @@ GRANT INSERT(line) ON TABLE public.target TO onceplan_app;
 --
 
 GRANT SELECT ON TABLE public.plan_target TO onceplan_app;
+
+
+--
+-- Name: TABLE provider_pace; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.provider_pace TO onceplan_app;
 
 
 --

@@ -11,6 +11,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
 )
@@ -88,7 +89,7 @@ func (s *Server) runView(c echo.Context, camp approval.Campaign, buttons bool) (
 		return view.RunView{}, err
 	}
 	a := mustActor(c)
-	p := view.RunView{WorkerNote: serving.Warning, RunPage: view.RunPage{
+	p := view.RunView{WorkerNote: serving.Warning, ETANote: s.etaNote(camp, counts, serving.Live), RunPage: view.RunPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
 		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: auth.Authorize(a, auth.ActionResolve) == nil,
 	}, ResumeCount: rem.Queue, StalledNote: stalledNote(camp, rem)}
@@ -115,6 +116,65 @@ func (s *Server) runView(c echo.Context, camp approval.Campaign, buttons bool) (
 		p.Note = "Searched targets up to #" + itoa(page.ScannedTo) + " of " + itoa(pl.TargetCount) + " for this page; the next page searches on."
 	}
 	return p, nil
+}
+
+// etaNote says how long the targets not sent yet take at the provider's
+// configured rate limit, while the campaign runs: "" when the provider
+// has no limit, is not configured in this process, or nothing is left.
+// An account's rate (rate_scope=account) is one budget however many
+// processes send; a process's own is one per live worker process.
+func (s *Server) etaNote(camp approval.Campaign, counts view.Counts, live int) string {
+	left := counts.NotStarted + counts.Pending
+	if camp.State != approval.StateRunning || left == 0 {
+		return ""
+	}
+	prov, ok := s.cfg.Providers.Get(camp.Provider)
+	if !ok {
+		return ""
+	}
+	perSecond, scope := provider.RateOf(prov)
+	if perSecond <= 0 {
+		return ""
+	}
+	limit := "the account's limit of " + rateWords(perSecond) + ", shared by every process"
+	total := perSecond
+	if scope != provider.RateScopeAccount {
+		processes := max(live, 1)
+		total = perSecond * float64(processes)
+		limit = "its limit of " + rateWords(perSecond) + " per process, with " + plural(processes, "live worker process", "live worker processes")
+	}
+	d := time.Duration(float64(left) / total * float64(time.Second))
+	return "At " + camp.Provider + "'s configured rate (" + limit + "), the " + view.Targets(left) + " not sent yet take at least " + durationWords(d) +
+		": done around " + s.cfg.Now().Add(d).UTC().Format("15:04") + " UTC."
+}
+
+// rateWords words a rate in calls per second ("2 calls a second", "1 call
+// every 30 s").
+func rateWords(perSecond float64) string {
+	if perSecond >= 1 {
+		return strconv.FormatFloat(perSecond, 'f', -1, 64) + " calls a second"
+	}
+	return "1 call every " + durationWords(time.Duration(float64(time.Second)/perSecond))
+}
+
+// durationWords words a duration for a person, rounded: "45 s", "12 min",
+// "3 h 20 min".
+func durationWords(d time.Duration) string {
+	switch {
+	case d < 90*time.Second:
+		return seconds(d)
+	case d < 90*time.Minute:
+		return strconv.Itoa(int((d+time.Minute/2)/time.Minute)) + " min"
+	}
+	m := int((d + time.Minute/2) / time.Minute)
+	return strconv.Itoa(m/60) + " h " + strconv.Itoa(m%60) + " min"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // stalledNote says what happens to the targets a stopped worker holds

@@ -214,3 +214,37 @@ func TestRunPageSaysNoLiveWorkerServesTheProvider(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, tid(parse(t, op.get(run)), "no-worker-note").Length())
 }
+
+// TestRunPageSaysWhenTheRestIsSentAtTheRateLimit: while a campaign runs
+// through a rate-limited provider, the run page says how long its targets
+// not sent yet take at the configured rate — the account's one budget, or
+// one per live worker process for a process's own — and says nothing for
+// a provider without a limit or a campaign that does not run.
+func TestRunPageSaysWhenTheRestIsSentAtTheRateLimit(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	note := func(b *bundle, id string) string {
+		b.srv.cfg.Now = func() time.Time { return at }
+		return strings.TrimSpace(tid(parse(t, b.as["operator"].get("/campaigns/"+id+"/run/live")), "eta-note").Text())
+	}
+
+	account := setupWith(t, "rate=2/s&rate_scope=account")
+	c, _ := account.started(campaignOpts{Targets: csvOf(240)})
+	require.Equal(t, "At outbox's configured rate (the account's limit of 2 calls a second, shared by every process), the 240 targets not sent yet take at least 2 min: done around 10:02 UTC.", note(account, c.ID))
+
+	perProcess := setupWith(t, "rate=30/m")
+	c, _ = perProcess.started(campaignOpts{Targets: csvOf(30)})
+	require.Equal(t, "At outbox's configured rate (its limit of 1 call every 2 s per process, with 1 live worker process), the 30 targets not sent yet take at least 60 s: done around 10:01 UTC.", note(perProcess, c.ID))
+	for _, owner := range []string{"w/1/a", "w/2/b"} {
+		_, err := perProcess.pool.Exec(context.Background(), `INSERT INTO worker_process (owner, host, pid, providers) VALUES ($1, 'w', 1, '{outbox}')`, owner)
+		require.NoError(t, err)
+	}
+	require.Contains(t, note(perProcess, c.ID), "with 2 live worker processes), the 30 targets not sent yet take at least 30 s")
+	_, err := perProcess.svc.Pause(context.Background(), perProcess.as["operator"].actor, c.ID, "lunch")
+	require.NoError(t, err)
+	require.Empty(t, note(perProcess, c.ID), "a paused campaign sends nothing")
+
+	unlimited := setup(t)
+	c, _ = unlimited.started(campaignOpts{Targets: csvOf(30)})
+	require.Empty(t, note(unlimited, c.ID), "no limit, no estimate")
+}

@@ -45,11 +45,22 @@ type bundle struct {
 // signs in one user per role.
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupWith(t, "")
+}
+
+// setupWith is setup with options on the outbox provider's URL
+// ("rate=2/s").
+func setupWith(t *testing.T, outboxOptions string) *bundle {
+	t.Helper()
 	pool := pgtest.Pool(t)
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	require.NoError(t, err)
 	svc := approval.NewService(pool, jobs.NewEnqueuer(rc))
-	p, err := provider.ParseFlag("outbox=maildir://" + filepath.Join(t.TempDir(), "outbox"))
+	u := "outbox=maildir://" + filepath.Join(t.TempDir(), "outbox")
+	if outboxOptions != "" {
+		u += "?" + outboxOptions
+	}
+	p, err := provider.ParseFlag(u)
 	require.NoError(t, err)
 	reg, err := provider.NewRegistry(p)
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -158,17 +159,31 @@ func withSessionSettings(ctx context.Context, cfg *pgxpool.Config, logger *slog.
 // untimed clears a statement_timeout the role's or the database's defaults
 // set, before anything else runs on conn. The SET itself runs under that
 // timeout, so a very short one (any role may give itself 1 ms) can cancel
-// it on a busy machine: a cancelled SET is tried again, a few times.
+// it while the machine is busy — every try, for as long as PostgreSQL's
+// backend waits for a core: a cancelled SET is tried again, with a pause
+// growing to 100 ms between tries, for up to untimedFor.
 func untimed(ctx context.Context, conn *pgx.Conn) error {
-	var err error
-	for range 5 {
-		if _, err = conn.Exec(ctx, "SET statement_timeout = 0"); err == nil {
+	deadline := time.Now().Add(untimedFor)
+	pause := time.Millisecond
+	for {
+		_, err := conn.Exec(ctx, "SET statement_timeout = 0")
+		if err == nil {
 			return nil
 		}
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "57014" { // query_canceled
+		if !errors.As(err, &pgErr) || pgErr.Code != "57014" || time.Now().Add(pause).After(deadline) { // 57014: query_canceled
 			return err
 		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
-	return err
 }
+
+// untimedFor bounds untimed's tries.
+const untimedFor = 10 * time.Second

@@ -10,6 +10,7 @@ import (
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/notify"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
 )
@@ -22,6 +23,11 @@ type ProviderOptions struct {
 	Env string
 	// DataDir hosts the default maildir outbox.
 	DataDir string
+	// DB, when set, paces the providers whose rate limit is their
+	// account's through the database, shared with every other process
+	// (provider.Registry.PaceThrough). A process that only probes (the
+	// audit) leaves it nil.
+	DB onceplan.DB
 }
 
 // Providers builds the registry: the flags, else the environment, else
@@ -53,7 +59,17 @@ func Providers(opts ProviderOptions) (*provider.Registry, error) {
 		}
 		ps = append(ps, p)
 	}
-	return provider.NewRegistry(ps...)
+	reg, err := provider.NewRegistry(ps...)
+	if err != nil {
+		for _, q := range ps {
+			q.Close()
+		}
+		return nil, err
+	}
+	if opts.DB != nil {
+		reg.PaceThrough(opts.DB)
+	}
+	return reg, nil
 }
 
 // WorkerOptions tune recovery: the jobs.Config fields a command line sets

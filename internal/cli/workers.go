@@ -97,7 +97,7 @@ func (w *workerFlags) check() error {
 
 // start builds the providers and the workers on d and starts them.
 func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir string, logger *slog.Logger) (*app.Workers, error) {
-	reg, err := app.Providers(app.ProviderOptions{Flags: w.providers, Env: env.Getenv("ONCEPLAN_PROVIDERS"), DataDir: dataDir})
+	reg, err := app.Providers(app.ProviderOptions{Flags: w.providers, Env: env.Getenv("ONCEPLAN_PROVIDERS"), DataDir: dataDir, DB: d.Pool})
 	if err != nil {
 		return nil, err
 	}

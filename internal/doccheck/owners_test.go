@@ -21,6 +21,7 @@ var tableOwner = map[string]string{
 	"campaign_event": "approval", "approval": "approval",
 	"suppression": "internal/suppression", "suppression_removal": "internal/suppression",
 	"worker_process": "executor",
+	"provider_pace":  "internal/provider",
 	"river_job":      "jobs", "river_queue": "jobs",
 }
 

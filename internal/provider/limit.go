@@ -2,31 +2,71 @@ package provider
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // limiter is the rate limit and concurrency bound every kind shares.
 //
-// Acquire takes a concurrency slot first and then waits for a rate token, so
-// that tokens go to callers that can use them at once: a waiter blocked on a
-// slot does not hoard a token and burst later. The bucket's burst is 1, so
-// "10/s" means one send every 100ms, never ten at once.
+// Acquire takes a concurrency slot first and then waits for a turn of the
+// rate limit, so that turns go to callers that can use them at once: a
+// waiter blocked on a slot does not hoard a turn and burst later. The
+// limit's burst is 1, so "10/s" means one send every 100ms, never ten at
+// once.
+//
+// The turns come from this process's own bucket, or, once the provider is
+// paced through the database (Registry.PaceThrough, for the kinds whose
+// limit is the account's), from one schedule in PostgreSQL that every
+// process sending through the provider shares.
 type limiter struct {
-	rate  *rate.Limiter // nil: no rate limit
-	slots chan struct{}
+	perSecond float64 // 0: no rate limit
+	scope     string  // RateScopeProcess or RateScopeAccount
+	slots     chan struct{}
+
+	mu   sync.Mutex
+	pace pacer // nil: no rate limit
 }
 
-func newLimiter(perSecond float64, concurrency int) *limiter {
-	l := &limiter{slots: make(chan struct{}, concurrency)}
+// Rate scopes: whose budget a provider's rate= is.
+const (
+	// RateScopeProcess: each process keeps the rate on its own.
+	RateScopeProcess = "process"
+	// RateScopeAccount: the rate is the service account's, shared by
+	// every process sending through the provider (through the database).
+	RateScopeAccount = "account"
+)
+
+// pacer hands out the rate limit's turns.
+type pacer interface {
+	// Wait takes the next turn and waits for it. When the turn lies past
+	// ctx's deadline it takes nothing and fails at once.
+	Wait(ctx context.Context) error
+	// Allow takes a turn if one is due now, never waiting.
+	Allow() bool
+}
+
+func newLimiter(perSecond float64, concurrency int, scope string) *limiter {
+	l := &limiter{perSecond: perSecond, scope: scope, slots: make(chan struct{}, concurrency)}
 	if perSecond > 0 {
-		l.rate = rate.NewLimiter(rate.Limit(perSecond), 1)
+		l.pace = rate.NewLimiter(rate.Limit(perSecond), 1)
 	}
 	return l
 }
 
-// Acquire waits for a slot and a token. It returns ctx's error when ctx ends
+func (l *limiter) pacer() pacer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pace
+}
+
+// Acquire waits for a slot and a turn. It returns ctx's error when ctx ends
 // first, holding nothing.
 func (l *limiter) Acquire(ctx context.Context) (func(), error) {
 	if err := ctx.Err(); err != nil {
@@ -39,14 +79,18 @@ func (l *limiter) Acquire(ctx context.Context) (func(), error) {
 	}
 	var once sync.Once
 	release := func() { once.Do(func() { <-l.slots }) }
-	if l.rate != nil {
-		if err := l.rate.Wait(ctx); err != nil {
+	if p := l.pacer(); p != nil {
+		if err := p.Wait(ctx); err != nil {
 			release()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			var unavailable *paceError
+			if errors.As(err, &unavailable) {
+				return nil, err
+			}
 			// Wait also fails at once when ctx's deadline comes before the
-			// token would; that is the caller's deadline expiring.
+			// turn would; that is the caller's deadline expiring.
 			return nil, context.DeadlineExceeded
 		}
 	}
@@ -54,9 +98,102 @@ func (l *limiter) Acquire(ctx context.Context) (func(), error) {
 }
 
 // Renew keeps a slot Acquire gave for one more call, when the rate limit
-// has a token for it now; it never waits. The executor renews the slot of
+// has a turn for it now; it never waits. The executor renews the slot of
 // a job's target for the job's next target, so that target's claim can
 // go into the same commit as this target's answer (docs/ARCHITECTURE.md, "A job
 // of several targets"): false
 // means release the slot and Acquire again, waiting, before claiming.
-func (l *limiter) Renew() bool { return l.rate == nil || l.rate.Allow() }
+func (l *limiter) Renew() bool {
+	p := l.pacer()
+	return p == nil || p.Allow()
+}
+
+// RateScope is whose budget the provider's rate is (RateScopeProcess or
+// RateScopeAccount).
+func (l *limiter) RateScope() string { return l.scope }
+
+// PerSecond is the provider's rate limit (0: none).
+func (l *limiter) PerSecond() float64 { return l.perSecond }
+
+// paceThrough makes the limiter take its turns from the shared schedule
+// of the provider called name in db, when its rate is the account's.
+func (l *limiter) paceThrough(db onceplan.DB, name string) {
+	if l.perSecond <= 0 || l.scope != RateScopeAccount {
+		return
+	}
+	every := time.Duration(math.Ceil(float64(time.Second) / l.perSecond))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pace = &sharedPacer{db: db, name: name, every: every}
+}
+
+// sharedPacer takes turns from provider_pace (migration 0031), through
+// the database function provider_pace_take: one schedule per provider
+// name for every process, on the database's clock.
+type sharedPacer struct {
+	db    onceplan.DB
+	name  string
+	every time.Duration
+}
+
+// paceError is the database failing to give a turn: nothing was sent,
+// and the caller tries again later.
+type paceError struct{ err error }
+
+func (e *paceError) Error() string { return "pacing through the database: " + e.err.Error() }
+func (e *paceError) Unwrap() error { return e.err }
+
+// maxPaceWait bounds a wait without a deadline: a turn further away
+// than this is not taken (the caller's Acquire fails as if its deadline
+// had passed, and the job is tried again later).
+const maxPaceWait = time.Hour
+
+func (s *sharedPacer) take(ctx context.Context, maxWait time.Duration) (bool, time.Duration, error) {
+	var (
+		taken  bool
+		waitUS int64
+	)
+	err := s.db.QueryRow(ctx, `SELECT taken, wait_us FROM provider_pace_take($1, $2, $3)`,
+		s.name, s.every.Microseconds(), max(maxWait.Microseconds(), 0)).Scan(&taken, &waitUS)
+	if err != nil {
+		return false, 0, &paceError{fmt.Errorf("provider %q: %w", s.name, err)}
+	}
+	return taken, time.Duration(waitUS) * time.Microsecond, nil
+}
+
+func (s *sharedPacer) Wait(ctx context.Context) error {
+	maxWait := maxPaceWait
+	if d, ok := ctx.Deadline(); ok {
+		maxWait = min(maxWait, time.Until(d))
+	}
+	taken, wait, err := s.take(ctx, maxWait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	if !taken {
+		return context.DeadlineExceeded
+	}
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		// The turn stays taken: the account's budget is spent, never
+		// over-spent.
+		return ctx.Err()
+	}
+}
+
+func (s *sharedPacer) Allow() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	taken, _, err := s.take(ctx, 0)
+	return err == nil && taken
+}

@@ -62,7 +62,7 @@ func newMaildirFromURL(name string, u *url.URL, o options) (Provider, error) {
 		return nil, errorf(name, "maildir URL has no absolute path (want maildir:///absolute/path)")
 	}
 	return &maildirProvider{
-		limiter: newLimiter(o.perSecond, o.concurrency),
+		limiter: newLimiter(o.perSecond, o.concurrency, o.rateScope),
 		name:    name,
 		url:     u.String(),
 		dir:     filepath.Clean(u.Path),

@@ -28,7 +28,16 @@ const (
 	// many messages a crash can leave in doubt on a relay that can neither
 	// deduplicate nor be asked: set concurrency= lower to trade speed for
 	// fewer.
-	defaultSMTPConcurrency  = 10
+	defaultSMTPConcurrency = 10
+	// DefaultResendRate is Resend's documented default rate limit: 2
+	// requests per second per team, across all its API keys
+	// (resend.com/docs/api-reference/rate-limit; an account whose limit
+	// was raised says rate=).
+	DefaultResendRate = 2.0
+	// DefaultPostmarkRate is an assumption: Postmark publishes no number
+	// for its API (it answers 429 when a server sends too fast), so this
+	// stays well below what one server is seen to take; rate= overrides.
+	DefaultPostmarkRate     = 10.0
 	maxConcurrency          = 1024
 	redactedPasswordMarker  = "xxxxx"
 	knownSchemesDescription = "maildir, smtp, http, https, postmark or resend"
@@ -60,6 +69,7 @@ func ValidName(name string) bool {
 // options are the parsed query options of a provider URL.
 type options struct {
 	perSecond   float64 // 0: no rate limit
+	rateScope   string  // RateScopeProcess or RateScopeAccount
 	concurrency int
 	timeout     time.Duration
 	settle      time.Duration
@@ -81,7 +91,7 @@ type options struct {
 
 // Options each kind accepts, in the order error messages list them.
 var (
-	commonOptions  = []string{"rate", "concurrency", "timeout", "settle"}
+	commonOptions  = []string{"rate", "rate_scope", "concurrency", "timeout", "settle"}
 	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe", "dedupe_window", "probe_retention"}, "resend": {"endpoint", "dedupe_window"}, "postmark": {"endpoint", "message_stream", "probe_retention"}}
 	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http", "postmark": "postmark", "resend": "resend"}
 	rateUnitPerSec = map[string]float64{"s": 1, "m": 1.0 / 60, "h": 1.0 / 3600}
@@ -97,7 +107,14 @@ var (
 //
 // Options every kind takes:
 //   - rate=N/s (or N/m, N/h; N may have a fraction): at most N sends per
-//     second, evenly spaced (burst 1). Default: no limit.
+//     second, evenly spaced (burst 1); rate=none: no limit. Default: no
+//     limit, but for resend (DefaultResendRate, Resend's documented
+//     default) and postmark (DefaultPostmarkRate, an assumption).
+//   - rate_scope=account|process: whose budget the rate is. account: the
+//     service account's, shared through the database by every process
+//     that sends through the provider (Registry.PaceThrough); process:
+//     each process's own. Default account for resend and postmark, whose
+//     limits are per account, process for the others.
 //   - concurrency=N: at most N calls at once (1–1024). Default 4 for smtp
 //     and http, 16 for maildir.
 //   - timeout=DURATION: bound of one call (connect, send, answer). Default
@@ -284,12 +301,16 @@ func redactQuery(rawQuery string) string {
 }
 
 func parseOptions(name, kind, rawQuery string) (options, error) {
-	o := options{concurrency: defaultConcurrency, timeout: DefaultTimeout}
+	o := options{concurrency: defaultConcurrency, timeout: DefaultTimeout, rateScope: RateScopeProcess}
 	switch kind {
 	case "maildir":
 		o.concurrency = defaultMaildirParallel
 	case "smtp":
 		o.concurrency = defaultSMTPConcurrency
+	case "resend":
+		o.perSecond, o.rateScope = DefaultResendRate, RateScopeAccount
+	case "postmark":
+		o.perSecond, o.rateScope = DefaultPostmarkRate, RateScopeAccount
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
@@ -313,9 +334,18 @@ func parseOptions(name, kind, rawQuery string) (options, error) {
 		v := q[k][0]
 		switch k {
 		case "rate":
-			if o.perSecond, err = parseRate(v); err != nil {
-				return o, errorf(name, "rate %q is not N/s or N/m", v)
+			if v == "none" {
+				o.perSecond = 0
+				continue
 			}
+			if o.perSecond, err = parseRate(v); err != nil {
+				return o, errorf(name, "rate %q is not N/s, N/m, N/h or none", v)
+			}
+		case "rate_scope":
+			if v != RateScopeAccount && v != RateScopeProcess {
+				return o, errorf(name, "rate_scope %q is not account or process", v)
+			}
+			o.rateScope = v
 		case "concurrency":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > maxConcurrency {

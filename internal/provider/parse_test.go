@@ -63,6 +63,41 @@ func TestParseFlag(t *testing.T) {
 	require.ErrorIs(t, err, provider.ErrInvalidProvider)
 }
 
+// TestParseRateDefaults: a service whose limit is its account's is paced
+// by default at its documented limit (Resend's 2/s) or an assumed one
+// (Postmark publishes none), shared by every process; rate= and
+// rate_scope= override, rate=none lifts it; the other kinds have none.
+func TestParseRateDefaults(t *testing.T) {
+	t.Parallel()
+	type rated interface {
+		PerSecond() float64
+		RateScope() string
+	}
+	tests := []struct {
+		url   string
+		rate  float64
+		scope string
+	}{
+		{"resend://re_key@", provider.DefaultResendRate, provider.RateScopeAccount},
+		{"resend://re_key@?rate=10/s", 10, provider.RateScopeAccount},
+		{"resend://re_key@?rate=none", 0, provider.RateScopeAccount},
+		{"resend://re_key@?rate_scope=process", provider.DefaultResendRate, provider.RateScopeProcess},
+		{"postmark://tok@", provider.DefaultPostmarkRate, provider.RateScopeAccount},
+		{"smtp://mail.example.test:587", 0, provider.RateScopeProcess},
+		{"smtp://mail.example.test:587?rate=120/m&rate_scope=account", 2, provider.RateScopeAccount},
+		{"maildir:///x", 0, provider.RateScopeProcess},
+	}
+	for _, tt := range tests {
+		p, err := provider.Parse("p", tt.url)
+		require.NoError(t, err, tt.url)
+		r, ok := p.(rated)
+		require.True(t, ok, "%s: %T has no rate", tt.url, p)
+		require.InDelta(t, tt.rate, r.PerSecond(), 1e-9, tt.url)
+		require.Equal(t, tt.scope, r.RateScope(), tt.url)
+		require.NoError(t, p.Close())
+	}
+}
+
 func TestParseBad(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ name, url, want string }{
@@ -71,14 +106,15 @@ func TestParseBad(t *testing.T) {
 		{"relay", "", `provider "relay": URL is empty`},
 		{"relay", "ftp://example.test/x", `provider "relay": unknown scheme "ftp" (want maildir, smtp, http, https, postmark or resend)`},
 		{"relay", "/var/mail", `provider "relay": URL /var/mail has no scheme (want maildir, smtp, http, https, postmark or resend)`},
-		{"relay", "smtp://mail.example.test:587?rate=ten/s", `provider "relay": rate "ten/s" is not N/s or N/m`},
-		{"relay", "smtp://mail.example.test:587?rate=0/s", `provider "relay": rate "0/s" is not N/s or N/m`},
-		{"relay", "smtp://mail.example.test:587?rate=10", `provider "relay": rate "10" is not N/s or N/m`},
+		{"relay", "smtp://mail.example.test:587?rate=ten/s", `provider "relay": rate "ten/s" is not N/s, N/m, N/h or none`},
+		{"relay", "smtp://mail.example.test:587?rate=0/s", `provider "relay": rate "0/s" is not N/s, N/m, N/h or none`},
+		{"relay", "smtp://mail.example.test:587?rate_scope=team", `provider "relay": rate_scope "team" is not account or process`},
+		{"relay", "smtp://mail.example.test:587?rate=10", `provider "relay": rate "10" is not N/s, N/m, N/h or none`},
 		{"relay", "smtp://mail.example.test:587?concurrency=0", `provider "relay": concurrency "0" is not a whole number from 1 to 1024`},
 		{"relay", "smtp://mail.example.test:587?concurrency=many", `provider "relay": concurrency "many" is not a whole number from 1 to 1024`},
 		{"relay", "smtp://mail.example.test:587?timeout=soon", `provider "relay": timeout "soon" is not a positive duration like 30s`},
 		{"relay", "smtp://mail.example.test:587?tls=ssl", `provider "relay": tls "ssl" is not none, starttls or tls`},
-		{"relay", "smtp://mail.example.test:587?color=blue", `provider "relay": unknown option "color" for a smtp provider (known: rate, concurrency, timeout, settle, tls, probe, probe_endpoint, probe_retention, idempotency_header, dedupe_window)`},
+		{"relay", "smtp://mail.example.test:587?color=blue", `provider "relay": unknown option "color" for a smtp provider (known: rate, rate_scope, concurrency, timeout, settle, tls, probe, probe_endpoint, probe_retention, idempotency_header, dedupe_window)`},
 		{"relay", "smtp://mail.example.test:587?rate=1/s&rate=2/s", `provider "relay": option "rate" is given 2 times`},
 		{"relay", "smtp://mail.example.test:587?settle=1m", `provider "relay": settle applies only to a provider that can be probed (maildir, http with probe=URL, smtp with probe=postmark|mailjet)`},
 		{"relay", "smtp://:587", `provider "relay": smtp URL has no host (want smtp://[user:pass@]host:port)`},
@@ -87,11 +123,11 @@ func TestParseBad(t *testing.T) {
 		{"relay", "smtp://mail.example.test:bad", `provider "relay": URL smtp://mail.example.test:bad is not valid: invalid port ":bad" after host`},
 		{"outbox", "maildir://", `provider "outbox": maildir URL has no absolute path (want maildir:///absolute/path)`},
 		{"outbox", "maildir://var/mail", `provider "outbox": maildir URL maildir://var/mail must be maildir:///absolute/path (three slashes)`},
-		{"outbox", "maildir:///x?tls=none", `provider "outbox": unknown option "tls" for a maildir provider (known: rate, concurrency, timeout, settle)`},
+		{"outbox", "maildir:///x?tls=none", `provider "outbox": unknown option "tls" for a maildir provider (known: rate, rate_scope, concurrency, timeout, settle)`},
 		{"hook", "https:///hook", `provider "hook": webhook URL has no host (want https://host/path)`},
 		{"hook", "https://h.example.test/hook?dedupe=maybe", `provider "hook": dedupe "maybe" is not true or false`},
 		{"hook", "https://h.example.test/hook?probe=ftp://x", `provider "hook": probe "ftp://x" is not an http(s) URL without query`},
-		{"hook", "https://h.example.test/hook?token=abc", `provider "hook": unknown option "token" for a http provider (known: rate, concurrency, timeout, settle, dedupe, probe, dedupe_window, probe_retention)`},
+		{"hook", "https://h.example.test/hook?token=abc", `provider "hook": unknown option "token" for a http provider (known: rate, rate_scope, concurrency, timeout, settle, dedupe, probe, dedupe_window, probe_retention)`},
 		{"hook", "https://h.example.test/hook?settle=1m", `provider "hook": settle applies only to a provider that can be probed (maildir, or http with probe=URL)`},
 		{"hook", "https://h.example.test/hook?a=%zz", `provider "hook": URL query is not valid: invalid URL escape "%zz"`},
 	}

@@ -190,7 +190,7 @@ func newPostmarkFromURL(name string, u *url.URL, o options) (Provider, error) {
 	}
 	client, tr := newHTTPClient(o.concurrency, o.timeout)
 	p := &postmarkProvider{
-		limiter: newLimiter(o.perSecond, o.concurrency),
+		limiter: newLimiter(o.perSecond, o.concurrency, o.rateScope),
 		name:    name,
 		url:     Redacted(u.String()),
 		api: &postmarkAPI{

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
 )
 
@@ -264,4 +265,38 @@ func (r *Registry) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// paced is a provider whose rate limit can be paced through the
+// database (every kind's, through its limiter).
+type paced interface {
+	paceThrough(db onceplan.DB, name string)
+}
+
+// PaceThrough makes every provider whose rate is its service account's
+// (rate_scope=account: resend's and postmark's by default) take its turns
+// from one schedule in db, shared by every process that sends through a
+// provider of that name (docs/ARCHITECTURE.md, "Rate limits shared across
+// processes"); the others keep their own. Call it before the first send.
+func (r *Registry) PaceThrough(db onceplan.DB) {
+	if r == nil {
+		return
+	}
+	for _, n := range r.names {
+		if p, ok := r.byName[n].(paced); ok {
+			p.paceThrough(db, n)
+		}
+	}
+}
+
+// RateOf is p's configured rate limit in calls per second (0: none) and
+// whose budget it is (RateScopeProcess or RateScopeAccount).
+func RateOf(p Provider) (perSecond float64, scope string) {
+	if r, ok := p.(interface {
+		PerSecond() float64
+		RateScope() string
+	}); ok {
+		return r.PerSecond(), r.RateScope()
+	}
+	return 0, RateScopeProcess
 }

@@ -91,7 +91,7 @@ func newResendFromURL(name string, u *url.URL, o options) (Provider, error) {
 	}
 	client, tr := newHTTPClient(o.concurrency, o.timeout)
 	return &resendProvider{
-		limiter:   newLimiter(o.perSecond, o.concurrency),
+		limiter:   newLimiter(o.perSecond, o.concurrency, o.rateScope),
 		name:      name,
 		url:       Redacted(u.String()), // the key is the whole userinfo: Redacted hides it
 		endpoint:  base + "/emails",

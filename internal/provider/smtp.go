@@ -116,7 +116,7 @@ func newSMTPFromURL(name string, u *url.URL, o options) (Provider, error) {
 		return nil, errorf(name, "settle applies only to a provider that can be probed (maildir, http with probe=URL, smtp with probe=postmark|mailjet)")
 	}
 	p := &smtpProvider{
-		limiter: newLimiter(o.perSecond, o.concurrency),
+		limiter: newLimiter(o.perSecond, o.concurrency, o.rateScope),
 		name:    name,
 		url:     u.Redacted(),
 		host:    u.Hostname(),

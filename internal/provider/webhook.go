@@ -81,7 +81,7 @@ func newWebhookFromURL(name string, u *url.URL, o options) (Provider, error) {
 	endpoint.Fragment, endpoint.RawFragment = "", ""
 	client, tr := newHTTPClient(o.concurrency, o.timeout)
 	p := &webhookProvider{
-		limiter:  newLimiter(o.perSecond, o.concurrency),
+		limiter:  newLimiter(o.perSecond, o.concurrency, o.rateScope),
 		name:     name,
 		url:      Redacted(u.String()), // the probe option may carry a password too
 		endpoint: endpoint.String(),

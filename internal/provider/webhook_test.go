@@ -735,7 +735,7 @@ func TestWebhookParallelSendsMakeOneEffectEach(t *testing.T) {
 func TestWebhookParseRejectsBadLimits(t *testing.T) {
 	t.Parallel()
 	for raw, want := range map[string]string{
-		"http://127.0.0.1:1/hook?rate=fast":         `provider "hook": rate "fast" is not N/s or N/m`,
+		"http://127.0.0.1:1/hook?rate=fast":         `provider "hook": rate "fast" is not N/s, N/m, N/h or none`,
 		"http://127.0.0.1:1/hook?concurrency=2000":  `provider "hook": concurrency "2000" is not a whole number from 1 to 1024`,
 		"http://127.0.0.1:1/hook?timeout=0s":        `provider "hook": timeout "0s" is not a positive duration like 30s`,
 		"http://127.0.0.1:1/hook?probe=/effects":    `provider "hook": probe "/effects" is not an http(s) URL without query`,

@@ -38,6 +38,10 @@ type PostmarkOpts struct {
 	SMTP *SMTP
 	// NowFunc is the sink's clock (nil: time.Now), for retention and lag.
 	NowFunc func() time.Time
+	// Limit is the request rate enforced on POST /email (default none):
+	// past it, 429 without Retry-After, creating nothing. Postmark
+	// publishes no number; a test chooses one.
+	Limit RateLimit
 }
 
 // PostmarkMessage is one outbound message the sink accepted.
@@ -65,13 +69,16 @@ func (m PostmarkMessage) EffectID() string { return m.Metadata["onceplan_effect"
 // message without From, To or a body) and GET /messages/outbound (count
 // and offset required, count at most 500; filters recipient, fromemail,
 // subject, messagestream, metadata_<k>=<v>; newest first; 200 {TotalCount,
-// Messages}). It fails on command: 429 with Retry-After, a 5xx after
+// Messages}) and POST /email/batch (up to 500 messages, 200 with one
+// result per message in order, invalid ones ErrorCode 300). It fails on
+// command (a batch is one request): 429 with Retry-After, a 5xx after
 // accepting, a connection dropped after accepting (a lost answer), an
 // answer that never comes, a search that lags behind the sends, a send
 // accepted twice (a duplicate the search then counts).
 type Postmark struct {
 	srv  *httptest.Server
 	opts PostmarkOpts
+	gate *limitGate
 
 	mu        sync.Mutex
 	msgs      []PostmarkMessage
@@ -99,9 +106,10 @@ func NewPostmark(opts PostmarkOpts) *Postmark {
 	if opts.NowFunc == nil {
 		opts.NowFunc = time.Now
 	}
-	p := &Postmark{opts: opts}
+	p := &Postmark{opts: opts, gate: newLimitGate(opts.Limit)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /email", p.email)
+	mux.HandleFunc("POST /email/batch", p.emailBatch)
 	mux.HandleFunc("GET /messages/outbound", p.search)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		p.count(false)
@@ -120,8 +128,11 @@ func (p *Postmark) Token() string { return p.opts.Token }
 // URL is the provider URL of the sink:
 // postmark://TOKEN@api.postmarkapp.com?endpoint=http://127.0.0.1:PORT.
 func (p *Postmark) URL() string {
-	return "postmark://" + url.PathEscape(p.opts.Token) + "@api.postmarkapp.com?endpoint=" + url.QueryEscape(p.srv.URL)
+	return "postmark://" + url.PathEscape(p.opts.Token) + "@api.postmarkapp.com?endpoint=" + url.QueryEscape(p.srv.URL) + "&" + providerRateOption(p.opts.Limit)
 }
+
+// RateLimited is how many sends the sink refused for its rate limit.
+func (p *Postmark) RateLimited() int { return p.gate.count() }
 
 // SMTPURL is the provider URL of Postmark's SMTP relay when the sink was
 // given one (opts.SMTP): the relay's address with the server token as
@@ -266,46 +277,49 @@ func (p *Postmark) authorized(r *http.Request) bool {
 	return r.Header.Get("X-Postmark-Server-Token") == p.opts.Token
 }
 
-func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
+// postmarkIn is one message of POST /email or /email/batch.
+type postmarkIn struct {
+	From, To, Subject, TextBody, HtmlBody, MessageStream string
+	Headers                                              []struct{ Name, Value string }
+	Metadata                                             map[string]string
+}
+
+// invalid is Postmark's refusal of the message (ErrorCode 300), or "".
+func (in postmarkIn) invalid() string {
+	switch {
+	case in.From == "":
+		return "Invalid 'From' address: ''."
+	case in.To == "":
+		return "Zero recipients specified"
+	case in.TextBody == "" && in.HtmlBody == "":
+		return "Provide either email TextBody or HtmlBody or both."
+	}
+	return ""
+}
+
+// admit reads a send's body and applies the server token and the rate
+// limit; it answers and returns false when the request stops there.
+func (p *Postmark) admit(rw http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	p.count(true)
-	body, err := io.ReadAll(io.LimitReader(r.Body, 10<<20))
+	body, err := io.ReadAll(io.LimitReader(r.Body, 50<<20))
 	if err != nil {
 		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
-		return
+		return nil, false
 	}
 	if !p.authorized(r) {
 		writeJSON(rw, http.StatusUnauthorized, postmarkError{ErrorCode: 10, Message: "Request does not contain a valid Server token."})
-		return
+		return nil, false
 	}
-	var in struct {
-		From, To, Subject, TextBody, HtmlBody, MessageStream string
-		Headers                                              []struct{ Name, Value string }
-		Metadata                                             map[string]string
+	if ok, _ := p.gate.allow(); !ok {
+		writeJSON(rw, http.StatusTooManyRequests, postmarkError{ErrorCode: 429, Message: "Rate limit exceeded."})
+		return nil, false
 	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
-		return
-	}
-	switch {
-	case in.From == "":
-		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Invalid 'From' address: ''."})
-		return
-	case in.To == "":
-		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Zero recipients specified"})
-		return
-	case in.TextBody == "" && in.HtmlBody == "":
-		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: "Provide either email TextBody or HtmlBody or both."})
-		return
-	}
+	return body, true
+}
 
-	p.mu.Lock()
-	if f, ok := p.fail.take(); ok {
-		p.mu.Unlock()
-		f.write(rw, "application/json")
-		return
-	}
+// accept records one accepted message (p.mu held) and its answer.
+func (p *Postmark) accept(in postmarkIn, now time.Time) map[string]any {
 	p.seq++
-	now := p.opts.NowFunc()
 	stream := in.MessageStream
 	if stream == "" {
 		stream = "outbound"
@@ -331,6 +345,75 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 		dup.Headers, dup.Metadata = maps.Clone(m.Headers), maps.Clone(m.Metadata)
 		p.msgs = append(p.msgs, dup)
 	}
+	return map[string]any{
+		"To": m.To, "SubmittedAt": now.Format("2006-01-02T15:04:05.0000000-07:00"),
+		"MessageID": m.MessageID, "ErrorCode": 0, "Message": "OK",
+	}
+}
+
+func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
+	body, ok := p.admit(rw, r)
+	if !ok {
+		return
+	}
+	var in postmarkIn
+	if err := json.Unmarshal(body, &in); err != nil {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
+		return
+	}
+	if msg := in.invalid(); msg != "" {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 300, Message: msg})
+		return
+	}
+	p.apply(rw, r, func(now time.Time) any { return p.accept(in, now) })
+}
+
+// MaxPostmarkBatch is how many messages one POST /email/batch may carry
+// (Postmark's documented limit; the request at most 50 MB).
+const MaxPostmarkBatch = 500
+
+// emailBatch is POST /email/batch: a JSON array of up to MaxPostmarkBatch
+// messages, each accepted or refused on its own; the answer is 200 with
+// one result per message, in order — ErrorCode 0 and a MessageID for an
+// accepted one, ErrorCode 300 and the reason for an invalid one — even
+// when some fail.
+func (p *Postmark) emailBatch(rw http.ResponseWriter, r *http.Request) {
+	body, ok := p.admit(rw, r)
+	if !ok {
+		return
+	}
+	var ins []postmarkIn
+	if err := json.Unmarshal(body, &ins); err != nil {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
+		return
+	}
+	if len(ins) > MaxPostmarkBatch {
+		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 413, Message: fmt.Sprintf("A batch holds at most %d messages; this one has %d.", MaxPostmarkBatch, len(ins))})
+		return
+	}
+	p.apply(rw, r, func(now time.Time) any {
+		out := make([]map[string]any, len(ins))
+		for i, in := range ins {
+			if msg := in.invalid(); msg != "" {
+				out[i] = map[string]any{"ErrorCode": 300, "Message": msg}
+				continue
+			}
+			out[i] = p.accept(in, now)
+		}
+		return out
+	})
+}
+
+// apply is a valid send's effect: a canned failure, else accept (p.mu
+// held) and its answer, as the sink was told (held, after-apply faults).
+func (p *Postmark) apply(rw http.ResponseWriter, r *http.Request, accept func(now time.Time) any) {
+	p.mu.Lock()
+	if f, ok := p.fail.take(); ok {
+		p.mu.Unlock()
+		f.write(rw, "application/json")
+		return
+	}
+	answer := accept(p.opts.NowFunc())
 	then := p.after.next()
 	var hold chan struct{}
 	if p.holdN > 0 {
@@ -354,10 +437,7 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sleepCtx(r, then.hangFor)
-	writeJSON(rw, http.StatusOK, map[string]any{
-		"To": m.To, "SubmittedAt": now.Format("2006-01-02T15:04:05.0000000-07:00"),
-		"MessageID": m.MessageID, "ErrorCode": 0, "Message": "OK",
-	})
+	writeJSON(rw, http.StatusOK, answer)
 }
 
 // smtpMessages are the messages Postmark's SMTP relay (opts.SMTP)

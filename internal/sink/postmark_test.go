@@ -212,3 +212,42 @@ func TestPostmarkAndMailjetSearchTheSMTPRelay(t *testing.T) {
 	_, out = get(sink.MailjetAPIKey, sink.MailjetAPISecret, "v1:aa:0")
 	require.EqualValues(t, 0, out["Count"], "the API lags behind the relay")
 }
+
+// TestPostmarkBatchAsDocumented: POST /email/batch answers 200 with one
+// result per message, in order, even when one of them is invalid (that
+// one ErrorCode 300, not sent); each accepted message keeps its own
+// Metadata, so the search finds it alone; more than 500 is refused.
+func TestPostmarkBatchAsDocumented(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	second := strings.Replace(strings.Replace(postmarkExampleEmail, "receiver@", "second@", 1), `"color": "blue"`, `"color": "green"`, 1)
+	batch := "[" + postmarkExampleEmail + "," + `{"From":"sender@example.com","To":"","TextBody":"x"}` + "," + second + "]"
+	req, err := http.NewRequest("POST", pm.Endpoint()+"/email/batch", strings.NewReader(batch))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Postmark-Server-Token", pm.Token())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "a batch with an invalid message is still a 200")
+	var results []map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&results))
+	require.Len(t, results, 3)
+	require.EqualValues(t, 0, results[0]["ErrorCode"])
+	require.Equal(t, "receiver@example.com", results[0]["To"])
+	require.EqualValues(t, 300, results[1]["ErrorCode"])
+	require.Nil(t, results[1]["MessageID"])
+	require.EqualValues(t, 0, results[2]["ErrorCode"])
+	require.Equal(t, map[string]int{"receiver@example.com": 1, "second@example.com": 1}, pm.CountByRecipient())
+
+	st, body, _ := pmDo(t, "GET", pm.Endpoint()+"/messages/outbound?count=50&offset=0&metadata_color=green", pm.Token(), "")
+	require.Equal(t, 200, st)
+	require.EqualValues(t, 1, body["TotalCount"])
+	require.Equal(t, results[2]["MessageID"], body["Messages"].([]any)[0].(map[string]any)["MessageID"])
+
+	many := "[" + strings.TrimSuffix(strings.Repeat(postmarkExampleEmail+",", 501), ",") + "]"
+	st, _, _ = pmDo(t, "POST", pm.Endpoint()+"/email/batch", pm.Token(), many)
+	require.Equal(t, 422, st)
+	require.Len(t, pm.Messages(), 2, "an oversized batch sends nothing")
+}

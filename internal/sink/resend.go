@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +26,11 @@ type ResendOpts struct {
 	Window time.Duration
 	// Now is the sink's clock (default time.Now), for window tests.
 	Now func() time.Time
+	// Limit is the request rate enforced (default none): past it, 429
+	// rate_limit_exceeded with Resend's ratelimit-* and Retry-After
+	// headers, creating nothing. Resend documents 2 requests per second
+	// per team by default.
+	Limit RateLimit
 }
 
 // DefaultResendSinkKey is the API key a Resend sink accepts by default.
@@ -77,6 +84,9 @@ type resendKey struct {
 //     while the first request is still in progress → 409
 //     concurrent_idempotent_requests. After the window the key is new.
 //   - Errors are {"statusCode", "message", "name"}.
+//   - POST /emails/batch takes up to 100 emails under one Idempotency-Key,
+//     validated strictly (one invalid fails the batch) or, with
+//     "x-batch-validation: permissive", each on its own (sendBatch).
 //
 // On command it answers 429 with Retry-After (or any status) without
 // creating anything, creates the email and then answers 5xx, creates it
@@ -96,11 +106,14 @@ type Resend struct {
 	fail  cannedFailure
 	after afterApply
 	delay time.Duration
+	limit RateLimit
+	gate  *limitGate
 }
 
 // NewResend starts a Resend sink.
 func NewResend(opts ResendOpts) *Resend {
-	s := &Resend{apiKey: opts.APIKey, window: opts.Window, now: opts.Now, keys: map[string]*resendKey{}}
+	s := &Resend{apiKey: opts.APIKey, window: opts.Window, now: opts.Now, keys: map[string]*resendKey{},
+		limit: opts.Limit, gate: newLimitGate(opts.Limit)}
 	if s.apiKey == "" {
 		s.apiKey = DefaultResendSinkKey
 	}
@@ -112,6 +125,7 @@ func NewResend(opts ResendOpts) *Resend {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /emails", s.send)
+	mux.HandleFunc("POST /emails/batch", s.sendBatch)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		s.record(r, nil, http.StatusNotFound, false)
 		resendError(rw, http.StatusNotFound, "not_found", "The requested endpoint does not exist.")
@@ -127,10 +141,14 @@ func (s *Resend) Endpoint() string { return s.srv.URL }
 func (s *Resend) APIKey() string { return s.apiKey }
 
 // URL is the provider URL of the sink:
-// resend://KEY@?endpoint=http%3A%2F%2F127.0.0.1%3APORT.
+// resend://KEY@?endpoint=http%3A%2F%2F127.0.0.1%3APORT&rate=…, the rate
+// the sink's own (rate=none when it enforces none).
 func (s *Resend) URL() string {
-	return "resend://" + url.PathEscape(s.apiKey) + "@?endpoint=" + url.QueryEscape(s.srv.URL)
+	return "resend://" + url.PathEscape(s.apiKey) + "@?endpoint=" + url.QueryEscape(s.srv.URL) + "&" + providerRateOption(s.limit)
 }
+
+// RateLimited is how many requests the sink refused for its rate limit.
+func (s *Resend) RateLimited() int { return s.gate.count() }
 
 // Close stops the server (waiting for requests in progress).
 func (s *Resend) Close() { s.srv.Close() }
@@ -277,11 +295,119 @@ func recipients(raw json.RawMessage) []string {
 }
 
 func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
+	body, key, hasKey, ok := s.admit(rw, r)
+	if !ok {
+		return
+	}
+	var p resendPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		s.record(r, body, http.StatusBadRequest, false)
+		resendError(rw, http.StatusBadRequest, "validation_error", "The request body is not valid JSON.")
+		return
+	}
+	if msg := p.invalid(); msg != "" {
+		s.record(r, body, http.StatusUnprocessableEntity, false)
+		resendError(rw, http.StatusUnprocessableEntity, "missing_required_field", msg)
+		return
+	}
+	s.apply(rw, r, body, key, hasKey, func() []byte {
+		e := s.create(key, p, body)
+		answer, _ := json.Marshal(map[string]string{"id": e.ID})
+		return answer
+	})
+}
+
+// MaxResendBatch is how many emails one POST /emails/batch may carry
+// (Resend's documented limit).
+const MaxResendBatch = 100
+
+// sendBatch is POST /emails/batch: a JSON array of up to MaxResendBatch
+// emails, created together under one Idempotency-Key. With
+// "x-batch-validation: strict" (the default) one invalid email fails the
+// whole batch (422, nothing created); with "permissive" the valid ones are
+// created and the invalid ones are answered in "errors" by their index:
+// {"data": [{"id"}…] (the created, in order), "errors": [{"index",
+// "message"}…]}.
+func (s *Resend) sendBatch(rw http.ResponseWriter, r *http.Request) {
+	body, key, hasKey, ok := s.admit(rw, r)
+	if !ok {
+		return
+	}
+	mode := r.Header.Get("X-Batch-Validation")
+	if mode == "" {
+		mode = "strict"
+	}
+	if mode != "strict" && mode != "permissive" {
+		s.record(r, body, http.StatusUnprocessableEntity, false)
+		resendError(rw, http.StatusUnprocessableEntity, "validation_error", "x-batch-validation must be strict or permissive.")
+		return
+	}
+	var raws []json.RawMessage
+	err := json.Unmarshal(body, &raws)
+	ps := make([]resendPayload, len(raws))
+	for i := range raws {
+		if err == nil {
+			err = json.Unmarshal(raws[i], &ps[i])
+		}
+	}
+	if err != nil {
+		s.record(r, body, http.StatusBadRequest, false)
+		resendError(rw, http.StatusBadRequest, "validation_error", "The request body must be a JSON array of emails.")
+		return
+	}
+	if len(ps) == 0 || len(ps) > MaxResendBatch {
+		s.record(r, body, http.StatusUnprocessableEntity, false)
+		resendError(rw, http.StatusUnprocessableEntity, "validation_error", fmt.Sprintf("A batch holds 1 to %d emails; this one has %d.", MaxResendBatch, len(ps)))
+		return
+	}
+	type batchError struct {
+		Index   int    `json:"index"`
+		Message string `json:"message"`
+	}
+	var errs []batchError
+	for i, p := range ps {
+		if msg := p.invalid(); msg != "" {
+			errs = append(errs, batchError{Index: i, Message: fmt.Sprintf("emails[%d]: %s", i, msg)})
+		}
+	}
+	if mode == "strict" && len(errs) > 0 {
+		s.record(r, body, http.StatusUnprocessableEntity, false)
+		resendError(rw, http.StatusUnprocessableEntity, "validation_error", errs[0].Message)
+		return
+	}
+	s.apply(rw, r, body, key, hasKey, func() []byte {
+		type created struct {
+			ID string `json:"id"`
+		}
+		data := []created{}
+		bad := map[int]bool{}
+		for _, e := range errs {
+			bad[e.Index] = true
+		}
+		for i, p := range ps {
+			if !bad[i] {
+				data = append(data, created{ID: s.create(key, p, raws[i]).ID})
+			}
+		}
+		out := map[string]any{"data": data}
+		if mode == "permissive" {
+			out["errors"] = append([]batchError{}, errs...)
+		}
+		answer, _ := json.Marshal(out)
+		return answer
+	})
+}
+
+// admit reads a POST's body and applies what comes before its content:
+// the configured delay, the API key, the rate limit and the
+// Idempotency-Key's length. It answers and returns false when the request
+// stops there.
+func (s *Resend) admit(rw http.ResponseWriter, r *http.Request) (body []byte, key string, hasKey, ok bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 40<<20))
 	if err != nil {
 		s.record(r, body, http.StatusBadRequest, false)
 		resendError(rw, http.StatusBadRequest, "validation_error", "reading the body: "+err.Error())
-		return
+		return nil, "", false, false
 	}
 	s.mu.Lock()
 	delay := s.delay
@@ -293,31 +419,56 @@ func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
 	case auth == "":
 		s.record(r, body, http.StatusUnauthorized, false)
 		resendError(rw, http.StatusUnauthorized, "missing_api_key", "Missing API key in the authorization header.")
-		return
+		return nil, "", false, false
 	case auth != "Bearer "+s.apiKey:
 		s.record(r, body, http.StatusForbidden, false)
 		resendError(rw, http.StatusForbidden, "invalid_api_key", "API key is invalid.")
-		return
+		return nil, "", false, false
 	}
-	key, hasKey := r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
+	if allowed, after := s.gate.allow(); !allowed {
+		s.record(r, body, http.StatusTooManyRequests, false)
+		h := rw.Header()
+		h.Set("Retry-After", strconv.Itoa(after))
+		h.Set("Ratelimit-Limit", strconv.Itoa(max(1, int(math.Ceil(s.limit.PerSecond)))))
+		h.Set("Ratelimit-Remaining", "0")
+		h.Set("Ratelimit-Reset", strconv.Itoa(after))
+		resendError(rw, http.StatusTooManyRequests, "rate_limit_exceeded", fmt.Sprintf("Too many requests. You can only make %s requests per second. See rate limit response headers for more information. Or contact support to increase rate limit.", strconv.FormatFloat(s.limit.PerSecond, 'f', -1, 64)))
+		return nil, "", false, false
+	}
+	key, hasKey = r.Header.Get("Idempotency-Key"), len(r.Header.Values("Idempotency-Key")) > 0
 	if hasKey && (len(key) < 1 || len(key) > 256) {
 		s.record(r, body, http.StatusBadRequest, false)
 		resendError(rw, http.StatusBadRequest, "invalid_idempotency_key", "The key must be between 1-256 chars.")
-		return
+		return nil, "", false, false
 	}
-	var p resendPayload
-	if err := json.Unmarshal(body, &p); err != nil {
-		s.record(r, body, http.StatusBadRequest, false)
-		resendError(rw, http.StatusBadRequest, "validation_error", "The request body is not valid JSON.")
-		return
-	}
-	to := recipients(p.To)
-	if p.From == "" || len(to) == 0 || p.Subject == "" {
-		s.record(r, body, http.StatusUnprocessableEntity, false)
-		resendError(rw, http.StatusUnprocessableEntity, "missing_required_field", "The request body is missing one or more required fields: from, to and subject.")
-		return
-	}
+	return body, key, hasKey, true
+}
 
+// invalid is why Resend refuses the email, or "".
+func (p resendPayload) invalid() string {
+	if p.From == "" || len(recipients(p.To)) == 0 || p.Subject == "" {
+		return "The request body is missing one or more required fields: from, to and subject."
+	}
+	return ""
+}
+
+// create records one email created under key (s.mu held).
+func (s *Resend) create(key string, p resendPayload, body []byte) ResendEmail {
+	s.seq++
+	e := ResendEmail{
+		ID:             fmt.Sprintf("4ef9a417-02e9-4d39-ad75-%012d", s.seq),
+		IdempotencyKey: key, To: recipients(p.To), From: p.From, Subject: p.Subject, Headers: p.Headers,
+		Body: bytes.Clone(body), At: time.Now(),
+	}
+	s.emails = append(s.emails, e)
+	return e
+}
+
+// apply is a valid request's effect: a canned failure, else the
+// Idempotency-Key's earlier answer within the window, else build (which
+// creates the emails, s.mu held, and returns the answer), remembered
+// under the key, then answered as the sink was told (after-apply faults).
+func (s *Resend) apply(rw http.ResponseWriter, r *http.Request, body []byte, key string, hasKey bool, build func() []byte) {
 	s.mu.Lock()
 	if f, ok := s.fail.take(); ok {
 		s.mu.Unlock()
@@ -354,15 +505,7 @@ func (s *Resend) send(rw http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	s.seq++
-	e := ResendEmail{
-		ID:             fmt.Sprintf("4ef9a417-02e9-4d39-ad75-%012d", s.seq),
-		IdempotencyKey: key, To: to, From: p.From, Subject: p.Subject, Headers: p.Headers,
-		Body: bytes.Clone(body), At: time.Now(),
-	}
-	s.emails = append(s.emails, e)
-	answer, _ := json.Marshal(map[string]string{"id": e.ID})
-	answer = append(answer, '\n')
+	answer := append(build(), '\n')
 	k := &resendKey{first: now, bodyHash: hash, status: http.StatusOK, answer: answer}
 	if hasKey {
 		s.keys[key] = k

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,12 @@ type resendAnswer struct {
 
 func (b *resendBundle) post(t *testing.T, auth, key, body string) resendAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.sink.Endpoint()+"/emails", strings.NewReader(body))
+	return b.postTo(t, "/emails", auth, key, body, nil)
+}
+
+func (b *resendBundle) postTo(t *testing.T, path, auth, key, body string, header map[string]string) resendAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.sink.Endpoint()+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
@@ -48,6 +54,9 @@ func (b *resendBundle) post(t *testing.T, auth, key, body string) resendAnswer {
 		req.Header.Set("Idempotency-Key", key)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
 	resp, err := b.client.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -95,7 +104,8 @@ func TestResendSinkIdempotencyAsDocumented(t *testing.T) {
 func TestResendSinkAuthAndValidation(t *testing.T) {
 	t.Parallel()
 	b := setupResend(t, sink.ResendOpts{APIKey: "re_custom"})
-	require.Equal(t, "resend://re_custom@?endpoint="+strings.NewReplacer(":", "%3A", "/", "%2F").Replace(b.sink.Endpoint()), b.sink.URL())
+	require.Equal(t, "resend://re_custom@?endpoint="+strings.NewReplacer(":", "%3A", "/", "%2F").Replace(b.sink.Endpoint()), b.sink.URL()[:strings.Index(b.sink.URL(), "&")])
+	require.True(t, strings.HasSuffix(b.sink.URL(), "&rate=none"), "a stand-in without a limit says so in its URL: %s", b.sink.URL())
 	a := b.post(t, "", "k1", docEmail)
 	require.Equal(t, http.StatusUnauthorized, a.status)
 	require.Equal(t, "missing_api_key", a.body["name"])
@@ -181,4 +191,71 @@ func sendRaw(t *testing.T, s *sink.SMTP, data string) {
 	t.Helper()
 	c := mustDialSMTP(t, s)
 	require.Regexp(t, `^250 `, c.send("a@example.test", []string{"b@example.test"}, data))
+}
+
+// TestResendSinkEnforcesItsRateLimit: a stand-in given a rate limit (one
+// request every 20 s, two at once, so that a slow machine cannot earn a
+// third in time) answers a third request 429 rate_limit_exceeded with the
+// ratelimit-* and Retry-After headers, creating nothing; its URL carries
+// the rate, so a provider built from it paces to it.
+func TestResendSinkEnforcesItsRateLimit(t *testing.T) {
+	t.Parallel()
+	b := setupResend(t, sink.ResendOpts{Limit: sink.RateLimit{PerSecond: 0.05, Burst: 2}})
+	require.True(t, strings.HasSuffix(b.sink.URL(), "&rate=0.05/s"), b.sink.URL())
+	for i := range 2 {
+		a := b.post(t, b.bearer(), "", docEmail)
+		require.Equal(t, http.StatusOK, a.status, "request %d", i+1)
+	}
+	third := b.post(t, b.bearer(), "", docEmail)
+	require.Equal(t, http.StatusTooManyRequests, third.status)
+	require.Equal(t, "rate_limit_exceeded", third.body["name"])
+	require.Equal(t, "1", third.header.Get("Ratelimit-Limit"))
+	require.Equal(t, "0", third.header.Get("Ratelimit-Remaining"))
+	after, err := strconv.Atoi(third.header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.True(t, after >= 1 && after <= 20, "Retry-After %d, want the seconds to the next token", after)
+	require.Equal(t, third.header.Get("Retry-After"), third.header.Get("Ratelimit-Reset"))
+	require.Len(t, b.sink.Effects(), 2, "the refused request created nothing")
+	require.Equal(t, 1, b.sink.RateLimited())
+}
+
+// TestResendSinkBatchAsDocumented: POST /emails/batch creates every email
+// of the array and answers their ids in order; the same Idempotency-Key
+// and body answer the same ids without creating again, another body under
+// it is 409; strict validation (the default) fails the whole batch for one
+// invalid email, permissive creates the valid ones and names the invalid
+// by index; more than 100 is refused.
+func TestResendSinkBatchAsDocumented(t *testing.T) {
+	t.Parallel()
+	b := setupResend(t, sink.ResendOpts{})
+	two := `[` + docEmail + `,` + strings.Replace(docEmail, "delivered@", "other@", 1) + `]`
+	first := b.postTo(t, "/emails/batch", b.bearer(), "team-quota/1", two, nil)
+	require.Equal(t, http.StatusOK, first.status, "%v", first.body)
+	data, _ := first.body["data"].([]any)
+	require.Len(t, data, 2)
+	again := b.postTo(t, "/emails/batch", b.bearer(), "team-quota/1", two, nil)
+	require.Equal(t, first.body, again.body, "the same ids, without sending again")
+	require.Equal(t, map[string]int{"delivered@resend.dev": 1, "other@resend.dev": 1}, b.sink.CountByRecipient())
+	other := b.postTo(t, "/emails/batch", b.bearer(), "team-quota/1", `[`+docEmail+`]`, nil)
+	require.Equal(t, http.StatusConflict, other.status)
+	require.Equal(t, "invalid_idempotent_request", other.body["name"])
+
+	bad := `[` + docEmail + `,{"from":"a@resend.dev","subject":"no one"}]`
+	strict := b.postTo(t, "/emails/batch", b.bearer(), "", bad, nil)
+	require.Equal(t, http.StatusUnprocessableEntity, strict.status)
+	require.Contains(t, strict.body["message"], "emails[1]")
+	require.Len(t, b.sink.Effects(), 2, "a strict batch with an invalid email creates nothing")
+
+	permissive := b.postTo(t, "/emails/batch", b.bearer(), "", bad, map[string]string{"x-batch-validation": "permissive"})
+	require.Equal(t, http.StatusOK, permissive.status)
+	require.Len(t, permissive.body["data"], 1)
+	errs, _ := permissive.body["errors"].([]any)
+	require.Len(t, errs, 1)
+	require.Equal(t, 1.0, errs[0].(map[string]any)["index"])
+	require.Len(t, b.sink.Effects(), 3, "permissive: the valid email is created")
+
+	many := "[" + strings.TrimSuffix(strings.Repeat(docEmail+",", 101), ",") + "]"
+	tooMany := b.postTo(t, "/emails/batch", b.bearer(), "", many, nil)
+	require.Equal(t, http.StatusUnprocessableEntity, tooMany.status)
+	require.Len(t, b.sink.Effects(), 3)
 }

@@ -146,6 +146,7 @@ func (p *noopProvider) Probe(context.Context, string, int) (provider.ProbeResult
 func (p *noopProvider) Close() error { return nil }
 
 type execResult struct {
+	planID   int64
 	perSec   float64
 	p50, p99 time.Duration
 	cpu      cpuSample
@@ -216,7 +217,7 @@ func onceplanExec(ctx context.Context, pool *pgxpool.Pool, n, workers int) (exec
 		return execResult{}, err
 	}
 	slices.Sort(lat)
-	out := execResult{perSec: float64(n) / elapsed.Seconds(), cpu: cpu}
+	out := execResult{planID: planID, perSec: float64(n) / elapsed.Seconds(), cpu: cpu}
 	if len(lat) > 0 {
 		out.p50, out.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}

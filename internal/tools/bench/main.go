@@ -60,6 +60,9 @@ func run() error {
 	scaleoutProcs := flag.String("scaleout-procs", "1,2,4", "worker process counts in the scaleout scenario")
 	rssTargets := flag.Int("rss-targets", 1_000_000, "targets in the rss scenario")
 	diffTargets := flag.Int("diff-targets", 1_000_000, "targets of each version in the diff scenario")
+	historyEffects := flag.Int("history-effects", 10_000_000, "ledger rows of history in the history scenario (make bench-history; not in the default scenarios)")
+	historyCampaigns := flag.Int("history-campaigns", 100, "finished campaigns the history scenario's rows belong to")
+	historyTargets := flag.Int("history-targets", 100_000, "targets of the new campaign the history scenario runs on each side")
 	dbURL := flag.String("database-url", os.Getenv("TEST_DATABASE_URL"), "PostgreSQL URL (make bench passes a throw-away cluster's)")
 	flag.StringVar(&execWorkers, "exec-workers", "16,100", "workers per queue in the exec scenario, one run of bare River and one of the executor per count")
 	flag.BoolVar(&explainPages, "explain", false, "print EXPLAIN (ANALYZE, BUFFERS) of every query of the per-target page shapes")
@@ -88,6 +91,12 @@ func run() error {
 		*targets, *effects, *auditTargets, *smtpMessages, *mailpitMessages = 2_000, 1_000, 2_000, 300, 300
 		*recoveryTargets, *scaleoutTargets, *rssTargets, *diffTargets = 1_000, 500, 1_000, 2_000
 		*scaleoutProcs, execWorkers, *execRounds = "1,2", "16", 1
+		*historyEffects, *historyCampaigns, *historyTargets = 4_000, 2, 500
+		scenariosSet := false
+		flag.Visit(func(f *flag.Flag) { scenariosSet = scenariosSet || f.Name == "scenarios" })
+		if !scenariosSet {
+			*scenarios += ",history" // make bench-history's, at a tiny size
+		}
 	}
 	started := time.Now()
 	ctx := context.Background()
@@ -138,6 +147,8 @@ func run() error {
 			err = benchAudit(ctx, pool, *auditTargets)
 		case "diff":
 			err = benchDiff(ctx, pool, *diffTargets)
+		case "history":
+			err = benchHistory(ctx, pool, *dbURL, *historyEffects, *historyCampaigns, *historyTargets)
 		case "smtp":
 			err = benchSMTP(ctx, pool, *smtpMessages)
 		case "recovery":
@@ -153,7 +164,7 @@ func run() error {
 		case "mailpit":
 			err = withProcs(func(e *procEnv) error { return benchMailpit(ctx, pool, e, *mailpitMessages) })
 		default:
-			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit, diff)", sc)
+			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit, diff, history)", sc)
 		}
 		if err != nil {
 			return err

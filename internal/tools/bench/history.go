@@ -1,0 +1,156 @@
+package main
+
+// Scenario "history": what a deployment's history costs its next
+// campaign. One database holds the ledgers of many finished campaigns
+// (audittest.Seed, one plan each: every attempt, raw answer and state of
+// a real ledger, written through the ledger's triggers), another is
+// empty; the same new campaign runs on each (the executor through an
+// in-process no-op provider, as the exec scenario), alternating, and its
+// audit is timed on each. The figures are the ratios history ÷ empty.
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/onceplan/onceplan/internal/audit"
+	"github.com/onceplan/onceplan/internal/audit/audittest"
+	"github.com/onceplan/onceplan/migrations"
+)
+
+// historyRounds is how many times the new campaign runs on each side,
+// alternating; the medians are reported.
+const historyRounds = 3
+
+func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects, campaigns, n int) error {
+	if campaigns < 1 || effects < campaigns {
+		return fmt.Errorf("history: %d effects across %d campaigns", effects, campaigns)
+	}
+	empty, drop, err := freshDatabase(ctx, pool, dbURL)
+	if err != nil {
+		return err
+	}
+	defer drop()
+
+	fmt.Printf("history: filling the ledger with %s effects across %d finished campaigns\n", thousands(effects), campaigns)
+	t := time.Now()
+	per := effects / campaigns
+	for i := range campaigns {
+		seeded, err := audittest.Seed(ctx, pool, per)
+		if err != nil {
+			return fmt.Errorf("history: campaign %d: %w", i+1, err)
+		}
+		// Finished: a running campaign would be in every gate's view.
+		if _, err := pool.Exec(ctx, `UPDATE campaign SET state = 'completed' WHERE id = $1`, seeded.CampaignID); err != nil {
+			return fmt.Errorf("history: completing campaign %d: %w", i+1, err)
+		}
+		if (i+1)%10 == 0 {
+			fmt.Printf("  %d campaigns (%s)\n", i+1, time.Since(t).Round(time.Second))
+		}
+	}
+	for _, p := range []*pgxpool.Pool{pool, empty} {
+		if _, err := p.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+			return err
+		}
+	}
+	var rows, bytes int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM effect), pg_database_size(current_database())`).Scan(&rows, &bytes); err != nil {
+		return err
+	}
+	fmt.Printf("  %s ledger rows, database %s MB, filled in %s\n", thousands(int(rows)), thousands(int(bytes>>20)), time.Since(t).Round(time.Second))
+
+	type run struct {
+		perSec float64
+		audit  time.Duration
+	}
+	runs := map[string][]run{}
+	sides := []struct {
+		name string
+		pool *pgxpool.Pool
+	}{{"empty", empty}, {"history", pool}}
+	for round := range historyRounds {
+		for _, side := range sides {
+			r, err := onceplanExec(ctx, side.pool, n, 16)
+			if err != nil {
+				return fmt.Errorf("history: %s side: %w", side.name, err)
+			}
+			auditTime, err := bestOf(3, func() error { _, err := audit.ForPlan(ctx, side.pool, r.planID); return err })
+			if err != nil {
+				return err
+			}
+			fmt.Printf("  round %d, %-7s: %s effects/s, audit of the new plan %s\n", round+1, side.name, thousands(int(r.perSec)), auditTime.Round(time.Millisecond))
+			runs[side.name] = append(runs[side.name], run{r.perSec, auditTime})
+		}
+	}
+	median := func(side string, f func(run) float64) float64 {
+		v := make([]float64, 0, len(runs[side]))
+		for _, r := range runs[side] {
+			v = append(v, f(r))
+		}
+		slices.Sort(v)
+		return v[(len(v)-1)/2]
+	}
+	perSec := func(r run) float64 { return r.perSec }
+	auditSec := func(r run) float64 { return r.audit.Seconds() }
+	throughput := median("history", perSec) / median("empty", perSec)
+	auditRatio := median("history", auditSec) / median("empty", auditSec)
+	fmt.Printf("  medians: throughput %.2f× of the empty ledger's, audit %.2f×\n", throughput, auditRatio)
+	record("12. history", fmt.Sprintf("a new %s-target campaign beside %s ledger rows of %d finished campaigns: %s effects/s against %s on an empty ledger (**%.2f×**); its audit %s against %s (**%.2f×**); medians of %d alternating runs",
+		thousands(n), thousands(int(rows)), campaigns, thousands(int(median("history", perSec))), thousands(int(median("empty", perSec))), throughput,
+		time.Duration(median("history", auditSec)*float64(time.Second)).Round(time.Millisecond),
+		time.Duration(median("empty", auditSec)*float64(time.Second)).Round(time.Millisecond), auditRatio, historyRounds),
+		"throughput ≥ 0.9×, audit ≤ 1.2×", throughput >= 0.9 && auditRatio <= 1.2)
+	return nil
+}
+
+// bestOf is f's best time of n runs.
+func bestOf(n int, f func() error) (time.Duration, error) {
+	var best time.Duration
+	for range n {
+		t := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		if d := time.Since(t); best == 0 || d < best {
+			best = d
+		}
+	}
+	return best, nil
+}
+
+// freshDatabase creates a database beside the one pool connects to,
+// migrated, and returns a pool on it and a function that drops it.
+func freshDatabase(ctx context.Context, pool *pgxpool.Pool, dbURL string) (*pgxpool.Pool, func(), error) {
+	name := fmt.Sprintf("onceplan_bench_%d", time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, `CREATE DATABASE `+pgx.Identifier{name}.Sanitize()); err != nil {
+		return nil, nil, fmt.Errorf("creating the empty side's database: %w", err)
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.Path = "/" + name
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.MaxConns = pool.Config().MaxConns
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	drop := func() {
+		p.Close()
+		_, _ = pool.Exec(context.WithoutCancel(ctx), `DROP DATABASE IF EXISTS `+pgx.Identifier{name}.Sanitize()+` WITH (FORCE)`)
+	}
+	if _, err := migrations.Up(ctx, p); err != nil {
+		drop()
+		return nil, nil, err
+	}
+	return p, drop, nil
+}
