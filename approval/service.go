@@ -460,13 +460,33 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	if err != nil {
 		return plan.ImportReport{}, err
 	}
+	// The draft's row is locked for the import: one list at a time.
+	var current *int64
+	if err := tx.QueryRow(ctx, `SELECT list_id FROM draft WHERE campaign_id = $1 AND version = $2 FOR UPDATE`,
+		c.ID, c.Version).Scan(&current); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return plan.ImportReport{}, fmt.Errorf("%w: campaign %s has no draft version %d", onceplan.ErrNotFound, c.ID, c.Version)
+		}
+		return plan.ImportReport{}, err
+	}
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
-		CampaignID: c.ID, Version: c.Version, Tool: c.Tool, Format: t.Format, Body: t.Body,
+		CampaignID: c.ID, Current: current, Tool: c.Tool, Format: t.Format, Body: t.Body,
 		AddressColumn: t.AddressColumn, Encoding: t.Encoding, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
 		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {
 		return report, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE draft SET list_id = $3, last_edited_by = $4, updated_at = now() WHERE campaign_id = $1 AND version = $2`,
+		c.ID, c.Version, report.ListID, a.UserID); err != nil {
+		return report, err
+	}
+	// The list it replaced goes, unless a plan froze it or a submission
+	// named it.
+	if current != nil {
+		if err := plan.DropUnfrozenList(ctx, tx, *current); err != nil {
+			return report, err
+		}
 	}
 	// The trail keeps the counts and the first refused lines: the draft's
 	// history (history.go).

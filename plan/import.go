@@ -36,13 +36,18 @@ const (
 	FormatJSON Format = "json"
 )
 
-// ImportParams describe one import of a target list into a draft.
+// ImportParams describe one import of a target list for a campaign's
+// draft. The draft itself is approval's: it locks the draft's row, passes
+// the list the draft holds now (Current), points the draft at the new
+// list and drops the one it replaced (DropUnfrozenList).
 type ImportParams struct {
 	CampaignID string
-	Version    int    // the draft version receiving the list
-	Tool       string // the campaign's tool, part of every key
-	Format     Format
-	Body       io.Reader
+	// Current is the list the draft holds now (nil: none), the one Append
+	// adds to.
+	Current *int64
+	Tool    string // the campaign's tool, part of every key
+	Format  Format
+	Body    io.Reader
 	// AddressColumn names the CSV column holding addresses (default: the
 	// column named email or address).
 	AddressColumn string
@@ -232,11 +237,10 @@ func (s *importSource) reject(line int, reason string) {
 func (s *importSource) Values() ([]any, error) { return s.values, nil }
 func (s *importSource) Err() error             { return s.err }
 
-// ImportTargets reads a target list into a new list for the draft, inside
-// tx. On any error the caller rolls tx back and nothing changed. With
-// Append the new list starts with the current one's targets, in order.
-//
-// The draft's previous list, when no plan froze it, is deleted.
+// ImportTargets reads a target list into a new list for a campaign's
+// draft, inside tx, and reports it (ListID). On any error the caller rolls
+// tx back and nothing changed. With Append the new list starts with the
+// Current one's targets, in order.
 func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport, error) {
 	start := time.Now()
 	report := ImportReport{Rejected: []Rejection{}, Duplicates: []Duplicate{}, Suppressed: []Suppressed{}, Empty: []EmptyVar{}}
@@ -269,15 +273,7 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 		return report, err
 	}
 
-	var oldList *int64
-	if err := tx.QueryRow(ctx, `SELECT list_id FROM draft WHERE campaign_id = $1 AND version = $2 FOR UPDATE`,
-		p.CampaignID, p.Version).Scan(&oldList); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return report, fmt.Errorf("%w: campaign %s has no draft version %d", onceplan.ErrNotFound, p.CampaignID, p.Version)
-		}
-		return report, err
-	}
-
+	oldList := p.Current
 	var listID int64
 	if err := tx.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('target_list', 'id'))`).Scan(&listID); err != nil {
 		return report, err
@@ -312,15 +308,6 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	if _, err := tx.Exec(ctx, `INSERT INTO target_list (id, campaign_id, target_count, digest, created_by) VALUES ($1, $2, $3, $4, $5)`,
 		listID, p.CampaignID, src.ordinal, src.digest.Sum(), p.ActorID); err != nil {
 		return report, err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE draft SET list_id = $3, last_edited_by = $4, updated_at = now() WHERE campaign_id = $1 AND version = $2`,
-		p.CampaignID, p.Version, listID, p.ActorID); err != nil {
-		return report, err
-	}
-	if oldList != nil {
-		if err := dropUnfrozenList(ctx, tx, *oldList); err != nil {
-			return report, err
-		}
 	}
 	report.TargetCount = src.ordinal
 	report.ListID = listID
@@ -379,13 +366,14 @@ func (s *importSource) carryOver(ctx context.Context, tx pgx.Tx, oldList int64) 
 	return err
 }
 
-// dropUnfrozenList removes a list nothing points at any more (a draft's
-// superseded list): deleting its target_list row takes its targets with it
-// (migration 0014). A list a plan froze, a draft uses or a submission
-// named (approval's rows, read through campaign_draft and
-// campaign_submission, migration 0030) stays; PostgreSQL's foreign keys would refuse the delete anyway,
-// but that would fail the import.
-func dropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
+// DropUnfrozenList removes a list nothing points at any more (a draft's
+// superseded list, once the draft points at its new one): deleting its
+// target_list row takes its targets with it (migration 0014). A list a
+// plan froze, a draft uses or a submission named (approval's rows, read
+// through campaign_draft and campaign_submission, migration 0030) stays;
+// PostgreSQL's foreign keys would refuse the delete anyway, but that would
+// fail the import.
+func DropUnfrozenList(ctx context.Context, tx pgx.Tx, list int64) error {
 	var used bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plan WHERE list_id = $1)
 		OR EXISTS (SELECT 1 FROM campaign_draft() d WHERE d.list_id = $1)

@@ -43,15 +43,28 @@ func setup(t *testing.T) *bundle {
 
 func (b *bundle) importList(t *testing.T, p plan.ImportParams) (plan.ImportReport, error) {
 	t.Helper()
-	p.CampaignID, p.Version, p.ActorID = b.campaign.ID, 1, b.user
+	p.CampaignID, p.ActorID = b.campaign.ID, b.user
 	if p.Format == "" {
 		p.Format = plan.FormatCSV
 	}
+	// As approval's import does: the draft's row locked, its list passed,
+	// the draft pointed at the new list and the old one dropped.
 	var report plan.ImportReport
 	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(b.ctx, `SELECT list_id FROM draft WHERE campaign_id = $1 AND version = 1 FOR UPDATE`, b.campaign.ID).Scan(&p.Current); err != nil {
+			return err
+		}
 		var err error
-		report, err = plan.ImportTargets(b.ctx, tx, p)
-		return err
+		if report, err = plan.ImportTargets(b.ctx, tx, p); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(b.ctx, `UPDATE draft SET list_id = $2 WHERE campaign_id = $1 AND version = 1`, b.campaign.ID, report.ListID); err != nil {
+			return err
+		}
+		if p.Current != nil {
+			return plan.DropUnfrozenList(b.ctx, tx, *p.Current)
+		}
+		return nil
 	})
 	return report, err
 }

@@ -29,9 +29,7 @@ var tableOwner = map[string]string{
 // still made, each with why. Test-only seeders (internal/audit/audittest,
 // internal/tools/bench) write tables directly by design and are not
 // scanned.
-var ownerExceptions = map[string]string{
-	"plan/import.go draft": "ImportTargets locks the draft row and points it at the new list, inside approval's transaction",
-}
+var ownerExceptions = map[string]string{}
 
 // tableUse finds a statement naming a table: FROM, JOIN, UPDATE or INTO and
 // the table's name, not followed by more of a name or by "(" (a function
