@@ -132,7 +132,7 @@ func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error
 	var at time.Time
 	err = db.QueryRow(ctx, `
 		SELECT e.action, coalesce(u.email, ''), e.reason, e.created_at
-		FROM campaign_event e LEFT JOIN app_user u ON u.id = e.actor_id
+		FROM campaign_event e LEFT JOIN user_identity() u ON u.id = e.actor_id
 		WHERE e.campaign_id = $1 AND e.action = ANY ($2::text[])
 		  AND e.id > coalesce((SELECT max(id) FROM campaign_event WHERE campaign_id = $1 AND action = $3), 0)
 		ORDER BY e.id LIMIT 1`, c.ID, decisionEndNames, string(auth.ActionSubmit)).Scan(&action, &by, &reason, &at)

@@ -72,7 +72,7 @@ func Approvers(ctx context.Context, db onceplan.DB, campaignID string, version i
 
 // ApproverEmails is Approvers by email.
 func ApproverEmails(ctx context.Context, db onceplan.DB, campaignID string, version int, hash string) ([]string, error) {
-	rows, err := db.Query(ctx, `SELECT (SELECT u.email FROM app_user u WHERE u.id = a.approver_id) `+approvalsOf+` ORDER BY a.id`,
+	rows, err := db.Query(ctx, `SELECT (SELECT u.email FROM user_identity() u WHERE u.id = a.approver_id) `+approvalsOf+` ORDER BY a.id`,
 		campaignID, version, hash)
 	if err != nil {
 		return nil, err

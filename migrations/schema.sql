@@ -1339,6 +1339,17 @@ $$;
 
 
 --
+-- Name: user_identity(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.user_identity() RETURNS TABLE(id bigint, email text, name text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT u.id, u.email, u.name FROM app_user u
+$$;
+
+
+--
 -- Name: worker_alive(interval); Type: FUNCTION; Schema: public; Owner: -
 --
 

@@ -81,7 +81,7 @@ const requestSelect = `
 		       coalesce(a.decision, ''), coalesce(u.email, ''), coalesce(a.reason, ''), a.created_at, coalesce(c.args_digest, '')
 		FROM tool_approval_request r
 		LEFT JOIN tool_approval a ON a.request_id = r.id
-		LEFT JOIN app_user u ON u.id = a.decided_by
+		LEFT JOIN user_identity() u ON u.id = a.decided_by
 		LEFT JOIN tool_call c ON c.key = r.key`
 
 // scanRequest reads a row of requestSelect, and the id of its policy.

@@ -166,7 +166,7 @@ SELECT c.identity, c.args, c.args_digest, cur.epoch,
        r.body, coalesce(r.kind, ''),
        (SELECT min(f.created_at) FROM effect_attempt() f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
 LEFT JOIN tool_approval ap ON ap.request_id = a.approval_id
-LEFT JOIN app_user u ON u.id = ap.decided_by
+LEFT JOIN user_identity() u ON u.id = ap.decided_by
 LEFT JOIN LATERAL effect_latest_response(x.id) r ON true
 WHERE c.key = $1`
 
@@ -289,7 +289,7 @@ func (st *Status) setApproval(ctx context.Context, db DB, digest string) error {
 		SELECT r.id, coalesce(a.decision, ''), coalesce(a.reason, ''), coalesce(u.email, '')
 		FROM tool_approval_request r
 		LEFT JOIN tool_approval a ON a.request_id = r.id
-		LEFT JOIN app_user u ON u.id = a.decided_by
+		LEFT JOIN user_identity() u ON u.id = a.decided_by
 		WHERE r.key = $1 AND r.args_digest = $2`, string(st.Key), digest).Scan(&st.ApprovalID, &decision, &reason, &by)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
