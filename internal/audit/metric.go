@@ -265,14 +265,24 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 		if _, err := tx.Exec(ctx, noJIT); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, customPlans); err != nil {
+			return err
+		}
+		var plans []int64
+		if err := tx.QueryRow(ctx, samePlans, planID).Scan(&plans); err != nil {
+			return err
+		}
+		if plans == nil {
+			return pgx.ErrNoRows
+		}
 		var listID int64
-		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID}).Scan(
+		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID, "plans": plans}).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
 			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Revoked, &m.Suppressed); err != nil {
 			return err
 		}
 		if m.Failed > 0 {
-			rows, err := tx.Query(ctx, failedSQL, pgx.NamedArgs{"plan": planID})
+			rows, err := tx.Query(ctx, failedSQL, pgx.NamedArgs{"plan": planID, "plans": plans})
 			if err != nil {
 				return err
 			}

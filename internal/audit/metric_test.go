@@ -255,7 +255,7 @@ func TestMetricUsesThePlanIndex(t *testing.T) {
 		if _, err := tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`); err != nil {
 			return err
 		}
-		rows, err := tx.Query(b.ctx, "EXPLAIN "+audit.MetricSQL, pgx.NamedArgs{"plan": c.PlanID})
+		rows, err := tx.Query(b.ctx, "EXPLAIN "+audit.MetricSQL, pgx.NamedArgs{"plan": c.PlanID, "plans": []int64{c.PlanID}})
 		if err != nil {
 			return err
 		}
@@ -264,7 +264,7 @@ func TestMetricUsesThePlanIndex(t *testing.T) {
 	})
 	require.NoError(t, err)
 	text := strings.Join(plan, "\n")
-	require.Regexp(t, `on effect_plan_target[^\n]*\n\s+Index Cond: \(plan_id = ANY`, text, text)
+	require.Regexp(t, `(?:on|using) effect_plan_target[^\n]*\n\s+Index Cond: \(plan_id = ANY`, text, text)
 }
 
 // TestMetricSkipsOtherListsWhenThereAreNone: the metric's branch for
@@ -298,7 +298,7 @@ func TestMetricSkipsOtherListsWhenThereAreNone(t *testing.T) {
 					return err
 				}
 			}
-			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL, pgx.NamedArgs{"plan": c.PlanID}).Scan(&out)
+			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL, pgx.NamedArgs{"plan": c.PlanID, "plans": []int64{c.PlanID}}).Scan(&out)
 		})
 		require.NoError(t, err, settings)
 		// The branch is what its EXISTS gates: the one node with a

@@ -82,7 +82,7 @@ bumped AS (
 attempt AS (
   SELECT e.ordinal, e.id, e.epoch, e.state, e.failure, e.reason
   FROM effect_attempt() e
-  WHERE e.plan_id = ANY (ARRAY(SELECT o.id FROM frozen_plan() o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  WHERE e.plan_id = ANY (@plans::bigint[])
   UNION ALL
   SELECT ot.ordinal, oe.id, oe.epoch, oe.state, oe.failure, oe.reason
   FROM frozen_plan() o
@@ -93,7 +93,7 @@ attempt AS (
 ),
 sup AS MATERIALIZED (
   SELECT ts.ordinal, ts.key FROM target_suppressed_record() ts
-  WHERE ts.plan_id = ANY (ARRAY(SELECT o.id FROM frozen_plan() o, p WHERE o.campaign_id = p.campaign_id AND o.list_id = p.list_id))
+  WHERE ts.plan_id = ANY (@plans::bigint[])
   UNION
   SELECT t.ordinal, t.key FROM target_suppressed_record() ts
   JOIN frozen_plan() o ON o.id = ts.plan_id
@@ -126,6 +126,19 @@ const newerAttempt = `SELECT 1 FROM effect_attempt() me JOIN effect_attempt() n 
 // failed and revoked ones), and at a million targets that estimate buys an
 // LLVM compilation that takes longer than the whole query without it.
 const noJIT = `SET LOCAL jit = off`
+
+// samePlans lists the plans whose attempts count for plan @plan's targets
+// directly: the plan and the other versions of its campaign frozen on the
+// same list. planAttempts takes them as @plans, values the planner sees
+// (with a custom plan, forcePlans), so that it estimates their attempts
+// from the ledger's statistics for those plans: a long history of other
+// campaigns must not make it guess a large share of the ledger and read
+// all of it.
+const samePlans = `SELECT array_agg(o.id) FROM frozen_plan() p JOIN frozen_plan() o ON o.campaign_id = p.campaign_id AND o.list_id = p.list_id WHERE p.id = $1`
+
+// customPlans has the metric's statements planned for their values
+// (@plans), never with a generic plan, for samePlans' reason.
+const customPlans = `SET LOCAL plan_cache_mode = force_custom_plan`
 
 // campaignByID and campaignsByName find the campaign an operator names.
 const (
