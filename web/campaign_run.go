@@ -141,7 +141,7 @@ func (s *Server) etaNote(camp approval.Campaign, counts view.Counts, live int) s
 	if scope != provider.RateScopeAccount {
 		processes := max(live, 1)
 		total = perSecond * float64(processes)
-		limit = "its limit of " + rateWords(perSecond) + " per process, with " + plural(processes, "live worker process", "live worker processes")
+		limit = "its limit of " + rateWords(perSecond) + " per process, with " + view.Count(processes, "live worker process", "live worker processes")
 	}
 	d := time.Duration(float64(left) / total * float64(time.Second))
 	return "At " + camp.Provider + "'s configured rate (" + limit + "), the " + view.Targets(left) + " not sent yet take at least " + durationWords(d) +
@@ -168,13 +168,6 @@ func durationWords(d time.Duration) string {
 	}
 	m := int((d + time.Minute/2) / time.Minute)
 	return strconv.Itoa(m/60) + " h " + strconv.Itoa(m%60) + " min"
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return strconv.Itoa(n) + " " + many
 }
 
 // stalledNote says what happens to the targets a stopped worker holds

@@ -391,7 +391,7 @@ func auditMetric(p AuditPage) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var19 string
-			templ_7745c5c3_Var19, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.Metric.Rows, "frozen row hashes", "frozen rows hash"))
+			templ_7745c5c3_Var19, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.Metric.Rows, "frozen row hashes", "frozen rows hash"))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/audit.templ`, Line: 80, Col: 79}
 			}
@@ -435,7 +435,7 @@ func auditMetric(p AuditPage) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var22 string
-			templ_7745c5c3_Var22, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.Metric.Rows, "frozen row hashes", "frozen rows hash"))
+			templ_7745c5c3_Var22, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.Metric.Rows, "frozen row hashes", "frozen rows hash"))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/audit.templ`, Line: 82, Col: 78}
 			}

@@ -535,7 +535,7 @@ func emptyVars(w EmptyWarnings) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var29 string
-		templ_7745c5c3_Var29, templ_7745c5c3_Err = templ.JoinStringErrs(count(w.EmptyTotal, "target has", "targets have"))
+		templ_7745c5c3_Var29, templ_7745c5c3_Err = templ.JoinStringErrs(Count(w.EmptyTotal, "target has", "targets have"))
 		if templ_7745c5c3_Err != nil {
 			return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/draft.templ`, Line: 112, Col: 57}
 		}
@@ -990,7 +990,7 @@ func Draft(p DraftView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var52 string
-				templ_7745c5c3_Var52, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.MissingTotal, "target lacks", "targets lack"))
+				templ_7745c5c3_Var52, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.MissingTotal, "target lacks", "targets lack"))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/draft.templ`, Line: 200, Col: 63}
 				}
@@ -1116,7 +1116,7 @@ func Draft(p DraftView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var58 string
-				templ_7745c5c3_Var58, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.Campaign.RequiredApprovals, "approval", "approvals"))
+				templ_7745c5c3_Var58, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.Campaign.RequiredApprovals, "approval", "approvals"))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/draft.templ`, Line: 222, Col: 135}
 				}

@@ -131,7 +131,7 @@ func Evidence(p EvidenceView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var5 string
-			templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.Events, "event", "events"))
+			templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.Events, "event", "events"))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/evidence.templ`, Line: 61, Col: 45}
 			}
@@ -170,7 +170,7 @@ func Evidence(p EvidenceView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var8 string
-			templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(count(p.Unknown, "unknown target", "unknown targets"))
+			templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(Count(p.Unknown, "unknown target", "unknown targets"))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `web/view/evidence.templ`, Line: 61, Col: 167}
 			}

@@ -165,8 +165,8 @@ func mergeRef(v string) string {
 	return "{{index . " + strconv.Quote(v) + "}}"
 }
 
-// count words n of a noun: "1 row", "2 rows", "1,000 rows".
-func count(n int, one, many string) string {
+// Count words n of a noun: "1 row", "2 rows", "1,000 rows".
+func Count(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
@@ -223,7 +223,7 @@ func verdictText(c Counts) string {
 		}
 		return "audit: does not hold yet (" + strings.Join(why, ", ") + ")"
 	case "unsure":
-		return "audit: holds only if the " + count(c.Failed, "failed target was", "failed targets were") + " refused for good"
+		return "audit: holds only if the " + Count(c.Failed, "failed target was", "failed targets were") + " refused for good"
 	}
 	return "audit: holds"
 }
