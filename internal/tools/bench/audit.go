@@ -27,26 +27,13 @@ func benchAudit(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE effect`); err != nil {
 		return err
 	}
-	best := func(f func() error) (time.Duration, error) {
-		var d time.Duration
-		for range 5 {
-			t := time.Now()
-			if err := f(); err != nil {
-				return 0, err
-			}
-			if e := time.Since(t); d == 0 || e < d {
-				d = e
-			}
-		}
-		return d, nil
-	}
 	var rows int64
-	countTime, err := best(func() error { return pool.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&rows) })
+	countTime, err := bestOf(5, func() error { return pool.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&rows) })
 	if err != nil {
 		return err
 	}
 	var m audit.Metric
-	metricTime, err := best(func() error { m, err = audit.ForPlan(ctx, pool, seeded.PlanID); return err })
+	metricTime, err := bestOf(5, func() error { m, err = audit.ForPlan(ctx, pool, seeded.PlanID); return err })
 	if err != nil {
 		return err
 	}

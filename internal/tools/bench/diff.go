@@ -138,28 +138,15 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	}
 	want.Added = n / 100
 
-	best := func(runs int, f func() error) (time.Duration, error) {
-		var d time.Duration
-		for range runs {
-			t := time.Now()
-			if err := f(); err != nil {
-				return 0, err
-			}
-			if e := time.Since(t); d == 0 || e < d {
-				d = e
-			}
-		}
-		return d, nil
-	}
 	var rows int
-	scanTime, err := best(3, func() error {
+	scanTime, err := bestOf(3, func() error {
 		return pool.QueryRow(ctx, `SELECT count(*) FROM target WHERE list_id = $1 OR list_id = $2`, base, current).Scan(&rows)
 	})
 	if err != nil {
 		return err
 	}
 	var counts plan.DiffCounts
-	countsTime, err := best(3, func() error { counts, err = plan.ListDiffCounts(ctx, pool, base, current); return err })
+	countsTime, err := bestOf(3, func() error { counts, err = plan.ListDiffCounts(ctx, pool, base, current); return err })
 	if err != nil {
 		return err
 	}
@@ -167,7 +154,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return fmt.Errorf("the diff counts %+v, want %+v", counts, want)
 	}
 	var done int
-	doneTime, err := best(3, func() error { done, err = plan.DoneCount(ctx, pool, current); return err })
+	doneTime, err := bestOf(3, func() error { done, err = plan.DoneCount(ctx, pool, current); return err })
 	if err != nil {
 		return err
 	}
@@ -175,7 +162,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return fmt.Errorf("the diff counts %d targets done, want %d", done, wantDone)
 	}
 	var d approval.Diff
-	compareTime, err := best(2, func() error {
+	compareTime, err := bestOf(2, func() error {
 		d, err = approval.CompareVersions(ctx, pool, seeded.CampaignID, approval.AgainstApproved)
 		return err
 	})
@@ -196,7 +183,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 			}
 		}
 		var p plan.DiffPage
-		pageTime, err := best(3, func() error { p, err = plan.DiffTargets(ctx, pool, q); return err })
+		pageTime, err := bestOf(3, func() error { p, err = plan.DiffTargets(ctx, pool, q); return err })
 		if err != nil {
 			return err
 		}
@@ -219,7 +206,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	}
 	appended := time.Since(t)
 	var sparse approval.Diff
-	sparseTime, err := best(2, func() error {
+	sparseTime, err := bestOf(2, func() error {
 		sparse, err = approval.CompareVersions(ctx, pool, seeded.CampaignID, approval.AgainstPrevious)
 		return err
 	})
@@ -230,7 +217,7 @@ func benchDiff(ctx context.Context, pool *pgxpool.Pool, n int) error {
 		return fmt.Errorf("one target appended: the comparison with the submission says %+v", sparse.Targets)
 	}
 	var onePage plan.DiffPage
-	onePageTime, err := best(3, func() error {
+	onePageTime, err := bestOf(3, func() error {
 		onePage, err = plan.DiffTargets(ctx, pool, plan.DiffRowsQuery{Base: sparse.Base.ListID, Current: sparse.Current.ListID, Kind: plan.RowsAdded, Limit: 100})
 		return err
 	})
