@@ -6,7 +6,6 @@ package main
 // (its list imported again, the suppression list applied).
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -21,21 +20,7 @@ func TestBrowserPasswordScheduleAndClone(t *testing.T) {
 	chrome := chromium(t)
 	t.Parallel()
 	dir := dataDir(t)
-	shots := os.Getenv("ONCEPLAN_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else {
-		require.NoError(t, os.MkdirAll(shots, 0o755))
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	defer cancelCtx()
-	require.NoError(t, chromedp.Do(ctx))
-	b := &browser{t: t, ctx: ctx, shots: shots}
+	b := newBrowser(t, chrome)
 	s := serveUI(t, dir, "3s")
 	base := s.url
 

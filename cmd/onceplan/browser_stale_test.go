@@ -7,8 +7,6 @@ package main
 // recovers by itself, without a reload.
 
 import (
-	"context"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -26,21 +24,7 @@ func TestBrowserRunPageSaysWhenTheServerIsSilent(t *testing.T) {
 	chrome := chromium(t)
 	t.Parallel()
 	dir := dataDir(t)
-	shots := os.Getenv("ONCEPLAN_SCREENSHOTS")
-	if shots == "" {
-		shots = t.TempDir()
-	} else {
-		require.NoError(t, os.MkdirAll(shots, 0o755))
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	defer cancelCtx()
-	require.NoError(t, chromedp.Do(ctx))
-	b := &browser{t: t, ctx: ctx, shots: shots}
+	b := newBrowser(t, chrome)
 
 	// The demo's 300 messages at 2 a second: still running when the
 	// server is killed, and after it is back.

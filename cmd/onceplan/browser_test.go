@@ -248,28 +248,35 @@ func outboxFiles(t *testing.T, dir string) []string {
 	return names
 }
 
-var toRE = regexp.MustCompile(`(?m)^To: (.+?)\r?$`)
-
-func TestBrowserApproveRunKillResume(t *testing.T) {
-	chrome := chromium(t)
-	t.Parallel()
-	dir := dataDir(t)
+// newBrowser starts headless Chromium (chrome, from chromium) for one
+// test, stopped when the test ends; its screenshots go to
+// $ONCEPLAN_SCREENSHOTS (make screenshots) or a temporary directory.
+func newBrowser(t *testing.T, chrome string) *browser {
+	t.Helper()
 	shots := os.Getenv("ONCEPLAN_SCREENSHOTS")
 	if shots == "" {
 		shots = t.TempDir()
 	} else {
 		require.NoError(t, os.MkdirAll(shots, 0o755))
 	}
-
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 900),
 		chromedp.UserDataDir(t.TempDir()))
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	ctx, cancelCtx := chromedp.NewContext(alloc)
-	defer cancelCtx()
+	t.Cleanup(cancelCtx)
 	require.NoError(t, chromedp.Do(ctx)) // starts the browser
-	b := &browser{t: t, ctx: ctx, shots: shots}
+	return &browser{t: t, ctx: ctx, shots: shots}
+}
+
+var toRE = regexp.MustCompile(`(?m)^To: (.+?)\r?$`)
+
+func TestBrowserApproveRunKillResume(t *testing.T) {
+	chrome := chromium(t)
+	t.Parallel()
+	dir := dataDir(t)
+	b := newBrowser(t, chrome)
 
 	s1 := serveUI(t, dir, "3s")
 	base := s1.url
