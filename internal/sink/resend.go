@@ -173,6 +173,24 @@ func (s *Resend) CountByIdempotencyKey() map[string]int {
 	return out
 }
 
+// EffectHeader is the header in which Onceplan's messages carry their
+// effect id.
+const EffectHeader = "X-Onceplan-Effect"
+
+// CountByEffect counts the emails created per EffectHeader ("" for those
+// without one). It counts effects whichever call created them: the
+// emails of a batch share the batch's Idempotency-Key, each keeps its own
+// effect id.
+func (s *Resend) CountByEffect() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range s.emails {
+		out[e.HeaderOf(EffectHeader)]++
+	}
+	return out
+}
+
 // CountByRecipient counts the emails created per "to" address.
 func (s *Resend) CountByRecipient() map[string]int {
 	s.mu.Lock()

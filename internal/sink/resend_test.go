@@ -259,3 +259,20 @@ func TestResendSinkBatchAsDocumented(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, tooMany.status)
 	require.Len(t, b.sink.Effects(), 3)
 }
+
+// TestResendSinkCountsByEffect: emails sent one by one and in a batch are
+// counted by the effect id each carries, not by the call's key.
+func TestResendSinkCountsByEffect(t *testing.T) {
+	t.Parallel()
+	b := setupResend(t, sink.ResendOpts{})
+	withEffect := func(id string) string {
+		return strings.Replace(docEmail, `"html"`, `"headers":{"X-Onceplan-Effect":"`+id+`"},"html"`, 1)
+	}
+	one := b.post(t, b.bearer(), "v1:a:0", withEffect("v1:a:0"))
+	require.Equal(t, http.StatusOK, one.status, "%v", one.body)
+	batch := `[` + withEffect("v1:b:0") + `,` + withEffect("v1:a:0") + `,` + docEmail + `]`
+	two := b.postTo(t, "/emails/batch", b.bearer(), "onceplan-batch-1", batch, nil)
+	require.Equal(t, http.StatusOK, two.status, "%v", two.body)
+	require.Equal(t, map[string]int{"v1:a:0": 2, "v1:b:0": 1, "": 1}, b.sink.CountByEffect())
+	require.Equal(t, map[string]int{"v1:a:0": 1, "onceplan-batch-1": 3}, b.sink.CountByIdempotencyKey())
+}
