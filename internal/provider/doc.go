@@ -58,6 +58,13 @@
 //     will answer questions about, and a repeat is a second message. The
 //     Message-ID is stable, so a mailbox can at least recognise a duplicate.
 //
+// resend and postmark with batch=N are [Batcher]s (batch.go): one call of
+// the service's batch endpoint carries up to N effects, each the same
+// message a single Send posts, with its own verdict; Resend's call has an
+// idempotency key derived from its effect ids ([BatchKey]), so recovery
+// re-sends the stored request byte for byte, and Postmark's members are
+// probed one by one by their metadata.
+//
 // Nothing here retries on its own: one Send is at most one attempt at the
 // provider (an SMTP Send dials again only when a reused connection turns
 // out dead before MAIL FROM was answered; Go's HTTP transport resends only

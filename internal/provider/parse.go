@@ -87,14 +87,20 @@ type options struct {
 	dedupeWindow      time.Duration
 	dedupeWindowSet   bool
 	idempotencyHeader string // smtp
+	batch             int    // resend, postmark: at most this many effects per call; 0: one
 }
 
 // Options each kind accepts, in the order error messages list them.
 var (
 	commonOptions  = []string{"rate", "rate_scope", "concurrency", "timeout", "settle"}
-	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe", "dedupe_window", "probe_retention"}, "resend": {"endpoint", "dedupe_window"}, "postmark": {"endpoint", "message_stream", "probe_retention"}}
+	kindOptions    = map[string][]string{"maildir": nil, "smtp": {"tls", "probe", "probe_endpoint", "probe_retention", "idempotency_header", "dedupe_window"}, "http": {"dedupe", "probe", "dedupe_window", "probe_retention"}, "resend": {"endpoint", "dedupe_window", "batch"}, "postmark": {"endpoint", "message_stream", "probe_retention", "batch"}}
 	schemeToKind   = map[string]string{"maildir": "maildir", "smtp": "smtp", "http": "http", "https": "http", "postmark": "postmark", "resend": "resend"}
 	rateUnitPerSec = map[string]float64{"s": 1, "m": 1.0 / 60, "h": 1.0 / 3600}
+	// maxBatch is the most effects one call of a kind carries (batch=).
+	maxBatch = map[string]struct {
+		most    int
+		service string
+	}{"resend": {MaxResendBatch, "Resend"}, "postmark": {MaxPostmarkBatch, "Postmark"}}
 )
 
 // Parse builds the provider called name from its URL:
@@ -102,8 +108,8 @@ var (
 //	maildir:///absolute/path
 //	smtp://[user:pass@]host[:port][?tls=none|starttls|tls]
 //	http(s)://host/path[?dedupe=true][&probe=URL]
-//	postmark://SERVER_TOKEN@[api.postmarkapp.com][?message_stream=ID][&probe_retention=D][&endpoint=URL]
-//	resend://API_KEY@[api.resend.com][?dedupe_window=D][&endpoint=URL]
+//	postmark://SERVER_TOKEN@[api.postmarkapp.com][?message_stream=ID][&probe_retention=D][&batch=N][&endpoint=URL]
+//	resend://API_KEY@[api.resend.com][?dedupe_window=D][&batch=N][&endpoint=URL]
 //
 // Options every kind takes:
 //   - rate=N/s (or N/m, N/h; N may have a fraction): at most N sends per
@@ -148,6 +154,10 @@ var (
 // Resend: the API key is the whole userinfo and is redacted like a
 // password; dedupe_window= overrides Resend's 24 hours; endpoint=URL
 // replaces https://HOST (plain http only to 127.0.0.1 or localhost).
+//
+// Resend and Postmark: batch=N sends up to N effects in one call of the
+// service's batch endpoint ([Batcher]; 1–100 for Resend, 1–500 for
+// Postmark, their documented limits). Default: one effect per call.
 //
 // HTTP: dedupe=true says the endpoint ignores a repeated Idempotency-Key;
 // probe=URL says GET URL/{EffectID} tells whether an effect exists. The
@@ -324,6 +334,9 @@ func parseOptions(name, kind, rawQuery string) (options, error) {
 	slices.Sort(keys)
 	for _, k := range keys {
 		if !slices.Contains(known, k) {
+			if k == "batch" {
+				return o, errorf(name, "batch applies only to resend and postmark (a %s provider sends one effect per call)", kind)
+			}
 			return o, errorf(name, "unknown option %q for a %s provider (known: %s)", k, kind, strings.Join(known, ", "))
 		}
 		if len(q[k]) > 1 {
@@ -412,6 +425,13 @@ func parseOptions(name, kind, rawQuery string) (options, error) {
 				return o, errorf(name, "idempotency_header %q is not a message header name", v)
 			}
 			o.idempotencyHeader = v
+		case "batch":
+			mb := maxBatch[kind]
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > mb.most {
+				return o, errorf(name, "batch %q is not a whole number from 1 to %d (the most %s takes in one call)", v, mb.most, mb.service)
+			}
+			o.batch = n
 		case "probe_retention":
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {

@@ -167,3 +167,39 @@ func TestParseNeverShowsThePassword(t *testing.T) {
 	require.Equal(t, "maildir:///x", provider.Redacted("maildir:///x"))
 	require.False(t, strings.Contains(provider.Redacted("http://a:b@c/d"), ":b@"))
 }
+
+// TestParseBatch: batch=N is taken by the kinds with a batch endpoint,
+// within the service's documented limit, and refused, in one sentence,
+// by every other kind and for any other value.
+func TestParseBatch(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]int{
+		"resend://re_key@?batch=1":                    1,
+		"resend://re_key@?batch=100&dedupe_window=1h": 100,
+		"postmark://tok@?batch=1":                     1,
+		"postmark://tok@?batch=500":                   500,
+	} {
+		p, err := provider.Parse("mail", raw)
+		require.NoError(t, err, raw)
+		require.Equal(t, want, provider.BatchSizeOf(p), raw)
+		require.NoError(t, p.Close())
+	}
+	for _, tt := range []struct{ url, want string }{
+		{"resend://re_key@?batch=0", `provider "mail": batch "0" is not a whole number from 1 to 100 (the most Resend takes in one call)`},
+		{"resend://re_key@?batch=101", `provider "mail": batch "101" is not a whole number from 1 to 100 (the most Resend takes in one call)`},
+		{"resend://re_key@?batch=ten", `provider "mail": batch "ten" is not a whole number from 1 to 100 (the most Resend takes in one call)`},
+		{"resend://re_key@?batch=", `provider "mail": batch "" is not a whole number from 1 to 100 (the most Resend takes in one call)`},
+		{"resend://re_key@?batch=2.5", `provider "mail": batch "2.5" is not a whole number from 1 to 100 (the most Resend takes in one call)`},
+		{"postmark://tok@?batch=501", `provider "mail": batch "501" is not a whole number from 1 to 500 (the most Postmark takes in one call)`},
+		{"postmark://tok@?batch=-1", `provider "mail": batch "-1" is not a whole number from 1 to 500 (the most Postmark takes in one call)`},
+		{"resend://re_key@?batch=2&batch=3", `provider "mail": option "batch" is given 2 times`},
+		{"smtp://mail.example.test:587?batch=10", `provider "mail": batch applies only to resend and postmark (a smtp provider sends one effect per call)`},
+		{"https://h.example.test/hook?dedupe=true&batch=10", `provider "mail": batch applies only to resend and postmark (a http provider sends one effect per call)`},
+		{"maildir:///x?batch=10", `provider "mail": batch applies only to resend and postmark (a maildir provider sends one effect per call)`},
+	} {
+		p, err := provider.Parse("mail", tt.url)
+		require.Nil(t, p, tt.url)
+		require.EqualError(t, err, tt.want)
+		require.ErrorIs(t, err, provider.ErrInvalidProvider)
+	}
+}

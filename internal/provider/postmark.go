@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"time"
@@ -164,6 +165,7 @@ type postmarkProvider struct {
 	api       *postmarkAPI
 	settle    time.Duration
 	retention time.Duration
+	batch     int // batch=N; 0: one message per call
 	transport *http.Transport
 }
 
@@ -199,6 +201,7 @@ func newPostmarkFromURL(name string, u *url.URL, o options) (Provider, error) {
 		},
 		settle:    DefaultPostmarkSettle,
 		retention: DefaultPostmarkRetention,
+		batch:     o.batch,
 		transport: tr,
 	}
 	if o.settleSet {
@@ -333,23 +336,12 @@ func ClassifyPostmark(raw []byte) Verdict {
 		return Verdict{Outcome: OutcomeUnknown, Reason: "unrecognised Postmark answer: " + oneLine(string(raw))}
 	}
 	said := "Postmark answered HTTP " + oneLine(f.status) + bodySnippet(f.body)
-	var a postmarkAnswer
-	hasJSON := json.Unmarshal(f.body, &a) == nil
-	code := -1
-	if hasJSON && a.ErrorCode != nil {
-		code = *a.ErrorCode
-	}
+	a, code := decodePostmarkAnswer(f.body)
 	switch {
+	case f.code >= 200 && f.code <= 299:
+		return postmarkResult(a, code, said, f.header)
 	case f.code == 429 || code == postmarkRateLimitCode:
 		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(f.header, 0)}
-	case f.code >= 200 && f.code <= 299:
-		if code == postmarkOK && oneLine(a.MessageID) != "" {
-			return Verdict{Outcome: OutcomeDone, Receipt: oneLine(a.MessageID)}
-		}
-		if code > 0 {
-			return postmarkRejected(code, said)
-		}
-		return Verdict{Outcome: OutcomeUnknown, Reason: said + " (no ErrorCode 0 and MessageID: accepted or not, the probe will tell)"}
 	case f.code == 401:
 		return Verdict{Outcome: OutcomeFailed, Reason: "Postmark refused the server token (HTTP 401)"}
 	case f.code == 422 && code > 0:
@@ -360,6 +352,32 @@ func ClassifyPostmark(raw []byte) Verdict {
 		return Verdict{Outcome: OutcomeFailed, Reason: said}
 	}
 	return Verdict{Outcome: OutcomeUnknown, Reason: said}
+}
+
+// decodePostmarkAnswer reads one answer object (the body of POST
+// /email's answer, or one result of /email/batch's); code is its
+// ErrorCode, -1 when it has none or is not one.
+func decodePostmarkAnswer(body []byte) (a postmarkAnswer, code int) {
+	if json.Unmarshal(body, &a) != nil || a.ErrorCode == nil {
+		return a, -1
+	}
+	return a, *a.ErrorCode
+}
+
+// postmarkResult is the verdict on one answer object of a 2xx response
+// (said says it, h is the response's header): ErrorCode 429 → quota;
+// ErrorCode 0 with a MessageID → done; another ErrorCode → rejected
+// (postmarkRejected); else unknown, for the probe to tell.
+func postmarkResult(a postmarkAnswer, code int, said string, h textproto.MIMEHeader) Verdict {
+	switch {
+	case code == postmarkRateLimitCode:
+		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(h, 0)}
+	case code == postmarkOK && oneLine(a.MessageID) != "":
+		return Verdict{Outcome: OutcomeDone, Receipt: oneLine(a.MessageID)}
+	case code > 0:
+		return postmarkRejected(code, said)
+	}
+	return Verdict{Outcome: OutcomeUnknown, Reason: said + " (no ErrorCode 0 and MessageID: accepted or not, the probe will tell)"}
 }
 
 func postmarkRejected(code int, said string) Verdict {

@@ -47,11 +47,12 @@ type resendProvider struct {
 	endpoint  string // POST endpoint + "/emails"
 	apiKey    string
 	window    time.Duration
+	batch     int // batch=N; 0: one email per call
 	client    *http.Client
 	transport *http.Transport
 }
 
-// newResendFromURL builds resend://API_KEY@[host][?endpoint=URL][&dedupe_window=D].
+// newResendFromURL builds resend://API_KEY@[host][?endpoint=URL][&dedupe_window=D][&batch=N].
 func newResendFromURL(name string, u *url.URL, o options) (Provider, error) {
 	if u.Opaque != "" {
 		return nil, errorf(name, "resend URL must be resend://API_KEY@[host] (the API key before the '@')")
@@ -97,6 +98,7 @@ func newResendFromURL(name string, u *url.URL, o options) (Provider, error) {
 		endpoint:  base + "/emails",
 		apiKey:    u.User.Username(),
 		window:    window,
+		batch:     o.batch,
 		transport: tr,
 		client:    client,
 	}, nil
@@ -155,6 +157,20 @@ func resendBody(r Request) ([]byte, error) {
 	return json.Marshal(e)
 }
 
+// resendRequest is r's Idempotency-Key (its effect id) and the body of
+// POST /emails, or why r cannot be put into a request: what Send answers
+// as a resend-build line, and EncodeBatch as a *BatchMemberError.
+func resendRequest(r Request) (id string, body []byte, err error) {
+	id = EffectID(r.Key, r.Epoch)
+	if len(id) > maxResendIdempotencyKey {
+		return "", nil, errorText("the effect id is longer than Resend's 256 characters")
+	}
+	if body, err = resendBody(r); err != nil {
+		return "", nil, err
+	}
+	return id, body, nil
+}
+
 type errorText string
 
 func (e errorText) Error() string { return string(e) }
@@ -168,11 +184,7 @@ func (p *resendProvider) Send(ctx context.Context, r Request) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	id := EffectID(r.Key, r.Epoch)
-	if len(id) > maxResendIdempotencyKey {
-		return encodeLine(resendBuildTag, field{"error", "the effect id is longer than Resend's 256 characters"}), nil
-	}
-	body, err := resendBody(r)
+	id, body, err := resendRequest(r)
 	if err != nil {
 		return encodeLine(resendBuildTag, field{"error", err.Error()}), nil
 	}
@@ -213,6 +225,13 @@ func (p *resendProvider) Classify(raw []byte) Verdict { return ClassifyResend(ra
 //   - a message that could not be put into a request → failed for good;
 //   - anything unrecognised → unknown.
 func ClassifyResend(raw []byte) Verdict {
+	return classifyResend(raw, "this effect id was already used with a different message: one was probably sent, with other content")
+}
+
+// classifyResend is ClassifyResend's rule, for one email's answer or a
+// batch's whole answer; keyReused says what a 409
+// invalid_idempotent_request means for the key the call carried.
+func classifyResend(raw []byte, keyReused string) Verdict {
 	if f, ok := parseLine(raw, resendBuildTag); ok {
 		return Verdict{Outcome: OutcomeFailed, Reason: "the message could not be sent through Resend: " + oneLine(f["error"])}
 	}
@@ -224,15 +243,7 @@ func ClassifyResend(raw []byte) Verdict {
 		return Verdict{Outcome: OutcomeUnknown, Reason: "unrecognised Resend answer: " + oneLine(string(raw))}
 	}
 	obj := jsonObject(f.body)
-	said := "Resend answered HTTP " + oneLine(f.status)
-	if name := jsonString(obj, "name"); name != "" {
-		said += " " + name
-	}
-	if msg := jsonString(obj, "message"); msg != "" {
-		said += ": " + msg
-	} else {
-		said += bodySnippet(f.body)
-	}
+	said := resendSaid(f, obj)
 	switch {
 	case f.code >= 200 && f.code <= 299:
 		receipt := jsonString(obj, "id")
@@ -241,8 +252,7 @@ func ClassifyResend(raw []byte) Verdict {
 		}
 		return Verdict{Outcome: OutcomeDone, Receipt: receipt}
 	case f.code == 409 && jsonString(obj, "name") == "invalid_idempotent_request":
-		return Verdict{Outcome: OutcomeUnknown, Reason: said +
-			" (this effect id was already used with a different message: one was probably sent, with other content)"}
+		return Verdict{Outcome: OutcomeUnknown, Reason: said + " (" + keyReused + ")"}
 	case f.code == 409:
 		return Verdict{Outcome: OutcomeRetryLater, Reason: said, RetryAfter: retryAfter(f.header, DefaultRetryLaterAfter)}
 	case f.code == 429:
@@ -253,4 +263,17 @@ func ClassifyResend(raw []byte) Verdict {
 		return Verdict{Outcome: OutcomeQuota, Reason: said, RetryAfter: retryAfter(h, DefaultQuotaRetryAfter)}
 	}
 	return statusVerdict(f.code, said)
+}
+
+// resendSaid is what Resend answered, for a reason: the status, the
+// error's name and message (else the start of the body).
+func resendSaid(f framed, obj map[string]json.RawMessage) string {
+	said := "Resend answered HTTP " + oneLine(f.status)
+	if name := jsonString(obj, "name"); name != "" {
+		said += " " + name
+	}
+	if msg := jsonString(obj, "message"); msg != "" {
+		return said + ": " + msg
+	}
+	return said + bodySnippet(f.body)
 }
