@@ -875,9 +875,20 @@ func (e *Executor) Recover(ctx context.Context, eff ledger.Effect) (Result, erro
 }
 
 func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (Result, error) {
+	// An attempt a batch call carried shares the call's fate.
+	c, pos, inCall, err := e.callOf(ctx, eff)
+	if err != nil {
+		return Result{}, err
+	}
+	if inCall {
+		res, handled, err := e.recoverCall(ctx, prov, cp, eff, c, pos)
+		if handled || err != nil {
+			return res, err
+		}
+	}
 	caps := prov.Capabilities()
 	log := e.cfg.Logger.With("key", string(eff.Key), "epoch", eff.Epoch, "effect", eff.ID, "state", string(eff.State), "provider", prov.Name())
-	if eff.State == ledger.StatePending {
+	if eff.State == ledger.StatePending && !inCall {
 		// The worker may have died after committing the provider's answer
 		// but before settling: the answer is there, so settle from it.
 		responses, err := e.ledger.Responses(ctx, eff.ID)

@@ -56,6 +56,9 @@ func (e *Executor) PerformRange(ctx context.Context, j Job, budget time.Duration
 	if err != nil {
 		return prog, err
 	}
+	if b, ok := prov.(provider.Batcher); ok && b.BatchSize() > 1 {
+		return e.performCalls(ctx, j, cp, b, ts, budget)
+	}
 	one := func(o int) Job {
 		one := j
 		one.Ordinal, one.Count = o, 1

@@ -296,23 +296,35 @@ func (s *Store) RecordResponse(ctx context.Context, effectID int64, kind Respons
 
 // Response is a recorded raw provider answer.
 type Response struct {
-	ID        int64
-	EffectID  int64
-	Kind      ResponseKind
+	ID       int64
+	EffectID int64
+	Kind     ResponseKind
+	// Body is the answer as received: for an attempt a batch call carried,
+	// the call's one answer, about all its attempts (Call and Position say
+	// which one is this attempt's).
 	Body      []byte
 	CreatedAt time.Time
+	// Call is the batch call whose answer this is (0: the attempt's own
+	// call), and Position the attempt's place in it.
+	Call     int64
+	Position int
 }
 
 // Responses returns the raw answers recorded for an attempt, oldest first.
 func (s *Store) Responses(ctx context.Context, effectID int64) ([]Response, error) {
-	rows, err := s.db.Query(ctx, `SELECT id, effect_id, kind, body, created_at FROM effect_response WHERE effect_id = $1 ORDER BY id`, effectID)
+	rows, err := s.db.Query(ctx, `
+		SELECT r.id, r.effect_id, r.kind, coalesce(b.body, r.body), r.created_at, coalesce(b.batch_id, 0), coalesce(m.position, 0)
+		FROM effect_response r
+		LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
+		LEFT JOIN effect_batch_member m ON m.batch_id = b.batch_id AND m.effect_id = r.effect_id
+		WHERE r.effect_id = $1 ORDER BY r.id`, effectID)
 	if err != nil {
 		return nil, translate(err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Response, error) {
 		var x Response
 		var kind string
-		err := r.Scan(&x.ID, &x.EffectID, &kind, &x.Body, &x.CreatedAt)
+		err := r.Scan(&x.ID, &x.EffectID, &kind, &x.Body, &x.CreatedAt, &x.Call, &x.Position)
 		x.Kind = ResponseKind(kind)
 		return x, err
 	})

@@ -260,6 +260,32 @@ $$;
 
 
 --
+-- Name: effect_batch_member_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_batch_member_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    st effect_state;
+    born timestamptz;
+    n int;
+BEGIN
+    SELECT e.state, e.created_at INTO st, born FROM effect e WHERE e.id = NEW.effect_id;
+    IF st IS DISTINCT FROM 'pending' OR born IS DISTINCT FROM now() THEN
+        RAISE EXCEPTION 'effect %: a batch call carries only attempts claimed in its own transaction, while pending', NEW.effect_id
+            USING ERRCODE = 'OP004';
+    END IF;
+    SELECT b.size INTO n FROM effect_batch b WHERE b.id = NEW.batch_id;
+    IF NEW.position >= n THEN
+        RAISE EXCEPTION 'batch call %: position % is past its % attempts', NEW.batch_id, NEW.position, n
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
 -- Name: effect_blocks(public.effect_state); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -401,10 +427,30 @@ $$;
 CREATE FUNCTION public.effect_latest_response(effect bigint) RETURNS TABLE(body bytea, kind text)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-    SELECT r.body, r.kind FROM effect_response r
+    SELECT coalesce(b.body, r.body), r.kind FROM effect_response r
+    LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
     WHERE r.effect_id = effect_latest_response.effect
     ORDER BY r.id DESC LIMIT 1
 $$;
+
+
+--
+-- Name: effect_response_of_batch(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_response_of_batch() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM effect_batch_response b
+                   JOIN effect_batch_member m ON m.batch_id = b.batch_id
+                   WHERE b.id = NEW.batch_response_id AND b.kind = NEW.kind AND m.effect_id = NEW.effect_id)
+       OR length(NEW.body) <> 0 THEN
+        RAISE EXCEPTION 'effect %: a batch answer is recorded for the attempts its call carried, of its kind, without bytes of their own', NEW.effect_id
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NEW;
+END $$;
 
 
 --
@@ -1648,6 +1694,76 @@ CREATE TABLE public.effect (
 
 
 --
+-- Name: effect_batch; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch (
+    id bigint NOT NULL,
+    provider text NOT NULL,
+    call_key text NOT NULL,
+    request bytea NOT NULL,
+    size integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT effect_batch_provider_check CHECK ((provider <> ''::text)),
+    CONSTRAINT effect_batch_size_check CHECK (((size >= 1) AND (size <= 500)))
+);
+
+
+--
+-- Name: effect_batch_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.effect_batch ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.effect_batch_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
+-- Name: effect_batch_member; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch_member (
+    batch_id bigint NOT NULL,
+    "position" integer NOT NULL,
+    effect_id bigint NOT NULL,
+    CONSTRAINT effect_batch_member_position_check CHECK (("position" >= 0))
+);
+
+
+--
+-- Name: effect_batch_response; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch_response (
+    id bigint NOT NULL,
+    batch_id bigint NOT NULL,
+    kind text NOT NULL,
+    body bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT effect_batch_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text])))
+);
+
+
+--
+-- Name: effect_batch_response_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.effect_batch_response ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.effect_batch_response_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+
+--
 -- Name: effect_bump; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1692,6 +1808,7 @@ CREATE TABLE public.effect_response (
     kind text NOT NULL,
     body bytea NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    batch_response_id bigint,
     CONSTRAINT effect_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text, 'probe'::text, 'person'::text])))
 );
 
@@ -2650,6 +2767,38 @@ ALTER TABLE ONLY public.draft
 
 
 --
+-- Name: effect_batch_member effect_batch_member_effect_id_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member
+    ADD CONSTRAINT effect_batch_member_effect_id_key UNIQUE (effect_id);
+
+
+--
+-- Name: effect_batch_member effect_batch_member_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member
+    ADD CONSTRAINT effect_batch_member_pkey PRIMARY KEY (batch_id, "position");
+
+
+--
+-- Name: effect_batch effect_batch_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch
+    ADD CONSTRAINT effect_batch_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: effect_batch_response effect_batch_response_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_response
+    ADD CONSTRAINT effect_batch_response_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: effect_bump effect_bump_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3048,6 +3197,20 @@ CREATE INDEX campaign_scheduled ON public.campaign USING btree (scheduled_at) WH
 --
 
 CREATE INDEX campaign_updated ON public.campaign USING btree (updated_at DESC, id);
+
+
+--
+-- Name: effect_batch_call_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX effect_batch_call_key ON public.effect_batch USING btree (call_key) WHERE (call_key <> ''::text);
+
+
+--
+-- Name: effect_batch_response_batch; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX effect_batch_response_batch ON public.effect_batch_response USING btree (batch_id);
 
 
 --
@@ -3478,6 +3641,69 @@ CREATE TRIGGER draft_update BEFORE UPDATE ON public.draft FOR EACH ROW EXECUTE F
 
 
 --
+-- Name: effect_batch effect_batch_created_at; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_created_at BEFORE INSERT ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: effect_batch_member effect_batch_member_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_insert BEFORE INSERT ON public.effect_batch_member FOR EACH ROW EXECUTE FUNCTION public.effect_batch_member_insert();
+
+
+--
+-- Name: effect_batch_member effect_batch_member_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_no_truncate BEFORE TRUNCATE ON public.effect_batch_member FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_member effect_batch_member_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_member FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch effect_batch_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_no_truncate BEFORE TRUNCATE ON public.effect_batch FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_response effect_batch_response_created_at; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_created_at BEFORE INSERT ON public.effect_batch_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: effect_batch_response effect_batch_response_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_no_truncate BEFORE TRUNCATE ON public.effect_batch_response FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_response effect_batch_response_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch effect_batch_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_write_once BEFORE DELETE OR UPDATE ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: effect_bump effect_bump_no_truncate; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -3538,6 +3764,13 @@ CREATE TRIGGER effect_response_created_at BEFORE INSERT ON public.effect_respons
 --
 
 CREATE TRIGGER effect_response_no_truncate BEFORE TRUNCATE ON public.effect_response FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_response effect_response_of_batch; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_of_batch BEFORE INSERT ON public.effect_response FOR EACH ROW WHEN ((new.batch_response_id IS NOT NULL)) EXECUTE FUNCTION public.effect_response_of_batch();
 
 
 --
@@ -4195,6 +4428,30 @@ ALTER TABLE ONLY public.draft
 
 
 --
+-- Name: effect_batch_member effect_batch_member_batch_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member
+    ADD CONSTRAINT effect_batch_member_batch_id_fkey FOREIGN KEY (batch_id) REFERENCES public.effect_batch(id);
+
+
+--
+-- Name: effect_batch_member effect_batch_member_effect_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member
+    ADD CONSTRAINT effect_batch_member_effect_id_fkey FOREIGN KEY (effect_id) REFERENCES public.effect(id);
+
+
+--
+-- Name: effect_batch_response effect_batch_response_batch_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_response
+    ADD CONSTRAINT effect_batch_response_batch_id_fkey FOREIGN KEY (batch_id) REFERENCES public.effect_batch(id);
+
+
+--
 -- Name: effect_bump effect_bump_policy_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4208,6 +4465,14 @@ ALTER TABLE ONLY public.effect_bump
 
 ALTER TABLE ONLY public.effect
     ADD CONSTRAINT effect_epoch_bumped FOREIGN KEY (key, bumped_epoch) REFERENCES public.effect_bump(key, epoch);
+
+
+--
+-- Name: effect_response effect_response_batch_response_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_response
+    ADD CONSTRAINT effect_response_batch_response_id_fkey FOREIGN KEY (batch_response_id) REFERENCES public.effect_batch_response(id);
 
 
 --
@@ -4814,6 +5079,41 @@ GRANT UPDATE(revoke_reason) ON TABLE public.effect TO onceplan_app;
 --
 
 GRANT UPDATE(failure) ON TABLE public.effect TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_batch; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: SEQUENCE effect_batch_id_seq; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT USAGE ON SEQUENCE public.effect_batch_id_seq TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_batch_member; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.effect_batch_member TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_batch_response; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.effect_batch_response TO onceplan_app;
+
+
+--
+-- Name: SEQUENCE effect_batch_response_id_seq; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT USAGE ON SEQUENCE public.effect_batch_response_id_seq TO onceplan_app;
 
 
 --

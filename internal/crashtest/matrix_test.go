@@ -23,6 +23,9 @@ type world struct {
 	provider string // NAME=URL for --provider
 	// effects counts what the outside world received, per target address.
 	effects func() map[string]int
+	// loseAnswer, for the email services' batch worlds, makes the service
+	// accept its next call and lose the answer (the connection drops).
+	loseAnswer func()
 }
 
 func newWorld(t *testing.T, kind string) *world {
@@ -65,6 +68,8 @@ func newWorld(t *testing.T, kind string) *world {
 		pm := sink.NewPostmark(sink.PostmarkOpts{})
 		t.Cleanup(pm.Close)
 		return &world{kind: kind, provider: "p=" + sink.WithOption(pm.URL(), opts+"&settle=1s"), effects: pm.CountByRecipient}
+	case "resend-batch", "postmark-batch":
+		return batchWorld(t, kind, 2)
 	case "smtp-probe-postmark":
 		// Postmark's SMTP relay, asked through Postmark's API.
 		s := smtpSink(t)

@@ -14,7 +14,7 @@ import (
 // be tempted to read (docs/ARCHITECTURE.md, "The parts": every package, by
 // what it owns).
 var tableOwner = map[string]string{
-	"effect": "ledger", "effect_response": "ledger", "effect_bump": "ledger", "bump_policy": "ledger",
+	"effect": "ledger", "effect_response": "ledger", "effect_batch": "ledger", "effect_batch_member": "ledger", "effect_batch_response": "ledger", "effect_bump": "ledger", "bump_policy": "ledger",
 	"target_suppressed": "ledger",
 	"target":            "plan", "target_list": "plan", "plan": "plan", "plan_target": "plan",
 	"campaign": "approval", "draft": "approval", "submission": "approval", "run": "approval",

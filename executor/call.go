@@ -1,0 +1,489 @@
+package executor
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/onceplan/onceplan/internal/metrics"
+	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/ledger"
+)
+
+// Batch calls (docs/ARCHITECTURE.md, "Batch sending"). A provider that
+// sends several effects in one call (provider.Batcher, option batch=N)
+// takes a job's targets up to N at a time: their pending rows and the
+// call's composition — the attempts in order and the exact request — are
+// one commit (ledger.ClaimCall); then the one call; then its raw answer and
+// every attempt's settle, by its own result, one commit
+// (ledger.AnswerCall). Each target keeps its own row and key, and its gate
+// is decided at the claim, as for a call of its own. A crash leaves at most
+// the call in hand in doubt, and recovery sends exactly its stored bytes
+// again under its key, or asks about each attempt by its effect id
+// (recoverCall).
+
+// performCalls is PerformRange for a provider that sends in batch calls:
+// the targets ts (from j.Ordinal on) go out batch by batch, each batch
+// started only inside the job's budget.
+func (e *Executor) performCalls(ctx context.Context, j Job, cp *cachedPlan, prov provider.Batcher, ts []targetRes, budget time.Duration) (Progress, error) {
+	started := time.Now()
+	size := prov.BatchSize()
+	prog := Progress{Next: j.Ordinal}
+	for first := 0; first < len(ts); {
+		prog.Next = j.Ordinal + first
+		if first > 0 && !e.goOn(started, budget) {
+			prog.Rest = Result{Action: Snooze, Outcome: "time budget used, or the process is stopping: the rest goes on at once"}
+			return prog, nil
+		}
+		n, res, split, err := e.performCall(ctx, j, cp, prov, j.Ordinal+first, ts[first:min(first+size, len(ts))])
+		prog.Split = append(prog.Split, split...)
+		if err != nil {
+			prog.Next = j.Ordinal + first + n
+			return prog, err
+		}
+		if res.Action == Snooze {
+			prog.Rest = res
+			return prog, nil
+		}
+		first += n
+	}
+	prog.Next, prog.Rest = j.Ordinal+len(ts), Result{Action: Complete}
+	return prog, nil
+}
+
+// member is one target of a batch call being made.
+type member struct {
+	ordinal int
+	req     provider.Request
+	key     ledger.Key
+	eff     ledger.Effect
+}
+
+// performCall sends the targets ts, from ordinal first on, in one call, and
+// returns how many of them it dealt with (n: the targets before the first
+// that cannot be rendered, which is left to the caller's error), the
+// queue's next step, and the targets to retry on jobs of their own.
+//
+// A target the call's claim did not win (suppressed, its key held, the
+// gate closed), and one that cannot be put into a call, takes the one-call
+// path afterwards (perform), which says why or sends it alone.
+func (e *Executor) performCall(ctx context.Context, j Job, cp *cachedPlan, prov provider.Batcher, first int, ts []targetRes) (n int, res Result, split []int, err error) {
+	var ms []member
+	for i, t := range ts {
+		req, key, err := e.render(ctx, cp, first+i, t, "", 0)
+		if err != nil {
+			if i == 0 {
+				return 0, Result{}, nil, err
+			}
+			break
+		}
+		ms = append(ms, member{ordinal: first + i, req: req, key: key})
+	}
+	n = len(ms)
+	// A target that cannot be put into a call goes alone: its own call
+	// records why it was not sent.
+	var alone []member
+	for len(ms) > 0 {
+		_, err := prov.EncodeBatch(requests(ms))
+		var bad *provider.BatchMemberError
+		if !errors.As(err, &bad) || bad.Position < 0 || bad.Position >= len(ms) {
+			break
+		}
+		alone = append(alone, ms[bad.Position])
+		ms = append(ms[:bad.Position:bad.Position], ms[bad.Position+1:]...)
+	}
+	res = Result{Action: Complete}
+	if len(ms) > 0 {
+		var left []member
+		res, split, left, err = e.call1(ctx, j, cp, prov, ms)
+		if err != nil || res.Action == Snooze {
+			return n, res, split, err
+		}
+		alone = append(alone, left...)
+	}
+	for _, m := range sortedByOrdinal(alone) {
+		one := j
+		one.Ordinal, one.Count = m.ordinal, 1
+		r, err := e.perform(ctx, one, cp, prov, m.req, m.key, nil, nil)
+		if err != nil {
+			return n, Result{}, split, err
+		}
+		switch r.Action {
+		case Snooze:
+			return n, r, split, nil
+		case Retry:
+			split = append(split, m.ordinal)
+		}
+	}
+	return n, res, split, nil
+}
+
+func requests(ms []member) []provider.Request {
+	reqs := make([]provider.Request, len(ms))
+	for i, m := range ms {
+		reqs[i] = m.req
+	}
+	return reqs
+}
+
+func sortedByOrdinal(ms []member) []member {
+	out := slices.Clone(ms)
+	slices.SortFunc(out, func(a, b member) int { return cmp.Compare(a.ordinal, b.ordinal) })
+	return out
+}
+
+// call1 claims ms with their call's composition in one commit, makes the
+// call, and commits its raw answer with every attempt's settle. It returns
+// the queue's next step (a Snooze when the provider is busy, over quota,
+// or still working on the call), the targets to retry on jobs of their
+// own, and the members the claim did not win.
+func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provider.Batcher, ms []member) (Result, []int, []member, error) {
+	// Before the claim: everything that can wait.
+	release, ok, err := acquire(ctx, prov, time.Now())
+	if err != nil {
+		return Result{}, nil, nil, err
+	}
+	if !ok {
+		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil, nil, nil
+	}
+	defer release()
+	e.crash.at(pointBeforeClaim)
+
+	crs := make([]ledger.ClaimRequest, len(ms))
+	byKey := make(map[ledger.Key]*member, len(ms))
+	for i := range ms {
+		one := j
+		one.Ordinal, one.Count = ms[i].ordinal, 1
+		crs[i] = e.claimRequest(one, cp, prov, ms[i].key)
+		byKey[ms[i].key] = &ms[i]
+	}
+	var sent []*member
+	call, won, err := e.ledger.ClaimCall(ctx, prov.Name(), crs, gate, func(won []ledger.Effect) (string, []byte, error) {
+		sent = sent[:0]
+		reqs := make([]provider.Request, len(won))
+		for i, eff := range won {
+			m := byKey[eff.Key]
+			m.eff = eff
+			m.req.Epoch = eff.Epoch
+			reqs[i] = m.req
+			sent = append(sent, m)
+		}
+		b, err := prov.EncodeBatch(reqs)
+		return b.Key, b.Body, err
+	})
+	if err != nil {
+		return Result{}, nil, nil, err
+	}
+	var left []member
+	for _, m := range ms {
+		if m.eff.ID == 0 {
+			left = append(left, m)
+		}
+	}
+	if len(won) == 0 {
+		return Result{Action: Complete}, nil, left, nil
+	}
+	e.crash.at(pointAfterClaim)
+	for _, m := range sent {
+		one := j
+		one.Ordinal = m.ordinal
+		e.logClaimed(ctx, cp.plan, one, m.eff)
+	}
+
+	began := time.Now()
+	raw, err := prov.SendBatch(ctx, provider.BatchRequest{Key: call.Key, Body: call.Request})
+	metrics.CallSeconds.WithLabelValues(prov.Name(), string(ledger.ResponseSend)).Observe(time.Since(began).Seconds())
+	var vs []provider.Verdict
+	if err != nil {
+		// Nothing left the process: every attempt is ours to settle.
+		raw = []byte("onceplan: not sent: " + err.Error())
+		vs = make([]provider.Verdict, len(sent))
+		for i := range vs {
+			vs[i] = provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "not sent: " + err.Error()}
+		}
+	} else {
+		e.crash.at(pointAfterSend)
+		vs = classifyBatch(prov, raw, len(sent))
+	}
+	effs := make([]ledger.Effect, len(sent))
+	for i, m := range sent {
+		effs[i] = m.eff
+	}
+	ps, results := e.judgeAll(effs, vs, !j.LastTry)
+	if _, err := e.ledger.AnswerCall(context.WithoutCancel(ctx), call.ID, ledger.ResponseSend, raw, call.Members, ps); err != nil {
+		return Result{}, nil, nil, err
+	}
+	e.crash.at(pointAfterRaw)
+	e.settledAll(context.WithoutCancel(ctx), prov, ps, vs)
+
+	res := Result{Action: Complete, Outcome: "sent in a batch call"}
+	var split []int
+	for i, r := range results {
+		switch r.Action {
+		case Retry:
+			split = append(split, sent[i].ordinal)
+		case Snooze:
+			// Over quota (nothing was created: the keys are free), or
+			// still being worked on (the rows stay pending, the job's
+			// own: its next run recovers them): the job starts again
+			// from this call's first target.
+			if res.Action != Snooze || r.After > res.After {
+				res = r
+			}
+		}
+	}
+	return res, split, left, nil
+}
+
+// classifyBatch is prov.ClassifyBatch for a call of n attempts, made safe:
+// an answer it cannot classify (it panics, or gives another number of
+// verdicts) is unknown for each attempt, for a person to read in the
+// recorded raw answer.
+func classifyBatch(prov provider.Batcher, raw []byte, n int) (vs []provider.Verdict) {
+	unknown := func(why string) []provider.Verdict {
+		vs := make([]provider.Verdict, n)
+		for i := range vs {
+			vs[i] = provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: why}
+		}
+		return vs
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			vs = unknown(fmt.Sprintf("classifying %s's answer to a batch call failed (%v); the raw answer is recorded for a person to read", prov.Name(), r))
+		}
+	}()
+	vs = prov.ClassifyBatch(raw, n)
+	if len(vs) != n {
+		return unknown(fmt.Sprintf("%s's answer to a batch call of %d gave %d verdicts; the raw answer is recorded for a person to read", prov.Name(), n, len(vs)))
+	}
+	return vs
+}
+
+// judgeAll is judge for each attempt of a call: the settles to commit
+// (attempts left pending have none) and each attempt's next step.
+func (e *Executor) judgeAll(effs []ledger.Effect, vs []provider.Verdict, retry bool) ([]ledger.SettleParams, []Result) {
+	var ps []ledger.SettleParams
+	results := make([]Result, len(effs))
+	for i, eff := range effs {
+		p, r := e.judge(eff, vs[i], retry)
+		if p != nil {
+			ps = append(ps, *p)
+		}
+		results[i] = r
+	}
+	return ps, results
+}
+
+// settledAll is settled for the settles of one call: the metric for each,
+// and one pause of the provider's queue for an "over quota" answer.
+func (e *Executor) settledAll(ctx context.Context, prov provider.Provider, ps []ledger.SettleParams, vs []provider.Verdict) {
+	var quota provider.Verdict
+	for _, v := range vs {
+		if v.Outcome == provider.OutcomeQuota {
+			quota = v
+		}
+	}
+	paused := false
+	for i := range ps {
+		if ps[i].Failure == ledger.FailureQuota && !paused {
+			paused = true
+			e.settled(ctx, prov, &ps[i], quota)
+			continue
+		}
+		metrics.Settled.WithLabelValues(prov.Name(), string(ps[i].State)).Inc()
+	}
+}
+
+// recoverCall recovers attempt eff, which batch call c carried at position
+// pos (docs/ARCHITECTURE.md, "Batch sending"): the call's attempts share
+// one fate, so it settles every attempt of the call still open from the
+// call's recorded answer; or, with none, sends the call's stored bytes again
+// under its key while the provider's window is open and every open
+// attempt's gate still is — else each open attempt is unknown, for a
+// person, with the reason. A provider that can be asked about each attempt
+// by its effect id is asked about eff alone (handled false: recover goes on
+// with its probe).
+func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect, c ledger.Call, pos int) (res Result, handled bool, err error) {
+	members, err := e.ledger.Members(ctx, c)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if pos >= len(members) || members[pos].ID != eff.ID {
+		return Result{}, true, fmt.Errorf("batch call %d: effect %d is not at position %d", c.ID, eff.ID, pos)
+	}
+	if st := members[pos].State; st != ledger.StatePending && st != ledger.StateUnknown {
+		return Result{Action: Complete, Outcome: "settled meanwhile (" + string(st) + ")"}, true, nil
+	}
+	b, isBatcher := prov.(provider.Batcher)
+	log := e.cfg.Logger.With("call", c.ID, "effect", eff.ID, "key", string(eff.Key), "provider", prov.Name())
+	wctx := context.WithoutCancel(ctx)
+
+	// The answer is recorded (and the call's attempts left pending by a
+	// "still working on it"): settle every pending attempt from it.
+	answers, err := e.ledger.CallAnswers(ctx, c.ID)
+	if err != nil {
+		return Result{}, true, err
+	}
+	if n := len(answers); n > 0 && isBatcher {
+		vs := classifyBatch(b, answers[n-1].Body, len(members))
+		if vs[pos].Outcome != provider.OutcomeRetryLater && members[pos].State == ledger.StatePending {
+			log.Info("recovering a batch call from its recorded answer", "outcome", string(vs[pos].Outcome))
+			for i, m := range members {
+				if m.State != ledger.StatePending {
+					continue
+				}
+				r, err := e.settle(wctx, prov, cp, m, vs[i])
+				if err != nil && !errors.Is(err, ledger.ErrIllegalTransition) {
+					return Result{}, true, err
+				}
+				if m.ID == eff.ID {
+					res = r
+				}
+			}
+			return res, true, nil
+		}
+	}
+
+	caps := prov.Capabilities()
+	now := e.cfg.Now()
+	var open []ledger.Effect
+	for _, m := range members {
+		if m.State == ledger.StatePending || m.State == ledger.StateUnknown {
+			open = append(open, m)
+		}
+	}
+	switch {
+	case isBatcher && caps.CanResend(c.CreatedAt, now):
+		// The same bytes, under the same key, or nothing: every open
+		// attempt's gate must still be open.
+		for _, m := range open {
+			r, ok, why, err := e.recoveryGate(ctx, prov, cp, m)
+			if err != nil {
+				return Result{}, true, err
+			}
+			if !ok && r.Action == Snooze {
+				return r, true, nil
+			}
+			if !ok {
+				reason := fmt.Sprintf("the worker %s stopped during batch call %d, and for target %d of that call (key %s) %s since: the call cannot be sent again under its key without it, so a person decides whether each of its %d messages was delivered",
+					eff.Owner, c.ID, m.Ordinal, m.Key, why, len(members))
+				return e.unknownAll(wctx, open, reason, log)
+			}
+		}
+		release, ok, err := acquire(ctx, prov, time.Now())
+		if err != nil {
+			return Result{}, true, err
+		}
+		if !ok {
+			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, true, nil
+		}
+		defer release()
+		log.Info("recovering a batch call by sending its stored request again under its key", "attempts", len(members))
+		raw, err := b.SendBatch(ctx, provider.BatchRequest{Key: c.Key, Body: c.Request})
+		if err != nil {
+			return Result{Action: Retry, Err: err, Outcome: "recovery resend not sent"}, true, nil
+		}
+		vs := classifyBatch(b, raw, len(members))
+		var ps []ledger.SettleParams
+		var lefts []int
+		var pending []ledger.Effect
+		var pvs []provider.Verdict
+		for i, m := range members {
+			if m.State != ledger.StatePending {
+				continue
+			}
+			left, err := e.attemptsLeft(ctx, m)
+			if err != nil {
+				return Result{}, true, err
+			}
+			if p, _ := e.judge(m, vs[i], left > 0); p != nil {
+				ps = append(ps, *p)
+				pending, lefts, pvs = append(pending, m), append(lefts, left), append(pvs, vs[i])
+			}
+		}
+		ids := make([]int64, len(open))
+		for i, m := range open {
+			ids[i] = m.ID
+		}
+		if _, err := e.ledger.AnswerCall(wctx, c.ID, ledger.ResponseResend, raw, ids, ps); err != nil {
+			return Result{}, true, err
+		}
+		e.settledAll(wctx, prov, ps, pvs)
+		res = Result{Action: Complete, Outcome: "recovered by sending the batch call again"}
+		for i, m := range pending {
+			_, r := e.judge(m, pvs[i], lefts[i] > 0)
+			r, err := e.afterRecovery(wctx, cp, m, r, lefts[i])
+			if err != nil {
+				return Result{}, true, err
+			}
+			if m.ID == eff.ID {
+				res = r
+			}
+		}
+		for i, m := range members {
+			if m.State != ledger.StateUnknown {
+				continue
+			}
+			r, err := e.resolveUnknown(wctx, cp, m, vs[i], "recovery:resend")
+			if err != nil {
+				return Result{}, true, err
+			}
+			if m.ID == eff.ID {
+				res = r
+			}
+		}
+		if vs[pos].Outcome == provider.OutcomeRetryLater {
+			res = Result{Action: Snooze, After: vs[pos].RetryAfter, Outcome: "retry later"}
+		}
+		return res, true, nil
+
+	case caps.CanProbe(eff.CreatedAt, now):
+		// Each attempt carries its own effect id: ask about this one.
+		return Result{}, false, nil
+
+	default:
+		if eff.State == ledger.StateUnknown {
+			return Result{Action: Complete, Outcome: "unknown: waits for a human"}, true, nil
+		}
+		reason := fmt.Sprintf("the worker %s stopped during batch call %d and %s (%s) can neither deduplicate it nor be asked about it", eff.Owner, c.ID, prov.Name(), prov.Kind())
+		if caps.Dedupe {
+			reason = fmt.Sprintf("the worker %s stopped during batch call %d, and %s's window to deduplicate it, from the call at %s, has closed: sending it again could be a second message to each of its %d targets",
+				eff.Owner, c.ID, prov.Name(), c.CreatedAt.UTC().Format(time.RFC3339), len(members))
+		}
+		return e.unknownAll(wctx, open, reason, log)
+	}
+}
+
+// unknownAll settles the pending attempts of open as unknown, for a person,
+// with reason.
+func (e *Executor) unknownAll(ctx context.Context, open []ledger.Effect, reason string, log interface {
+	Warn(msg string, args ...any)
+}) (Result, bool, error) {
+	if !slices.ContainsFunc(open, func(m ledger.Effect) bool { return m.State == ledger.StatePending }) {
+		return Result{Action: Complete, Outcome: "unknown: waits for a human"}, true, nil
+	}
+	log.Warn("in doubt: a batch call cannot be confirmed or sent again; a human must resolve its attempts", "reason", reason)
+	for _, m := range open {
+		if m.State != ledger.StatePending {
+			continue
+		}
+		_, err := e.ledger.Settle(ctx, ledger.SettleParams{EffectID: m.ID, State: ledger.StateUnknown, Reason: reason})
+		if err != nil && !errors.Is(err, ledger.ErrIllegalTransition) {
+			return Result{}, true, err
+		}
+	}
+	return Result{Action: Complete, Outcome: "unknown"}, true, nil
+}
+
+// callOf is the batch call that carried eff (ok false: none).
+func (e *Executor) callOf(ctx context.Context, eff ledger.Effect) (ledger.Call, int, bool, error) {
+	c, pos, err := e.ledger.CallOf(ctx, eff.ID)
+	if errors.Is(err, onceplan.ErrNotFound) {
+		return ledger.Call{}, 0, false, nil
+	}
+	return c, pos, err == nil, err
+}

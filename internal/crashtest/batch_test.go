@@ -1,0 +1,228 @@
+package crashtest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/sink"
+	"github.com/onceplan/onceplan/internal/suppression"
+)
+
+// Batch calls (docs/ARCHITECTURE.md, "Batch sending"): a job's targets go
+// to Resend's POST /emails/batch or Postmark's POST /email/batch, size at a
+// time, each target its own ledger row and key. The crash points are the
+// call's: before its claim commit, after it, after the service accepted
+// the call, after its answer was recorded.
+
+// batchKinds are the batch worlds.
+var batchKinds = []string{"resend-batch", "postmark-batch"}
+
+// batchTargets is the campaign of the batch crash tests: with one worker
+// per queue its jobs carry 6 targets each (jobs.targetsPerJob), three
+// calls of two.
+const batchTargets = 24
+
+// batchEnv is newEnv whose campaigns' jobs are sized for workersPerQueue
+// workers: a call carries at most one job's targets.
+func batchEnv(t *testing.T, workersPerQueue int) *env {
+	e := newEnv(t)
+	e.enq.WorkersPerQueue = workersPerQueue
+	return e
+}
+
+// batchWorld is the stand-in of kind ("resend-batch" or "postmark-batch")
+// with batch=size: Resend re-sent under the call's key, Postmark probed per
+// message by its metadata.
+func batchWorld(t *testing.T, kind string, size int) *world {
+	t.Helper()
+	opts := "concurrency=1&batch=" + strconv.Itoa(size)
+	switch kind {
+	case "resend-batch":
+		rs := sink.NewResend(sink.ResendOpts{})
+		t.Cleanup(rs.Close)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(rs.URL(), opts), effects: rs.CountByRecipient,
+			loseAnswer: func() { rs.ApplyThenDrop(1) }}
+	case "postmark-batch":
+		pm := sink.NewPostmark(sink.PostmarkOpts{})
+		t.Cleanup(pm.Close)
+		return &world{kind: kind, provider: "p=" + sink.WithOption(pm.URL(), opts+"&settle=1s"), effects: pm.CountByRecipient,
+			loseAnswer: func() { pm.AcceptThenDrop(1) }}
+	}
+	t.Fatalf("unknown batch world %q", kind)
+	return nil
+}
+
+// TestBatchCrashMatrix kills a worker with SIGKILL at each point of a batch
+// call (its second call, of two targets), for each service, restarts one,
+// and counts messages at the service: every target exactly once.
+func TestBatchCrashMatrix(t *testing.T) {
+	t.Parallel()
+	runs := 2
+	if testing.Short() {
+		runs = 1
+	}
+	for _, kind := range batchKinds {
+		for _, point := range []string{"before-claim", "after-claim", "after-send", "after-raw"} {
+			for run := range runs {
+				t.Run(fmt.Sprintf("%s/%s/%d", kind, point, run), func(t *testing.T) {
+					t.Parallel()
+					e := batchEnv(t, 1)
+					w := newWorld(t, kind)
+					id := e.campaign(t, "p", batchTargets)
+					targets := e.targets(t, id)
+
+					crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT="+point+":2")
+					crashing.waitExit(t, 60*time.Second)
+					require.Contains(t, crashing.Logs(), "crash point "+point+" reached")
+					requireNoDuplicates(t, w, "right after the crash")
+
+					survivor := e.startWorker(t, []string{w.provider})
+					waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+						return e.campaignState(t, id) == approval.StateCompleted
+					}, survivor)
+					require.Equal(t, map[string]int{"done": batchTargets}, e.states(t, id))
+					requireExactlyOnce(t, w, targets)
+				})
+			}
+		}
+	}
+}
+
+// TestBatchRandomKillsWithLostAnswers: a 2,000-target campaign in calls of
+// 100, the worker killed with SIGKILL at random moments and restarted,
+// while the service loses the answer of a call it accepted now and then:
+// every target exactly once at the service.
+func TestBatchRandomKillsWithLostAnswers(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("the random-kill soak is not part of -short")
+	}
+	for _, kind := range batchKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			e := batchEnv(t, 4)
+			w := batchWorld(t, kind, 100)
+			prov := strings.Replace(w.provider, "concurrency=1", "concurrency=4", 1)
+			const n = 2000
+			id := e.campaign(t, "p", n)
+			targets := e.targets(t, id)
+
+			var lost atomic.Int64
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Duration(200+rand.IntN(400)) * time.Millisecond):
+						w.loseAnswer()
+						lost.Add(1)
+					}
+				}
+			}()
+			for kill := range 5 {
+				wk := e.startWorker(t, []string{prov})
+				time.Sleep(time.Duration(400+rand.IntN(1200)) * time.Millisecond)
+				wk.kill()
+				requireNoDuplicates(t, w, "after a kill")
+				t.Logf("kill %d: %d targets reached so far", kill+1, len(w.effects()))
+			}
+			close(stop)
+			<-done
+			survivor := e.startWorker(t, []string{prov})
+			waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
+				return e.campaignState(t, id) == approval.StateCompleted
+			}, survivor)
+			require.Equal(t, map[string]int{"done": n}, e.states(t, id))
+			requireExactlyOnce(t, w, targets)
+			t.Logf("%d answers were lost on command", lost.Load())
+		})
+	}
+}
+
+// TestBatchRecoveredAfterTheWindowIsUnknown: a worker killed after Resend
+// accepted a call, and recovery only after the call's key has expired
+// (dedupe_window made short): every target of that call is unknown, for a
+// person, and nothing is sent again.
+func TestBatchRecoveredAfterTheWindowIsUnknown(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 1)
+	w := newWorld(t, "resend-batch")
+	prov := sink.WithOption(w.provider, "dedupe_window=2s")
+	id := e.campaign(t, "p", batchTargets)
+	crashing := e.startWorker(t, []string{prov}, "ONCEPLAN_CRASH_AT=after-send:2")
+	crashing.waitExit(t, 60*time.Second)
+	before := w.effects()
+	time.Sleep(3 * time.Second) // the window closes
+	survivor := e.startWorker(t, []string{prov})
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+		return e.campaignState(t, id) == approval.StateCompleted
+	}, survivor)
+	require.Equal(t, map[string]int{"done": batchTargets - 2, "unknown": 2}, e.states(t, id), "the call's two targets")
+	got := w.effects()
+	for target, n := range before {
+		require.Equal(t, n, got[target], "%s: nothing more after the window closed", target)
+	}
+	require.Len(t, got, batchTargets, "the unknown ones were sent once, before the crash")
+	requireNoDuplicates(t, w, "after recovery")
+	require.Contains(t, survivor.Logs(), "has closed: sending it again could be a second message")
+}
+
+// TestBatchResendWithAClosedGateIsUnknown: a worker killed after Resend
+// accepted a call of two; one of the two addresses is suppressed before
+// recovery. The call cannot be sent again under its key without that
+// target, so both go to a person as unknown, with the reason, and nothing
+// is sent again.
+func TestBatchResendWithAClosedGateIsUnknown(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 1)
+	w := newWorld(t, "resend-batch")
+	id := e.campaign(t, "p", batchTargets)
+	crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT=after-send:2")
+	crashing.waitExit(t, 60*time.Second)
+	before := w.effects()
+	states := e.stateByOrdinal(t, id)
+	var pending []int
+	for o, s := range states {
+		if s == "pending" {
+			pending = append(pending, o)
+		}
+	}
+	require.Len(t, pending, 2, "the call in flight: %v", states)
+	address := func(ordinal int) string {
+		var a string
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT t.target FROM campaign c JOIN plan p ON p.id = c.plan_id
+			JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.ordinal = $2`, id, ordinal).Scan(&a))
+		return a
+	}
+	_, _, err := suppression.Add(e.ctx, e.pool, suppression.AddParams{
+		Address: address(pending[0]), Reason: suppression.Manual, Source: suppression.FromActor, Actor: "crash test"})
+	require.NoError(t, err)
+
+	survivor := e.startWorker(t, []string{w.provider})
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+		return e.campaignState(t, id) == approval.StateCompleted
+	}, survivor)
+	after := e.stateByOrdinal(t, id)
+	for _, o := range pending {
+		require.Equal(t, "unknown", after[o], "target %d of the call", o)
+	}
+	require.Equal(t, map[string]int{"done": batchTargets - 2, "unknown": 2}, e.states(t, id))
+	got := w.effects()
+	for _, o := range pending {
+		addr := address(o)
+		require.Equal(t, before[addr], got[addr], "%s: nothing sent again", addr)
+	}
+	requireNoDuplicates(t, w, "after recovery")
+	require.Contains(t, survivor.Logs(), "the call cannot be sent again under its key without it")
+}
