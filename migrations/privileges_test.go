@@ -228,7 +228,7 @@ func TestAppRolePrivileges(t *testing.T) {
 	want := map[string]string{
 		// The ledger (UPDATE of effect: the outcome columns only, below).
 		// Bump policies are the owner's to register (onceplan policy add).
-		"effect": append_, "effect_response": append_, "effect_bump": append_, "bump_policy": read,
+		"effect": append_, "effect_response": append_, "effect_batch": append_, "effect_batch_member": append_, "effect_batch_response": append_, "effect_bump": append_, "bump_policy": read,
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
 		"admin_event": append_, "submission": append_,
