@@ -358,8 +358,19 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 	}
 	switch {
 	case isBatcher && caps.CanResend(c.CreatedAt, now):
-		// The same bytes, under the same key, or nothing: every open
-		// attempt's gate must still be open.
+		// The same bytes, under the same key, or nothing. A target of the
+		// call a person has resolved since has moved on (resolved as not
+		// delivered, it is sent again on its own): if the call never
+		// reached the service, sending it now would reach that target a
+		// second time.
+		for _, m := range members {
+			if m.ResolvedBy != "" {
+				reason := fmt.Sprintf("batch call %d was answered without a result for its targets, and target %d of that call (key %s) was resolved by %s since: the call cannot be sent again under its key without it, so a person decides whether each of its other messages was delivered",
+					c.ID, m.Ordinal, m.Key, m.ResolvedBy)
+				return e.unknownAll(wctx, open, reason, log)
+			}
+		}
+		// And every open attempt's gate must still be open.
 		for _, m := range open {
 			r, ok, why, err := e.recoveryGate(ctx, prov, cp, m)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/ledger"
 )
 
 // Batch calls (docs/ARCHITECTURE.md, "Batch sending"): a job's targets go
@@ -225,4 +226,73 @@ func TestBatchResendWithAClosedGateIsUnknown(t *testing.T) {
 	}
 	requireNoDuplicates(t, w, "after recovery")
 	require.Contains(t, survivor.Logs(), "the call cannot be sent again under its key without it")
+}
+
+// TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt: Resend answers a
+// call of two with a 500 and creates nothing, so both targets are unknown;
+// before recovery sends the call again, a person resolves one of them as
+// not delivered, and that target is sent on its own. The call can then not
+// be sent again under its key (it would reach that target a second time):
+// the other target waits for a person, and the service holds one message
+// for the first.
+func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 1)
+	rs := sink.NewResend(sink.ResendOpts{})
+	t.Cleanup(rs.Close)
+	prov := "p=" + sink.WithOption(rs.URL(), "concurrency=1&batch=2")
+	id := e.campaign(t, "p", 8)
+	rs.FailNext(1, 500, nil, "")
+
+	// No maintenance round while the person looks: nothing recovers the
+	// unknowns behind their back.
+	first := e.startWorkerWith(t, []string{prov}, []string{"--maintenance-interval", "1h"})
+	waitFor(t, 60*time.Second, "six done and the failed call's two unknown", func() bool {
+		s := e.states(t, id)
+		return s["done"] == 6 && s["unknown"] == 2
+	}, first)
+	first.kill()
+
+	var unknown []int
+	for o, s := range e.stateByOrdinal(t, id) {
+		if s == "unknown" {
+			unknown = append(unknown, o)
+		}
+	}
+	require.Len(t, unknown, 2)
+	keyOf := func(ordinal int) (string, string) {
+		var addr, key string
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT t.target, t.key FROM campaign c JOIN plan p ON p.id = c.plan_id
+			JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.ordinal = $2`, id, ordinal).Scan(&addr, &key))
+		return addr, key
+	}
+	resolved, resolvedKey := keyOf(unknown[0])
+	other, otherKey := keyOf(unknown[1])
+	require.Zero(t, rs.CountByRecipient()[resolved], "the failed call created nothing")
+	_, err := e.svc.ResolveEffect(e.ctx, e.operator, id, resolvedKey, ledger.NotDelivered, "not in Resend's log")
+	require.NoError(t, err)
+	_, err = e.svc.Resume(e.ctx, e.operator, id)
+	require.NoError(t, err)
+
+	survivor := e.startWorker(t, []string{prov})
+	waitFor(t, 60*time.Second, "the resolved target sent on its own", func() bool {
+		return e.stateByOrdinal(t, id)[unknown[0]] == "done"
+	}, survivor)
+	// Maintenance has looked at the other unknown (and sent nothing).
+	waitFor(t, 60*time.Second, "maintenance to look at the other unknown", func() bool {
+		for _, line := range strings.Split(survivor.Logs(), "\n") {
+			if strings.Contains(line, otherKey) && strings.Contains(line, `"msg":"recovered"`) {
+				return true
+			}
+		}
+		return false
+	}, survivor)
+	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
+		return e.campaignState(t, id) == approval.StateCompleted
+	}, survivor)
+	require.Equal(t, "unknown", e.stateByOrdinal(t, id)[unknown[1]], "the other target waits for a person")
+	got := rs.CountByRecipient()
+	require.Equal(t, 1, got[resolved], "the resolved target reached once")
+	require.Zero(t, got[other], "the call was not sent again")
+	requireNoDuplicates(t, &world{effects: rs.CountByRecipient}, "in the end")
 }
