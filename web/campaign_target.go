@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,7 +82,12 @@ func (s *Server) handleTarget(c echo.Context) error {
 			if len(r.Body) > maxRawShown {
 				text += "\n… (" + strconv.Itoa(len(r.Body)-maxRawShown) + " more bytes)"
 			}
-			a.Responses = append(a.Responses, view.Response{Kind: string(r.Kind), At: r.CreatedAt, Body: text, Size: len(r.Body)})
+			kind := string(r.Kind)
+			if r.Call != 0 {
+				// One answer for the whole call: say which message is this one.
+				kind += fmt.Sprintf(" (batch call %d: message %d of its answer)", r.Call, r.Position+1)
+			}
+			a.Responses = append(a.Responses, view.Response{Kind: kind, At: r.CreatedAt, Body: text, Size: len(r.Body)})
 		}
 		p.Attempts = append(p.Attempts, a)
 	}
