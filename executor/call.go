@@ -3,9 +3,12 @@ package executor
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/onceplan/onceplan/internal/metrics"
@@ -151,6 +154,7 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 		return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil, nil, nil
 	}
 	defer release()
+	turned := time.Now()
 	e.crash.at(pointBeforeClaim)
 
 	crs := make([]ledger.ClaimRequest, len(ms))
@@ -173,7 +177,7 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 			sent = append(sent, m)
 		}
 		b, err := prov.EncodeBatch(reqs)
-		return b.Key, b.Body, err
+		return callKey(b.Key, won), b.Body, err
 	})
 	if err != nil {
 		return Result{}, nil, nil, err
@@ -184,10 +188,24 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 			left = append(left, m)
 		}
 	}
+	if len(left) > 0 {
+		// A closed gate (a paused campaign or queue: after a 429) keeps
+		// every target out: they wait for it to open and go together,
+		// not one call each the moment it does. The others left out are
+		// held or suppressed, which the one-call path says.
+		r, open, err := e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
+		if err != nil {
+			return Result{}, nil, nil, err
+		}
+		if !open && len(won) == 0 {
+			return r, nil, nil, nil
+		}
+	}
 	if len(won) == 0 {
 		return Result{Action: Complete}, nil, left, nil
 	}
 	e.crash.at(pointAfterClaim)
+	keepPace(ctx, prov, turned)
 	for _, m := range sent {
 		one := j
 		one.Ordinal = m.ordinal
@@ -237,6 +255,49 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 		}
 	}
 	return res, split, left, nil
+}
+
+// keepPace holds a call whose rate turn came at turned until one turn's
+// interval (at most a second) after it. A call's claim commit writes its
+// composition and may take a good part of an interval on a busy database,
+// and unevenly: calls sent the moment their claims commit would reach the
+// service closer together than their turns, and over its limit. Held
+// behind their turns by the same interval, they keep the turns' spacing.
+// It returns early when ctx ends (the send then finds ctx done).
+func keepPace(ctx context.Context, prov provider.Provider, turned time.Time) {
+	perSecond, _ := provider.RateOf(prov)
+	if perSecond <= 0 {
+		return
+	}
+	lag := min(time.Duration(float64(time.Second)/perSecond), time.Second)
+	wait := time.Until(turned.Add(lag))
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// callKey is the service's key for a call of the attempts won (the
+// provider's, "" for a service that takes none). The provider's key is a
+// function of the effect ids, which a target's next attempt shares; the
+// attempts' own ids make it the call's: a call whose answer said nothing
+// was created (over quota, refused) is followed by a new call of new
+// attempts, which must not be taken for a repeat of the first.
+func callKey(provided string, won []ledger.Effect) string {
+	if provided == "" {
+		return ""
+	}
+	h := sha256.New()
+	h.Write([]byte(provided))
+	for _, e := range won {
+		h.Write([]byte("\n" + strconv.FormatInt(e.ID, 10)))
+	}
+	return "onceplan-batch-" + hex.EncodeToString(h.Sum(nil))
 }
 
 // classifyBatch is prov.ClassifyBatch for a call of n attempts, made safe:

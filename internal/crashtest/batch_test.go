@@ -296,3 +296,30 @@ func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
 	require.Zero(t, got[other], "the call was not sent again")
 	requireNoDuplicates(t, &world{effects: rs.CountByRecipient}, "in the end")
 }
+
+// TestBatchCallOverQuotaIsSentAgainAsACall: Resend answers a call 429
+// (nothing created). The call's targets are claimed again, after the
+// pause, as a new call under a key of its own — not the first call's key,
+// which would be a repeat of a call the service refused, and not one call
+// per target: every target once, every message through a batch call.
+func TestBatchCallOverQuotaIsSentAgainAsACall(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 1)
+	rs := sink.NewResend(sink.ResendOpts{})
+	t.Cleanup(rs.Close)
+	prov := "p=" + sink.WithOption(rs.URL(), "concurrency=1&batch=2")
+	id := e.campaign(t, "p", batchTargets)
+	targets := e.targets(t, id)
+	rs.FailNext(1, 429, map[string]string{"Retry-After": "1"}, "")
+
+	w := e.startWorker(t, []string{prov})
+	waitFor(t, 90*time.Second, "the campaign to complete", func() bool {
+		return e.campaignState(t, id) == approval.StateCompleted
+	}, w)
+	require.Equal(t, map[string]int{"done": batchTargets}, e.states(t, id))
+	requireExactlyOnce(t, &world{effects: rs.CountByRecipient}, targets)
+	for key, n := range rs.CountByIdempotencyKey() {
+		require.True(t, strings.HasPrefix(key, "onceplan-batch-"), "%d messages sent under %q, not in a batch call", n, key)
+		require.Equal(t, 2, n, "a call of two under %s", key)
+	}
+}
