@@ -86,7 +86,7 @@ clean: ## remove build output (never the data dir)
 BENCH_TARGETS ?= 1000000
 BENCH_FLAGS ?=
 .PHONY: bench
-bench: postgres ## every benchmark against same-run baselines (30-40 min), summary written into docs/BENCHMARKS.md; BENCH_FLAGS=-h lists sizes and scenarios
+bench: postgres ## every benchmark against same-run baselines (40-50 min), summary written into docs/BENCHMARKS.md; BENCH_FLAGS=-h lists sizes and scenarios
 	$(GO) run ./internal/tools/withpg -- $(GO) run ./internal/tools/bench -targets $(BENCH_TARGETS) -doc docs/BENCHMARKS.md $(BENCH_FLAGS)
 
 .PHONY: bench-history

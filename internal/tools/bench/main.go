@@ -51,7 +51,7 @@ func main() {
 func run() error {
 	targets := flag.Int("targets", 1_000_000, "targets in the freeze scenario (and the start and page figures taken on it)")
 	effects := flag.Int("effects", 20_000, "effects in the exec scenario")
-	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,mailpit,audit,diff", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, mailpit, audit and diff (last: their seeded campaigns run on provider outbox, which the worker scenarios configure)")
+	scenarios := flag.String("scenarios", "freeze,exec,smtp,recovery,scaleout,rss,mailpit,ratelimit,audit,diff", "comma-separated scenarios to run: freeze (with start and pages), exec, smtp, recovery, scaleout, rss, mailpit, ratelimit, audit and diff (last: their seeded campaigns run on provider outbox, which the worker scenarios configure)")
 	auditTargets := flag.Int("audit-targets", 1_000_000, "targets of the plan the audit scenario seeds")
 	smtpMessages := flag.Int("smtp-messages", 10_000, "messages in the smtp scenario")
 	mailpitMessages := flag.Int("mailpit-messages", 10_000, "messages in the mailpit scenario (Mailpit "+mailpitVersion+", installed by scripts/ensure-mailpit.sh)")
@@ -92,6 +92,8 @@ func run() error {
 		*recoveryTargets, *scaleoutTargets, *rssTargets, *diffTargets = 1_000, 500, 1_000, 2_000
 		*scaleoutProcs, execWorkers, *execRounds = "1,2", "16", 1
 		*historyEffects, *historyCampaigns, *historyTargets = 4_000, 2, 500
+		// One worker sizes the jobs at 50 targets: a few calls at 2/s.
+		*ratelimitTargets, *ratelimitUnbatched, *ratelimitWorkers = 200, 3*time.Second, 1
 		scenariosSet := false
 		flag.Visit(func(f *flag.Flag) { scenariosSet = scenariosSet || f.Name == "scenarios" })
 		if !scenariosSet {
@@ -163,8 +165,12 @@ func run() error {
 			err = withProcs(func(e *procEnv) error { return benchRSS(ctx, pool, e, *rssTargets) })
 		case "mailpit":
 			err = withProcs(func(e *procEnv) error { return benchMailpit(ctx, pool, e, *mailpitMessages) })
+		case "ratelimit":
+			err = withProcs(func(e *procEnv) error {
+				return benchRateLimit(ctx, pool, e, *ratelimitTargets, *ratelimitUnbatched, *ratelimitWorkers)
+			})
 		default:
-			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit, diff, history)", sc)
+			err = fmt.Errorf("unknown scenario %q (freeze, exec, audit, smtp, recovery, scaleout, rss, mailpit, ratelimit, diff, history)", sc)
 		}
 		if err != nil {
 			return err
