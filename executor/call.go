@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -188,20 +189,15 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 			left = append(left, m)
 		}
 	}
-	if len(left) > 0 {
+	if len(won) == 0 {
 		// A closed gate (a paused campaign or queue: after a 429) keeps
 		// every target out: they wait for it to open and go together,
-		// not one call each the moment it does. The others left out are
-		// held or suppressed, which the one-call path says.
+		// not one call each the moment it does. Targets left out while
+		// it is open are held or suppressed, which the one-call path says.
 		r, open, err := e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
-		if err != nil {
-			return Result{}, nil, nil, err
+		if err != nil || !open {
+			return r, nil, nil, err
 		}
-		if !open && len(won) == 0 {
-			return r, nil, nil, nil
-		}
-	}
-	if len(won) == 0 {
 		return Result{Action: Complete}, nil, left, nil
 	}
 	e.crash.at(pointAfterClaim)
@@ -460,10 +456,16 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 			return Result{Action: Retry, Err: err, Outcome: "recovery resend not sent"}, true, nil
 		}
 		vs := classifyBatch(b, raw, len(members))
+		// Each pending attempt judged once: its settle, its next step and
+		// the attempts it has left.
+		type judged struct {
+			eff  ledger.Effect
+			res  Result
+			left int
+		}
 		var ps []ledger.SettleParams
-		var lefts []int
-		var pending []ledger.Effect
 		var pvs []provider.Verdict
+		var settled []judged
 		for i, m := range members {
 			if m.State != ledger.StatePending {
 				continue
@@ -472,9 +474,9 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 			if err != nil {
 				return Result{}, true, err
 			}
-			if p, _ := e.judge(m, vs[i], left > 0); p != nil {
-				ps = append(ps, *p)
-				pending, lefts, pvs = append(pending, m), append(lefts, left), append(pvs, vs[i])
+			if p, r := e.judge(m, vs[i], left > 0); p != nil {
+				ps, pvs = append(ps, *p), append(pvs, vs[i])
+				settled = append(settled, judged{eff: m, res: r, left: left})
 			}
 		}
 		ids := make([]int64, len(open))
@@ -486,13 +488,12 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 		}
 		e.settledAll(wctx, prov, ps, pvs)
 		res = Result{Action: Complete, Outcome: "recovered by sending the batch call again"}
-		for i, m := range pending {
-			_, r := e.judge(m, pvs[i], lefts[i] > 0)
-			r, err := e.afterRecovery(wctx, cp, m, r, lefts[i])
+		for _, j := range settled {
+			r, err := e.afterRecovery(wctx, cp, j.eff, j.res, j.left)
 			if err != nil {
 				return Result{}, true, err
 			}
-			if m.ID == eff.ID {
+			if j.eff.ID == eff.ID {
 				res = r
 			}
 		}
@@ -532,9 +533,7 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 
 // unknownAll settles the pending attempts of open as unknown, for a person,
 // with reason.
-func (e *Executor) unknownAll(ctx context.Context, open []ledger.Effect, reason string, log interface {
-	Warn(msg string, args ...any)
-}) (Result, bool, error) {
+func (e *Executor) unknownAll(ctx context.Context, open []ledger.Effect, reason string, log *slog.Logger) (Result, bool, error) {
 	if !slices.ContainsFunc(open, func(m ledger.Effect) bool { return m.State == ledger.StatePending }) {
 		return Result{Action: Complete, Outcome: "unknown: waits for a human"}, true, nil
 	}
