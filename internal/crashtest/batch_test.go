@@ -50,7 +50,7 @@ func batchWorld(t *testing.T, kind string, size int) *world {
 		rs := sink.NewResend(sink.ResendOpts{})
 		t.Cleanup(rs.Close)
 		return &world{kind: kind, provider: "p=" + sink.WithOption(rs.URL(), opts), effects: rs.CountByRecipient,
-			loseAnswer: func() { rs.ApplyThenDrop(1) }}
+			loseAnswer: func() { rs.ApplyThenDrop(1) }, resend: rs}
 	case "postmark-batch":
 		pm := sink.NewPostmark(sink.PostmarkOpts{})
 		t.Cleanup(pm.Close)
@@ -80,15 +80,7 @@ func TestBatchCrashMatrix(t *testing.T) {
 					id := e.campaign(t, "p", batchTargets)
 					targets := e.targets(t, id)
 
-					crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT="+point+":2")
-					crashing.waitExit(t, 60*time.Second)
-					require.Contains(t, crashing.Logs(), "crash point "+point+" reached")
-					requireNoDuplicates(t, w, "right after the crash")
-
-					survivor := e.startWorker(t, []string{w.provider})
-					waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
-						return e.campaignState(t, id) == approval.StateCompleted
-					}, survivor)
+					crashThenRecover(t, e, w, id, point, 2)
 					require.Equal(t, map[string]int{"done": batchTargets}, e.states(t, id))
 					requireExactlyOnce(t, w, targets)
 				})
@@ -200,12 +192,7 @@ func TestBatchResendWithAClosedGateIsUnknown(t *testing.T) {
 		}
 	}
 	require.Len(t, pending, 2, "the call in flight: %v", states)
-	address := func(ordinal int) string {
-		var a string
-		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT t.target FROM campaign c JOIN plan p ON p.id = c.plan_id
-			JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.ordinal = $2`, id, ordinal).Scan(&a))
-		return a
-	}
+	address := func(ordinal int) string { a, _ := e.targetAt(t, id, ordinal); return a }
 	_, _, err := suppression.Add(e.ctx, e.pool, suppression.AddParams{
 		Address: address(pending[0]), Reason: suppression.Manual, Source: suppression.FromActor, Actor: "crash test"})
 	require.NoError(t, err)
@@ -238,9 +225,8 @@ func TestBatchResendWithAClosedGateIsUnknown(t *testing.T) {
 func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
 	t.Parallel()
 	e := batchEnv(t, 1)
-	rs := sink.NewResend(sink.ResendOpts{})
-	t.Cleanup(rs.Close)
-	prov := "p=" + sink.WithOption(rs.URL(), "concurrency=1&batch=2")
+	w := newWorld(t, "resend-batch")
+	rs, prov := w.resend, w.provider
 	id := e.campaign(t, "p", 8)
 	rs.FailNext(1, 500, nil, "")
 
@@ -260,14 +246,8 @@ func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
 		}
 	}
 	require.Len(t, unknown, 2)
-	keyOf := func(ordinal int) (string, string) {
-		var addr, key string
-		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT t.target, t.key FROM campaign c JOIN plan p ON p.id = c.plan_id
-			JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.ordinal = $2`, id, ordinal).Scan(&addr, &key))
-		return addr, key
-	}
-	resolved, resolvedKey := keyOf(unknown[0])
-	other, otherKey := keyOf(unknown[1])
+	resolved, resolvedKey := e.targetAt(t, id, unknown[0])
+	other, otherKey := e.targetAt(t, id, unknown[1])
 	require.Zero(t, rs.CountByRecipient()[resolved], "the failed call created nothing")
 	_, err := e.svc.ResolveEffect(e.ctx, e.operator, id, resolvedKey, ledger.NotDelivered, "not in Resend's log")
 	require.NoError(t, err)
@@ -294,7 +274,7 @@ func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
 	got := rs.CountByRecipient()
 	require.Equal(t, 1, got[resolved], "the resolved target reached once")
 	require.Zero(t, got[other], "the call was not sent again")
-	requireNoDuplicates(t, &world{effects: rs.CountByRecipient}, "in the end")
+	requireNoDuplicates(t, w, "in the end")
 }
 
 // TestBatchCallOverQuotaIsSentAgainAsACall: Resend answers a call 429
@@ -305,19 +285,18 @@ func TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt(t *testing.T) {
 func TestBatchCallOverQuotaIsSentAgainAsACall(t *testing.T) {
 	t.Parallel()
 	e := batchEnv(t, 1)
-	rs := sink.NewResend(sink.ResendOpts{})
-	t.Cleanup(rs.Close)
-	prov := "p=" + sink.WithOption(rs.URL(), "concurrency=1&batch=2")
+	w := newWorld(t, "resend-batch")
+	rs, prov := w.resend, w.provider
 	id := e.campaign(t, "p", batchTargets)
 	targets := e.targets(t, id)
 	rs.FailNext(1, 429, map[string]string{"Retry-After": "1"}, "")
 
-	w := e.startWorker(t, []string{prov})
+	wk := e.startWorker(t, []string{prov})
 	waitFor(t, 90*time.Second, "the campaign to complete", func() bool {
 		return e.campaignState(t, id) == approval.StateCompleted
-	}, w)
+	}, wk)
 	require.Equal(t, map[string]int{"done": batchTargets}, e.states(t, id))
-	requireExactlyOnce(t, &world{effects: rs.CountByRecipient}, targets)
+	requireExactlyOnce(t, w, targets)
 	for key, n := range rs.CountByIdempotencyKey() {
 		require.True(t, strings.HasPrefix(key, "onceplan-batch-"), "%d messages sent under %q, not in a batch call", n, key)
 		require.Equal(t, 2, n, "a call of two under %s", key)

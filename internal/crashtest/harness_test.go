@@ -212,6 +212,14 @@ func (e *env) stateByOrdinal(t *testing.T, campaign string) map[int]string {
 	return out
 }
 
+// targetAt is the address and key of campaign's target at ordinal.
+func (e *env) targetAt(t *testing.T, campaign string, ordinal int) (address, key string) {
+	t.Helper()
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT t.target, t.key FROM campaign c JOIN plan p ON p.id = c.plan_id
+		JOIN target t ON t.list_id = p.list_id WHERE c.id = $1 AND t.ordinal = $2`, campaign, ordinal).Scan(&address, &key))
+	return address, key
+}
+
 func (e *env) campaignState(t *testing.T, id string) approval.State {
 	t.Helper()
 	c, err := approval.GetCampaign(e.ctx, e.pool, id)

@@ -26,6 +26,8 @@ type world struct {
 	// loseAnswer, for the email services' batch worlds, makes the service
 	// accept its next call and lose the answer (the connection drops).
 	loseAnswer func()
+	// resend is the Resend stand-in of the "resend-batch" world.
+	resend *sink.Resend
 }
 
 func newWorld(t *testing.T, kind string) *world {
@@ -214,13 +216,13 @@ func TestCrashRecoveredAfterTheWindowIsUnknown(t *testing.T) {
 	}
 }
 
-func crashAndRecover(t *testing.T, kind, point string) {
-	e := newEnv(t)
-	w := newWorld(t, kind)
-	id := e.campaign(t, "p", matrixTargets)
-	targets := e.targets(t, id)
-
-	crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT="+point+":3")
+// crashThenRecover runs a worker on campaign id that SIGKILLs itself at
+// point of its nth effect (or batch call), checks that nothing reached
+// w twice meanwhile, and starts a survivor, which it returns once the
+// campaign has completed.
+func crashThenRecover(t *testing.T, e *env, w *world, id, point string, nth int) *worker {
+	t.Helper()
+	crashing := e.startWorker(t, []string{w.provider}, fmt.Sprintf("ONCEPLAN_CRASH_AT=%s:%d", point, nth))
 	crashing.waitExit(t, 60*time.Second)
 	require.Contains(t, crashing.Logs(), "crash point "+point+" reached")
 	requireNoDuplicates(t, w, "right after the crash")
@@ -229,6 +231,16 @@ func crashAndRecover(t *testing.T, kind, point string) {
 	waitFor(t, 60*time.Second, "the campaign to complete", func() bool {
 		return e.campaignState(t, id) == approval.StateCompleted
 	}, survivor)
+	return survivor
+}
+
+func crashAndRecover(t *testing.T, kind, point string) {
+	e := newEnv(t)
+	w := newWorld(t, kind)
+	id := e.campaign(t, "p", matrixTargets)
+	targets := e.targets(t, id)
+
+	survivor := crashThenRecover(t, e, w, id, point, 3)
 	requireNoDuplicates(t, w, "after recovery")
 
 	states := e.states(t, id)
