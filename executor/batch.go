@@ -439,7 +439,7 @@ func wonBy(effs []ledger.Effect) func(ledger.ClaimRequest) claimRes {
 		won[string(e.Key)] = e
 	}
 	return func(cr ledger.ClaimRequest) claimRes {
-		if e, ok := won[string(cr.Key)]; ok && e.Owner == cr.Owner && e.JobID == cr.JobID {
+		if e, ok := won[string(cr.Key)]; ok && cr.Won(e) {
 			delete(won, string(cr.Key))
 			return claimRes{eff: e, won: true}
 		}

@@ -28,6 +28,12 @@ type ClaimRequest struct {
 	Queue    string // "" when no queue is checked
 }
 
+// Won reports whether attempt e, inserted by a claim of several requests,
+// is r's: the attempt at r's key that r's owner and job claimed.
+func (r ClaimRequest) Won(e Effect) bool {
+	return e.Key == r.Key && e.Owner == r.Owner && e.JobID == r.JobID
+}
+
 // Gate is what a claim checks in its own statement, so that a pause, a
 // cancel or a suppression committed before the claim is always seen
 // (check, then commit the pending row, as one step: docs/ARCHITECTURE.md,

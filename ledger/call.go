@@ -100,7 +100,7 @@ func inOrder(reqs []ClaimRequest, effs []Effect) []Effect {
 	}
 	var out []Effect
 	for _, r := range reqs {
-		if e, ok := byKey[r.Key]; ok && e.Owner == r.Owner && e.JobID == r.JobID {
+		if e, ok := byKey[r.Key]; ok && r.Won(e) {
 			out = append(out, e)
 			delete(byKey, r.Key)
 		}
