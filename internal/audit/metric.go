@@ -269,20 +269,22 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 			return err
 		}
 		var plans []int64
-		if err := tx.QueryRow(ctx, samePlans, planID).Scan(&plans); err != nil {
+		var other bool
+		if err := tx.QueryRow(ctx, samePlans, planID).Scan(&plans, &other); err != nil {
 			return err
 		}
 		if plans == nil {
 			return pgx.ErrNoRows
 		}
+		args := pgx.NamedArgs{"plan": planID, "plans": plans, "other": other}
 		var listID int64
-		if err := tx.QueryRow(ctx, metricSQL, pgx.NamedArgs{"plan": planID, "plans": plans}).Scan(
+		if err := tx.QueryRow(ctx, metricSQL, args).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
 			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Revoked, &m.Suppressed); err != nil {
 			return err
 		}
 		if m.Failed > 0 {
-			rows, err := tx.Query(ctx, failedSQL, pgx.NamedArgs{"plan": planID, "plans": plans})
+			rows, err := tx.Query(ctx, failedSQL, args)
 			if err != nil {
 				return err
 			}

@@ -19,16 +19,16 @@ package audit
 //     grows with the plan and not with the rest of the ledger;
 //   - those made by a version with another target list, by key: keys do
 //     not depend on the text, so a target done under version 1 is done for
-//     version 2. Usually there is no such version and this branch reads
-//     nothing; when there is, it hashes the plan's keys. "Usually nothing"
-//     is made sure of by a condition of its own (the EXISTS, which
-//     PostgreSQL evaluates once, before the branch): whatever join the planner picks for
-//     the branch, it never starts when there is no such version. Without
-//     it the planner could start a parallel scan of effect_plan_target
-//     from its first entry, looking other campaigns' attempts up in the
-//     list until it learnt there was no such version (4.2 s instead of
-//     0.6 s at 1,000,000 targets once another campaign had a million
-//     attempts), or hash the whole list first.
+//     version 2. Usually there is no such version; whether there is comes
+//     in as a value (@other, from samePlans), so that a custom plan for
+//     false leaves the branch out altogether. Planned in, even behind a
+//     one-time filter that is false, the branch could start a parallel
+//     scan: two workers launched for nothing beside a long history, and
+//     without any filter a scan of effect_plan_target from its first
+//     entry, looking other campaigns' attempts up in the list (4.2 s
+//     instead of 0.6 s at 1,000,000 targets once another campaign had a
+//     million attempts). When there is such a version, it hashes the
+//     plan's keys.
 //
 // Every attempt at a plan target carries its plan and the target's
 // ordinal (the executor's claim is the only writer and sets them), and
@@ -42,7 +42,11 @@ package audit
 // The current epoch is 0 unless the key was bumped: the ledger's
 // effect_bumped_epoch (migration 0029), the latest epoch of each key ever
 // bumped, hashed once (bumps are few: each is a human act or a registered
-// policy's), joined to the list by key. A blocking attempt
+// policy's) and looked up by the attempts' keys as they come. (Joined to
+// the list first, every bump in the ledger cost an index probe of the
+// list: a cost that grew with the history of other campaigns.) An
+// attempt's key is its target's (migration 0014; the other-list branch
+// joins on it), so this is the target's epoch. A blocking attempt
 // (pending, done, unknown, stranded) is always the newest of its key and
 // epoch, since no attempt can start beside it, and there is at most one
 // (the ledger's unique index), so those are counted as they come. A failed
@@ -58,7 +62,7 @@ counted AS (
     count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS failed,
     count(*) FILTER (WHERE a.state = 'failed' AND a.failure = 'rejected' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS rejected,
     count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS revoked
-  FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
+  FROM attempt a LEFT JOIN effect_bumped_epoch() bu ON bu.key = a.key
   WHERE a.epoch = coalesce(bu.epoch, 0)
 )
 SELECT p.campaign_id, p.version, p.target_count, p.list_id,
@@ -69,27 +73,21 @@ SELECT p.campaign_id, p.version, p.target_count, p.list_id,
 FROM p CROSS JOIN counted c`
 
 // planAttempts is the WITH list metricSQL and failedSQL share: the plan
-// (p), the current epochs of its bumped keys, by ordinal (bumped: the
-// ledger's effect_bumped_epoch; a target not there is at epoch 0), the
-// attempts that count for its targets (attempt) and the targets the claim
-// found suppressed (sup).
+// (p), the attempts that count for its targets (attempt, with their keys
+// for the current epoch) and the targets the claim found suppressed (sup).
+// @plans and @other are samePlans' answers.
 var planAttempts = `
 WITH p AS MATERIALIZED (SELECT fp.id, fp.campaign_id, fp.version, fp.list_id, fp.target_count FROM frozen_plan() fp WHERE fp.id = @plan),
-bumped AS (
-  SELECT t.ordinal, cur.epoch
-  FROM effect_bumped_epoch() cur JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.key = cur.key
-),
 attempt AS (
-  SELECT e.ordinal, e.id, e.epoch, e.state, e.failure, e.reason
+  SELECT e.ordinal, e.key, e.id, e.epoch, e.state, e.failure, e.reason
   FROM effect_attempt() e
   WHERE e.plan_id = ANY (@plans::bigint[])
   UNION ALL
-  SELECT ot.ordinal, oe.id, oe.epoch, oe.state, oe.failure, oe.reason
+  SELECT ot.ordinal, oe.key, oe.id, oe.epoch, oe.state, oe.failure, oe.reason
   FROM frozen_plan() o
   JOIN effect_attempt() oe ON oe.plan_id = o.id
   JOIN list_target() ot ON ot.list_id = (SELECT list_id FROM p) AND ot.key = oe.key
-  WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
-    AND EXISTS (SELECT 1 FROM frozen_plan() v, p WHERE v.campaign_id = p.campaign_id AND v.list_id <> p.list_id)
+  WHERE @other::boolean AND o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
 ),
 sup AS MATERIALIZED (
   SELECT ts.ordinal, ts.key FROM target_suppressed_record() ts
@@ -98,7 +96,7 @@ sup AS MATERIALIZED (
   SELECT t.ordinal, t.key FROM target_suppressed_record() ts
   JOIN frozen_plan() o ON o.id = ts.plan_id
   JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.key = ts.key
-  WHERE o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
+  WHERE @other::boolean AND o.campaign_id = (SELECT campaign_id FROM p) AND o.list_id <> (SELECT list_id FROM p)
 )`
 
 // failedSQL groups the plan's failed targets (as metricSQL counts them) by
@@ -109,7 +107,7 @@ var failedSQL = planAttempts + `
 SELECT coalesce(a.failure, ''), coalesce(a.reason, ''), count(*)::int,
        (array_agg(t.target ORDER BY a.ordinal))[1:3]
 FROM attempt a
-LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
+LEFT JOIN effect_bumped_epoch() bu ON bu.key = a.key
 JOIN list_target() t ON t.list_id = (SELECT list_id FROM p) AND t.ordinal = a.ordinal
 WHERE a.epoch = coalesce(bu.epoch, 0) AND a.state = 'failed'
   AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)
@@ -129,12 +127,15 @@ const noJIT = `SET LOCAL jit = off`
 
 // samePlans lists the plans whose attempts count for plan @plan's targets
 // directly: the plan and the other versions of its campaign frozen on the
-// same list. planAttempts takes them as @plans, values the planner sees
-// (with a custom plan, forcePlans), so that it estimates their attempts
-// from the ledger's statistics for those plans: a long history of other
-// campaigns must not make it guess a large share of the ledger and read
-// all of it.
-const samePlans = `SELECT array_agg(o.id) FROM frozen_plan() p JOIN frozen_plan() o ON o.campaign_id = p.campaign_id AND o.list_id = p.list_id WHERE p.id = $1`
+// same list; and says whether a version of the campaign was frozen on
+// another list. planAttempts takes them as @plans and @other, values the
+// planner sees (with a custom plan, customPlans), so that it estimates
+// their attempts from the ledger's statistics for those plans (a long
+// history of other campaigns must not make it guess a large share of the
+// ledger and read all of it), and leaves out the other-list branch when
+// there is no such version.
+const samePlans = `SELECT array_agg(o.id) FILTER (WHERE o.list_id = p.list_id), coalesce(bool_or(o.list_id <> p.list_id), false)
+FROM frozen_plan() p JOIN frozen_plan() o ON o.campaign_id = p.campaign_id WHERE p.id = $1`
 
 // customPlans has the metric's statements planned for their values
 // (@plans), never with a generic plan, for samePlans' reason.
