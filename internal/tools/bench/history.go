@@ -63,6 +63,12 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 		return err
 	}
 	fmt.Printf("  %s ledger rows, database %s MB, filled in %s\n", thousands(int(rows)), thousands(int(bytes>>20)), time.Since(t).Round(time.Second))
+	var indexes int64
+	var buffers string
+	if err := pool.QueryRow(ctx, `SELECT pg_indexes_size('effect'), current_setting('shared_buffers')`).Scan(&indexes, &buffers); err != nil {
+		return err
+	}
+	fmt.Printf("  the ledger's indexes (effect) %s MB; shared_buffers %s\n", thousands(int(indexes>>20)), buffers)
 
 	type run struct {
 		perSec float64
@@ -75,15 +81,25 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 	}{{"empty", empty}, {"history", pool}}
 	for round := range historyRounds {
 		for _, side := range sides {
+			read0, hit0, err := blockReads(ctx, side.pool)
+			if err != nil {
+				return err
+			}
 			r, err := onceplanExec(ctx, side.pool, n, 16)
 			if err != nil {
 				return fmt.Errorf("history: %s side: %w", side.name, err)
+			}
+			read1, hit1, err := blockReads(ctx, side.pool)
+			if err != nil {
+				return err
 			}
 			auditTime, err := bestOf(3, func() error { _, err := audit.ForPlan(ctx, side.pool, r.planID); return err })
 			if err != nil {
 				return err
 			}
-			fmt.Printf("  round %d, %-7s: %s effects/s, audit of the new plan %s\n", round+1, side.name, thousands(int(r.perSec)), auditTime.Round(time.Millisecond))
+			fmt.Printf("  round %d, %-7s: %s effects/s (blocks read from outside shared buffers: %s of %s, %.1f per effect), audit of the new plan %s\n",
+				round+1, side.name, thousands(int(r.perSec)), thousands(int(read1-read0)), thousands(int(read1-read0+hit1-hit0)),
+				float64(read1-read0)/float64(n), auditTime.Round(time.Millisecond))
 			runs[side.name] = append(runs[side.name], run{r.perSec, auditTime})
 		}
 	}
@@ -106,6 +122,15 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 		time.Duration(median("empty", auditSec)*float64(time.Second)).Round(time.Millisecond), auditRatio, historyRounds),
 		"throughput ≥ 0.9×, audit ≤ 1.2×", throughput >= 0.9 && auditRatio <= 1.2)
 	return nil
+}
+
+// blockReads is how many blocks the pool's database has read from outside
+// PostgreSQL's shared buffers so far (the operating system's cache or the
+// disk), and how many it found in them: where a ledger larger than the
+// buffers costs a campaign.
+func blockReads(ctx context.Context, pool *pgxpool.Pool) (read, hit int64, err error) {
+	err = pool.QueryRow(ctx, `SELECT blks_read, blks_hit FROM pg_stat_database WHERE datname = current_database()`).Scan(&read, &hit)
+	return read, hit, err
 }
 
 // bestOf is f's best time of n runs.
