@@ -46,7 +46,10 @@ func (e *Executor) performCalls(ctx context.Context, j Job, cp *cachedPlan, prov
 		n, res, split, err := e.performCall(ctx, j, cp, prov, j.Ordinal+first, ts[first:min(first+size, len(ts))])
 		prog.Split = append(prog.Split, split...)
 		if err != nil {
-			prog.Next = j.Ordinal + first + n
+			// The job goes on from the call's first target: the error may
+			// have come before the call's claim committed (then nothing of
+			// it is in the ledger), and a target claimed is found pending
+			// and its call recovered (recoverCall).
 			return prog, err
 		}
 		if res.Action == Snooze {
@@ -69,8 +72,9 @@ type member struct {
 
 // performCall sends the targets ts, from ordinal first on, in one call, and
 // returns how many of them it dealt with (n: the targets before the first
-// that cannot be rendered, which is left to the caller's error), the
-// queue's next step, and the targets to retry on jobs of their own.
+// that cannot be rendered or no longer fits in the call's bytes, left to
+// the next call), the queue's next step, and the targets to retry on jobs
+// of their own. On an error none of them counts as dealt with.
 //
 // A target the call's claim did not win (suppressed, its key held, the
 // gate closed), and one that cannot be put into a call, takes the one-call
@@ -99,6 +103,22 @@ func (e *Executor) performCall(ctx context.Context, j Job, cp *cachedPlan, prov 
 		}
 		alone = append(alone, ms[bad.Position])
 		ms = append(ms[:bad.Position:bad.Position], ms[bad.Position+1:]...)
+	}
+	// More bytes than the service takes in one call: the first that fit
+	// go now, the rest (from the first left out) in the next calls. A
+	// target too large for any call goes alone, where the service's answer
+	// says why.
+	var big *provider.CallTooLargeError
+	if _, err := prov.EncodeBatch(requests(ms)); errors.As(err, &big) && big.Fits < len(ms) {
+		carried, next := ms[:big.Fits], big.Fits
+		if big.Fits == 0 {
+			alone, next = append(alone, ms[0]), 1
+		}
+		if next < len(ms) {
+			n = ms[next].ordinal - first
+			alone = slices.DeleteFunc(alone, func(m member) bool { return m.ordinal >= first+n })
+		}
+		ms = carried
 	}
 	res = Result{Action: Complete}
 	if len(ms) > 0 {

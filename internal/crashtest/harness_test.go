@@ -53,6 +53,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	ctx      context.Context
 	url      string
+	owner    string // the database as the schema's owner, for what the app role may not do
 	pool     *pgxpool.Pool
 	enq      *jobs.Enqueuer
 	svc      *approval.Service
@@ -63,7 +64,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	url := pgtest.URL(t)
+	db := pgtest.Database(t)
+	url := db.App
 	pool, err := pgxpool.New(context.Background(), url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -74,7 +76,7 @@ func newEnv(t *testing.T) *env {
 	// to queue again once every process says so.
 	enq := jobs.NewEnqueuer(client)
 	enq.OwnerTimeout = ownerTimeout
-	e := &env{ctx: context.Background(), url: url, pool: pool, enq: enq, svc: approval.NewService(pool, enq)}
+	e := &env{ctx: context.Background(), url: url, owner: db.Owner, pool: pool, enq: enq, svc: approval.NewService(pool, enq)}
 	mk := func(email string, role auth.Role) auth.Actor {
 		id := pgtest.User(t, pool, pgtest.UserOpts{Email: email, Roles: []string{string(role)}})
 		return auth.Actor{UserID: id, Email: email, Roles: []auth.Role{role}}
@@ -88,6 +90,12 @@ func newEnv(t *testing.T) *env {
 // campaign creates, approves and starts a campaign of n targets on provider.
 func (e *env) campaign(t *testing.T, provider string, n int) string {
 	t.Helper()
+	return e.campaignOf(t, provider, n, plan.Payload{From: "sender@example.com", Subject: "Hello {{.name}}", Text: "Hi {{.name}}", HTML: "<p>Hi {{.name}}</p>"})
+}
+
+// campaignOf is campaign with the message payload.
+func (e *env) campaignOf(t *testing.T, provider string, n int, payload plan.Payload) string {
+	t.Helper()
 	var csv strings.Builder
 	csv.WriteString("email,name\n")
 	for i := range n {
@@ -95,7 +103,7 @@ func (e *env) campaign(t *testing.T, provider string, n int) string {
 	}
 	res, err := e.svc.Create(e.ctx, e.proposer, approval.CreateParams{
 		Name: "crash " + provider, Provider: provider,
-		Payload: plan.Payload{From: "sender@example.com", Subject: "Hello {{.name}}", Text: "Hi {{.name}}", HTML: "<p>Hi {{.name}}</p>"},
+		Payload: payload,
 		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csv.String())},
 	})
 	require.NoError(t, err)

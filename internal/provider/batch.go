@@ -43,9 +43,11 @@ type Batcher interface {
 	// the key derived from the ordered effect ids ([BatchKey]). A request
 	// that cannot be put into a call (what makes a single Send answer a
 	// build line: a subject with a line break, a bad unsubscribe link)
-	// gives a *BatchMemberError naming its position. Otherwise only a
-	// caller's mistake fails: no requests, more than the service takes in
-	// one call, or one effect twice.
+	// gives a *BatchMemberError naming its position. Requests over the
+	// bytes the service takes in one call give a *CallTooLargeError saying
+	// how many of the first fit. Otherwise only a caller's mistake fails:
+	// no requests, more than the service takes in one call, or one effect
+	// twice.
 	EncodeBatch(reqs []Request) (BatchRequest, error)
 	// SendBatch posts b exactly as given and returns the raw answer framed
 	// as Send's are (a framed response or a transport-error line). Like
@@ -86,6 +88,20 @@ func (e *BatchMemberError) Error() string {
 
 func (e *BatchMemberError) Unwrap() error { return e.Err }
 
+// CallTooLargeError says a batch would be larger than the service takes in
+// one call (Postmark: 50 MB). Fits is how many of its first requests do fit
+// in one call (0 when the first alone does not); the caller sends those and
+// the rest in calls of their own.
+type CallTooLargeError struct {
+	Service string
+	Limit   int
+	Fits    int
+}
+
+func (e *CallTooLargeError) Error() string {
+	return fmt.Sprintf("a %s batch call carries at most %d bytes; only its first %d messages fit", e.Service, e.Limit, e.Fits)
+}
+
 // batchKeyPrefix starts every batch key, so a key in a service's log says
 // it is a batch's, not an effect's.
 const batchKeyPrefix = "onceplan-batch-"
@@ -106,14 +122,17 @@ func BatchKey(reqs []Request) string {
 
 // encodeBatch is the JSON array of the bodies encode makes of reqs, in
 // order, each exactly as a single Send of it posts: at most most of them
-// (the service's limit), each effect once. A request encode refuses is a
-// *BatchMemberError at its position.
-func encodeBatch(service string, most int, reqs []Request, encode func(Request) ([]byte, error)) ([]byte, error) {
+// and at most maxBytes bytes (the service's limits; maxBytes 0: none
+// documented), each effect once. A request encode refuses is a
+// *BatchMemberError at its position; an array over maxBytes is a
+// *CallTooLargeError, once every request was found encodable.
+func encodeBatch(service string, most, maxBytes int, reqs []Request, encode func(Request) ([]byte, error)) ([]byte, error) {
 	if len(reqs) == 0 || len(reqs) > most {
 		return nil, fmt.Errorf("a %s batch holds 1 to %d messages, not %d", service, most, len(reqs))
 	}
 	seen := make(map[string]int, len(reqs))
 	var b []byte
+	fits := -1 // how many of the first requests fit in maxBytes, once one does not
 	for i, r := range reqs {
 		id := EffectID(r.Key, r.Epoch)
 		if j, dup := seen[id]; dup {
@@ -130,6 +149,12 @@ func encodeBatch(service string, most int, reqs []Request, encode func(Request) 
 			b = append(b, ',')
 		}
 		b = append(b, body...)
+		if fits < 0 && maxBytes > 0 && len(b)+1 > maxBytes {
+			fits = i
+		}
+	}
+	if fits >= 0 {
+		return nil, &CallTooLargeError{Service: service, Limit: maxBytes, Fits: fits}
 	}
 	return append(b, ']'), nil
 }

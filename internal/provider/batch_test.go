@@ -526,3 +526,46 @@ func FuzzClassifyBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestPostmarkBatchOverFiftyMegabytesSaysHowManyFit: Postmark rejects a
+// call over 50 MB whole, so EncodeBatch refuses to make one and says how
+// many of the first messages fit; those make a call the stand-in accepts.
+// A message too large for any call fits none.
+func TestPostmarkBatchOverFiftyMegabytesSaysHowManyFit(t *testing.T) {
+	t.Parallel()
+	pm := sink.NewPostmark(sink.PostmarkOpts{})
+	t.Cleanup(pm.Close)
+	b := newBatcher(t, sink.WithOption(pm.URL(), "batch=100"))
+	reqs := batchOf("a", "b", "c", "d", "e", "f", "g")
+	for i := range reqs {
+		reqs[i].Message.HTML = strings.Repeat("&", 1_400_000) // 8.4 MB of JSON
+	}
+	_, err := b.EncodeBatch(reqs)
+	var big *provider.CallTooLargeError
+	require.ErrorAs(t, err, &big)
+	require.Equal(t, 5, big.Fits, "five messages of 8.4 MB fit in 50 MB, six do not")
+	require.Equal(t, provider.MaxPostmarkCallBytes, big.Limit)
+	require.EqualError(t, err, "a Postmark batch call carries at most 50000000 bytes; only its first 5 messages fit")
+
+	call, err := b.EncodeBatch(reqs[:big.Fits])
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(call.Body), provider.MaxPostmarkCallBytes)
+	raw, err := b.SendBatch(context.Background(), call)
+	require.NoError(t, err)
+	for i, v := range b.ClassifyBatch(raw, big.Fits) {
+		require.Equal(t, provider.OutcomeDone, v.Outcome, "message %d: %.300s", i, raw)
+	}
+	require.Len(t, pm.Messages(), big.Fits)
+
+	huge := batchOf("h")
+	huge[0].Message.HTML = strings.Repeat("&", 8_400_000)
+	_, err = b.EncodeBatch(huge)
+	require.ErrorAs(t, err, &big)
+	require.Zero(t, big.Fits)
+
+	// Resend documents no limit on a call's bytes.
+	rs := sink.NewResend(sink.ResendOpts{})
+	t.Cleanup(rs.Close)
+	_, err = newBatcher(t, sink.WithOption(rs.URL(), "batch=100")).EncodeBatch(reqs)
+	require.NoError(t, err)
+}

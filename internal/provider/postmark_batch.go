@@ -19,13 +19,19 @@ import (
 // (Postmark's documented limit), and so the largest batch= of postmark://.
 const MaxPostmarkBatch = 500
 
+// MaxPostmarkCallBytes is the largest body one POST /email/batch may have:
+// Postmark takes "up to 50 MB payload size, including attachments" and
+// rejects a larger call whole
+// (postmarkapp.com/developer/user-guide/send-email-with-api/batch-emails).
+const MaxPostmarkCallBytes = 50_000_000
+
 // BatchSize is the batch=N option (0: one message per call).
 func (p *postmarkProvider) BatchSize() int { return p.batch }
 
 // EncodeBatch is the JSON array of the messages Send would post for reqs,
 // in order; the key is "" (Postmark takes none).
 func (p *postmarkProvider) EncodeBatch(reqs []Request) (BatchRequest, error) {
-	body, err := encodeBatch("Postmark", MaxPostmarkBatch, reqs, func(r Request) ([]byte, error) {
+	body, err := encodeBatch("Postmark", MaxPostmarkBatch, MaxPostmarkCallBytes, reqs, func(r Request) ([]byte, error) {
 		return postmarkBody(r, p.api.stream)
 	})
 	if err != nil {

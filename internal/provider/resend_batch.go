@@ -28,7 +28,7 @@ func (p *resendProvider) BatchSize() int { return p.batch }
 // EncodeBatch is the JSON array of the emails Send would post for reqs,
 // in order, under the key [BatchKey] derives from their effect ids.
 func (p *resendProvider) EncodeBatch(reqs []Request) (BatchRequest, error) {
-	body, err := encodeBatch("Resend", MaxResendBatch, reqs, func(r Request) ([]byte, error) {
+	body, err := encodeBatch("Resend", MaxResendBatch, 0, reqs, func(r Request) ([]byte, error) {
 		_, body, err := resendRequest(r)
 		return body, err
 	})

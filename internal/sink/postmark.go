@@ -301,9 +301,13 @@ func (in postmarkIn) invalid() string {
 // limit; it answers and returns false when the request stops there.
 func (p *Postmark) admit(rw http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	p.count(true)
-	body, err := io.ReadAll(io.LimitReader(r.Body, 50<<20))
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxPostmarkRequest+1))
 	if err != nil {
 		writeJSON(rw, http.StatusUnprocessableEntity, postmarkError{ErrorCode: 402, Message: "Received invalid JSON input."})
+		return nil, false
+	}
+	if len(body) > MaxPostmarkRequest {
+		writeJSON(rw, http.StatusRequestEntityTooLarge, postmarkError{ErrorCode: 300, Message: "The request is larger than 50 MB."})
 		return nil, false
 	}
 	if !p.authorized(r) {
@@ -369,8 +373,14 @@ func (p *Postmark) email(rw http.ResponseWriter, r *http.Request) {
 }
 
 // MaxPostmarkBatch is how many messages one POST /email/batch may carry
-// (Postmark's documented limit; the request at most 50 MB).
+// (Postmark's documented limit).
 const MaxPostmarkBatch = 500
+
+// MaxPostmarkRequest is the largest request body the stand-in takes:
+// Postmark documents "up to 50 MB payload size, including attachments" for
+// a batch and rejects more; the stand-in reads a megabyte as 2^20 bytes
+// and answers a larger request 413, whole, before looking at it.
+const MaxPostmarkRequest = 50 << 20
 
 // emailBatch is POST /email/batch: a JSON array of up to MaxPostmarkBatch
 // messages, each accepted or refused on its own; the answer is 200 with
