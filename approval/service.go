@@ -26,6 +26,10 @@ import (
 // transaction (package jobs implements it with River's InsertManyFastTx).
 type Enqueuer interface {
 	EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error)
+	// EnqueueUntried enqueues, inside tx, the targets of p (which has no
+	// live job) that were never tried: no attempt at their key's current
+	// epoch, not held, not suppressed.
+	EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error)
 	// EnqueueFreed enqueues target ordinal of p, whose key recovery
 	// freed, with attempts attempts, whatever job is live for it, unless
 	// the ledger holds its key.
@@ -989,6 +993,13 @@ func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attem
 // CompleteIfDone marks a running campaign completed when done (called with
 // the campaign locked) says nothing is left to run. It reports whether it
 // did.
+//
+// A target no job ever tried keeps the campaign running: it goes back on
+// the queue, and the trail says so (untriedReason). Completing would leave
+// it unsent without a word (only the audit would count it missing). After
+// maxUntriedRequeues such rounds for one version the campaign completes
+// anyway, so that a target that can never be tried does not keep the
+// queue busy for ever; the audit then names what is missing.
 func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx context.Context, tx pgx.Tx, c Campaign) (bool, error)) (bool, error) {
 	var completed bool
 	err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -1000,11 +1011,37 @@ func (s *Service) CompleteIfDone(ctx context.Context, id string, done func(ctx c
 		if err != nil || !ok {
 			return err
 		}
+		p, err := plan.GetPlan(ctx, tx, c.PlanID)
+		if err != nil {
+			return err
+		}
+		var rounds int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM campaign_event ev
+			WHERE ev.campaign_id = $1 AND ev.plan_hash = $2 AND ev.action = 'resume' AND ev.detail ? 'untried'`, c.ID, p.Hash).Scan(&rounds); err != nil {
+			return err
+		}
+		if rounds < maxUntriedRequeues {
+			n, err := s.enqueuer.EnqueueUntried(ctx, tx, p)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				return s.move(ctx, tx, nil, &c, auth.ActionResume, p.Hash, fmt.Sprintf(untriedReason, n), map[string]any{"jobs": n, "untried": n})
+			}
+		}
 		completed = true
 		return s.move(ctx, tx, nil, &c, ActionComplete, "", "", nil)
 	})
 	return completed, err
 }
+
+// untriedReason is the trail's reason when CompleteIfDone puts targets no
+// job tried back on the queue (%d: how many).
+const untriedReason = "%d targets were never tried though every job had finished; they are back on the queue"
+
+// maxUntriedRequeues bounds CompleteIfDone's requeues of untried targets
+// for one version of a campaign.
+const maxUntriedRequeues = 3
 
 // ResolveEffect is a person's verdict on a target whose effect is unknown:
 // delivered (done) or not delivered (failed, so a resume sends it once

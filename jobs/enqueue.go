@@ -167,6 +167,34 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 	}
 }
 
+// untriedSQL is the SQL condition that target t has no attempt at all at
+// its key's current epoch: not claimed, not failed, not resolved — never
+// tried. With a plan's jobs all finished and nothing pending, such a
+// target (not held, not suppressed) was lost by the queue, never decided.
+const untriedSQL = `NOT EXISTS (
+	SELECT 1 FROM effect_attempt() f
+	WHERE f.key = t.key AND f.epoch = (SELECT cur.epoch FROM effect_current_epoch(t.key) cur))`
+
+// EnqueueUntried enqueues, inside tx, the targets of p that no job ever
+// tried (untriedSQL) and that nothing holds (notBlocked), for a plan with
+// no live job: what completing the campaign would otherwise leave unsent
+// without a word. It returns how many it enqueued.
+func (e *Enqueuer) EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
+	total, after := 0, 0
+	for {
+		params, last, err := e.collect(ctx, tx, p, e.firstSQL("t.ordinal > @after AND "+untriedSQL), pgx.NamedArgs{"after": after})
+		if err != nil {
+			return total, err
+		}
+		n, err := e.insert(ctx, tx, p, params)
+		total += n
+		if err != nil || n < e.BatchSize {
+			return total, err
+		}
+		after = last
+	}
+}
+
 // stalledJobSQL is the SQL condition for "running job j belongs to a
 // worker process that stopped heartbeating": silent for @silent, two
 // heartbeats (a live process is never that late), whether or not it is

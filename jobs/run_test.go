@@ -239,6 +239,31 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 	exactlyOnce(t, hook, 50)
 }
 
+// TestTargetsNoJobTriedAreQueuedAgainBeforeTheCampaignCompletes: a job
+// that ends without touching its targets (here cancelled in the queue, as
+// River's UI or a bug in a job could) must not let the campaign complete
+// with them never sent. Completion finds them, puts them back on the
+// queue, says so in the trail, and completes once they are done.
+func TestTargetsNoJobTriedAreQueuedAgainBeforeTheCampaignCompletes(t *testing.T) {
+	t.Parallel()
+	hook := sink.NewWebhook(sink.WebhookOpts{})
+	t.Cleanup(hook.Close)
+	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
+	id := w.running(t, "hook", 50)
+	tag, err := w.pool.Exec(w.ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now()
+		WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'onceplan_effect')`)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected())
+	w.start(t)
+
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
+	exactlyOnce(t, hook, 50)
+	require.Equal(t, map[string]int{"done": 50}, w.states(t, id))
+	var reason string
+	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM campaign_event WHERE campaign_id = $1 AND detail ? 'untried'`, id).Scan(&reason))
+	require.Regexp(t, `^\d+ targets were never tried though every job had finished; they are back on the queue$`, reason)
+}
+
 // TestJobsEnqueuedWithTheOldArgumentsRun: jobs enqueued before the
 // arguments were slimmed carry campaign_id, key and provider as well; a
 // campaign with such jobs in the queue runs to completion once per target,
