@@ -180,6 +180,15 @@ const untriedSQL = `NOT EXISTS (
 // no live job: what completing the campaign would otherwise leave unsent
 // without a word. It returns how many it enqueued.
 func (e *Enqueuer) EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (int, error) {
+	// Usually every target has an attempt of the campaign's: counted from
+	// the plans' index (effect_plan_target), that is a short read even at
+	// a million targets, where the walk of the list below is not.
+	var tried bool
+	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT e.ordinal) >= $3 FROM effect_attempt() e
+		WHERE e.plan_id IN (SELECT o.id FROM frozen_plan() o WHERE o.campaign_id = $1 AND o.list_id = $2)`,
+		p.CampaignID, p.ListID, p.TargetCount).Scan(&tried); err != nil || tried {
+		return 0, err
+	}
 	total, after := 0, 0
 	for {
 		params, last, err := e.collect(ctx, tx, p, e.firstSQL("t.ordinal > @after AND "+untriedSQL), pgx.NamedArgs{"after": after})
