@@ -95,21 +95,22 @@ func (e *Executor) performCall(ctx context.Context, j Job, cp *cachedPlan, prov 
 	// A target that cannot be put into a call goes alone: its own call
 	// records why it was not sent.
 	var alone []member
+	var encoded error
 	for len(ms) > 0 {
-		_, err := prov.EncodeBatch(requests(ms))
+		_, encoded = prov.EncodeBatch(requests(ms))
 		var bad *provider.BatchMemberError
-		if !errors.As(err, &bad) || bad.Position < 0 || bad.Position >= len(ms) {
+		if !errors.As(encoded, &bad) || bad.Position < 0 || bad.Position >= len(ms) {
 			break
 		}
 		alone = append(alone, ms[bad.Position])
 		ms = append(ms[:bad.Position:bad.Position], ms[bad.Position+1:]...)
 	}
-	// More bytes than the service takes in one call: the first that fit
-	// go now, the rest (from the first left out) in the next calls. A
-	// target too large for any call goes alone, where the service's answer
-	// says why.
+	// More bytes than the service takes in one call (the last encoding
+	// above says so): the first that fit go now, the rest (from the first
+	// left out) in the next calls. A target too large for any call goes
+	// alone, where the service's answer says why.
 	var big *provider.CallTooLargeError
-	if _, err := prov.EncodeBatch(requests(ms)); errors.As(err, &big) && big.Fits < len(ms) {
+	if errors.As(encoded, &big) && big.Fits < len(ms) {
 		carried, next := ms[:big.Fits], big.Fits
 		if big.Fits == 0 {
 			alone, next = append(alone, ms[0]), 1

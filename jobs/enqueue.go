@@ -152,6 +152,13 @@ func (e *Enqueuer) EnqueueRemaining(ctx context.Context, tx pgx.Tx, p plan.Plan)
 	} else if fresh {
 		query = `SELECT t.ordinal FROM list_target() t WHERE t.list_id = @list AND t.ordinal > @after ORDER BY t.ordinal LIMIT @limit`
 	}
+	return e.enqueueAll(ctx, tx, p, query)
+}
+
+// enqueueAll inserts jobs for the targets query selects (after @after, up
+// to @limit at a time, in ordinal order), a batch at a time, and returns
+// how many targets they carry.
+func (e *Enqueuer) enqueueAll(ctx context.Context, tx pgx.Tx, p plan.Plan, query string) (int, error) {
 	total, after := 0, 0
 	for {
 		params, last, err := e.collect(ctx, tx, p, query, pgx.NamedArgs{"after": after})
@@ -189,19 +196,7 @@ func (e *Enqueuer) EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (
 		p.CampaignID, p.ListID, p.TargetCount).Scan(&tried); err != nil || tried {
 		return 0, err
 	}
-	total, after := 0, 0
-	for {
-		params, last, err := e.collect(ctx, tx, p, e.firstSQL("t.ordinal > @after AND "+untriedSQL), pgx.NamedArgs{"after": after})
-		if err != nil {
-			return total, err
-		}
-		n, err := e.insert(ctx, tx, p, params)
-		total += n
-		if err != nil || n < e.BatchSize {
-			return total, err
-		}
-		after = last
-	}
+	return e.enqueueAll(ctx, tx, p, e.firstSQL("t.ordinal > @after AND "+untriedSQL))
 }
 
 // stalledJobSQL is the SQL condition for "running job j belongs to a
