@@ -400,21 +400,30 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 	log := e.cfg.Logger.With("call", c.ID, "effect", eff.ID, "key", string(eff.Key), "provider", prov.Name())
 	wctx := context.WithoutCancel(ctx)
 
-	// The answer is recorded (and the call's attempts left pending by a
-	// "still working on it"): settle every pending attempt from it.
+	// The answer is recorded: settle every pending attempt from it (the
+	// call's attempts left pending by a "still working on it" wait for the
+	// next answer). An unknown attempt the answer settles is resolved from
+	// it: that is what the recovery that recorded it was doing, one attempt
+	// after the other, when it stopped.
 	answers, err := e.ledger.CallAnswers(ctx, c.ID)
 	if err != nil {
 		return Result{}, true, err
 	}
 	if n := len(answers); n > 0 && isBatcher {
-		vs := classifyBatch(b, answers[n-1].Body, len(members))
-		if vs[pos].Outcome != provider.OutcomeRetryLater && members[pos].State == ledger.StatePending {
+		last := answers[n-1]
+		vs := classifyBatch(b, last.Body, len(members))
+		if answered(vs[pos], members[pos].State) {
 			log.Info("recovering a batch call from its recorded answer", "outcome", string(vs[pos].Outcome))
 			for i, m := range members {
-				if m.State != ledger.StatePending {
+				if !answered(vs[i], m.State) {
 					continue
 				}
-				r, err := e.settle(wctx, prov, cp, m, vs[i])
+				var r Result
+				if m.State == ledger.StateUnknown {
+					r, err = e.resolveUnknown(wctx, cp, m, vs[i], "recovery:"+string(last.Kind))
+				} else {
+					r, err = e.settle(wctx, prov, cp, m, vs[i])
+				}
 				if err != nil && !errors.Is(err, ledger.ErrIllegalTransition) {
 					return Result{}, true, err
 				}
@@ -526,6 +535,7 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 			if err != nil {
 				return Result{}, true, err
 			}
+			e.crash.at(pointAfterResolve)
 			if m.ID == eff.ID {
 				res = r
 			}
@@ -550,6 +560,19 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 		}
 		return e.unknownAll(wctx, open, reason, log)
 	}
+}
+
+// answered reports whether recovery settles an attempt in state from v, its
+// part of the call's recorded answer: a pending attempt by anything but a
+// "retry later"; an unknown one only by a verdict, done or failed.
+func answered(v provider.Verdict, state ledger.State) bool {
+	switch state {
+	case ledger.StatePending:
+		return v.Outcome != provider.OutcomeRetryLater
+	case ledger.StateUnknown:
+		return v.Outcome == provider.OutcomeDone || v.Outcome == provider.OutcomeFailed
+	}
+	return false
 }
 
 // unknownAll settles the pending attempts of open as unknown, for a person,

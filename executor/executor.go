@@ -1145,6 +1145,9 @@ const (
 	pointAfterClaim  = "after-claim"
 	pointAfterSend   = "after-send"
 	pointAfterRaw    = "after-raw"
+	// pointAfterResolve is recovery's: after it resolved one unknown
+	// attempt of a batch call from the call's answer, before the next.
+	pointAfterResolve = "after-resolve"
 )
 
 func crashPointFromEnv() (*crashPoint, error) {
@@ -1159,9 +1162,9 @@ func crashPointFromEnv() (*crashPoint, error) {
 		return cp, fmt.Errorf("ONCEPLAN_CRASH_AT=%q: want POINT:N, e.g. after-claim:3", v)
 	}
 	switch point {
-	case pointBeforeClaim, pointAfterClaim, pointAfterSend, pointAfterRaw:
+	case pointBeforeClaim, pointAfterClaim, pointAfterSend, pointAfterRaw, pointAfterResolve:
 	default:
-		return cp, fmt.Errorf("ONCEPLAN_CRASH_AT=%q: the point is one of before-claim, after-claim, after-send, after-raw", v)
+		return cp, fmt.Errorf("ONCEPLAN_CRASH_AT=%q: the point is one of before-claim, after-claim, after-send, after-raw, after-resolve", v)
 	}
 	return &crashPoint{point: point, nth: nth, seen: map[string]int{}}, nil
 }

@@ -221,6 +221,35 @@ func TestBatchResendWithAClosedGateIsUnknown(t *testing.T) {
 	require.Contains(t, survivor.Logs(), "the call cannot be sent again under its key without it")
 }
 
+// TestBatchRecoveryKilledWhileResolvingItsCallEndsDone: Resend creates a
+// call's two messages and the answer is lost, so both targets are unknown;
+// recovery sends the call again under its key, records the answer and
+// resolves the first target from it, and is killed before the second. The
+// next process resolves the second from the recorded answer: every target
+// done, each message once at the service — the half-resolved call does not
+// wait for a person.
+func TestBatchRecoveryKilledWhileResolvingItsCallEndsDone(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 1)
+	w := newWorld(t, "resend-batch")
+	id := e.campaign(t, "p", batchTargets)
+	targets := e.targets(t, id)
+	w.resend.ApplyThenDrop(1)
+	crashing := e.startWorker(t, []string{w.provider}, "ONCEPLAN_CRASH_AT=after-resolve:1")
+	crashing.waitExit(t, 60*time.Second)
+	require.Equal(t, 1, e.states(t, id)["unknown"], "the call's second target, not yet resolved")
+	requireNoDuplicates(t, w, "after the kill")
+
+	survivor := e.startWorker(t, []string{w.provider})
+	waitFor(t, 60*time.Second, "the campaign to complete with every target done", func() bool {
+		return e.campaignState(t, id) == approval.StateCompleted && e.states(t, id)["done"] == batchTargets
+	}, crashing, survivor)
+	requireExactlyOnce(t, w, targets)
+	var resolvers []string
+	require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT array_agg(resolved_by ORDER BY resolved_by) FROM effect WHERE resolved_by IS NOT NULL`).Scan(&resolvers))
+	require.Equal(t, []string{"recovery:resend", "recovery:resend"}, resolvers, "both resolved from the service's answer to the call sent again")
+}
+
 // TestBatchCallIsNotSentAgainOnceAPersonResolvedOneOfIt: Resend answers a
 // call of two with a 500 and creates nothing, so both targets are unknown;
 // before recovery sends the call again, a person resolves one of them as
