@@ -316,3 +316,56 @@ func TestMetricSkipsOtherListsWhenThereAreNone(t *testing.T) {
 		require.Positive(t, seen["effect"], "%q: the metric read no attempt", settings)
 	}
 }
+
+// TestMetricReadsTheBumpsOnce: the current epochs of the ledger's bumped
+// keys are computed once per audit, whatever join the planner picks for
+// the plan's attempts — not again for each attempt, as a nested loop did
+// when the statistics did not know the plan's attempts yet.
+func TestMetricReadsTheBumpsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.f.Campaign("audited", audittest.Addresses(20))
+	other := b.f.Campaign("another campaign", audittest.Addresses(200))
+	for _, tg := range other.Targets {
+		b.f.Attempt(tg, ledger.StateDone)
+		b.f.Bump(tg)
+	}
+	// The statistics know the history, not the audited plan's attempts:
+	// an audit right after its campaign ran.
+	_, err := b.f.Pool.Exec(b.ctx, `ANALYZE`)
+	require.NoError(t, err)
+	for _, tg := range c.Targets {
+		b.f.Attempt(tg, ledger.StateDone)
+	}
+	for _, settings := range []string{
+		"",
+		"SET LOCAL enable_hashjoin = off",
+		"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
+	} {
+		var out []byte
+		err := pgx.BeginFunc(b.ctx, b.f.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(b.ctx, "SET LOCAL plan_cache_mode = force_custom_plan; "+settings); err != nil {
+				return err
+			}
+			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL,
+				pgx.NamedArgs{"plan": c.PlanID, "plans": []int64{c.PlanID}, "other": false}).Scan(&out)
+		})
+		require.NoError(t, err, settings)
+		// Each node over a scan of the bumps (their aggregate) runs at
+		// most once: a rescan of a hashed aggregate does not read the
+		// table again, but it goes through all of its groups again.
+		scans := 0
+		pgtest.ParsePlan(t, out).Walk(func(n pgtest.PlanNode) {
+			for _, c := range n.Plans {
+				if c.Relation == "effect_bump" {
+					scans++
+					require.LessOrEqual(t, n.Loops, 1, "%q: the bumps are gone through %d times in one audit", settings, n.Loops)
+				}
+			}
+		})
+		require.Positive(t, scans, "%q: the metric read no bump", settings)
+	}
+	m, err := audit.ForPlan(b.ctx, b.f.Pool, c.PlanID)
+	require.NoError(t, err)
+	require.Equal(t, 20, m.ExactlyOnce)
+}
