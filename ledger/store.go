@@ -198,9 +198,10 @@ func (s *Store) Current(ctx context.Context, key Key) (Effect, error) {
 	return s.blocking(ctx, key)
 }
 
-// History returns every attempt at key, oldest first, across all epochs.
+// History returns every attempt at key, oldest first, across all epochs,
+// hot or archived.
 func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = $1 ORDER BY epoch, id`, string(key))
+	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE key = $1 ORDER BY epoch, id`, string(key))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -215,7 +216,7 @@ func (s *Store) Newest(ctx context.Context, keys []Key, limit int) ([]Effect, er
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = ANY ($1::text[]) ORDER BY id DESC LIMIT $2`, ks, limit)
+	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE key = ANY ($1::text[]) ORDER BY id DESC LIMIT $2`, ks, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -310,14 +311,22 @@ type Response struct {
 	Position int
 }
 
-// Responses returns the raw answers recorded for an attempt, oldest first.
+// Responses returns the raw answers recorded for an attempt, hot or
+// archived, oldest first.
 func (s *Store) Responses(ctx context.Context, effectID int64) ([]Response, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT r.id, r.effect_id, r.kind, coalesce(b.body, r.body), r.created_at, coalesce(b.batch_id, 0), coalesce(m.position, 0)
 		FROM effect_response r
 		LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
 		LEFT JOIN effect_batch_member m ON m.batch_id = b.batch_id AND m.effect_id = r.effect_id
-		WHERE r.effect_id = $1 ORDER BY r.id`, effectID)
+		WHERE r.effect_id = $1
+		UNION ALL
+		SELECT r.id, r.effect_id, r.kind, coalesce(b.body, r.body), r.created_at, coalesce(b.batch_id, 0), coalesce(m.position, 0)
+		FROM effect_response_archive r
+		LEFT JOIN effect_batch_response_archive b ON b.id = r.batch_response_id
+		LEFT JOIN effect_batch_member_archive m ON m.batch_id = b.batch_id AND m.effect_id = r.effect_id
+		WHERE r.effect_id = $1
+		ORDER BY 1`, effectID)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -572,9 +581,9 @@ func (s *Store) Policies(ctx context.Context) ([]Policy, error) {
 	return out, translate(err)
 }
 
-// Get reads one attempt by id.
+// Get reads one attempt by id, hot or archived.
 func (s *Store) Get(ctx context.Context, id int64) (Effect, error) {
-	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect WHERE id = $1`, id))
+	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return e, fmt.Errorf("%w: effect %d", onceplan.ErrNotFound, id)
 	}

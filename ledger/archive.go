@@ -1,0 +1,51 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/onceplan/onceplan/internal/onceplan"
+)
+
+// Archived is what archiving one campaign moved out of the hot tables
+// (docs/ARCHITECTURE.md, "The archive").
+type Archived struct {
+	Campaign string
+	By       string
+	// Attempts, Answers and Calls count the attempts, their raw-answer rows
+	// and the batch calls that carried them.
+	Attempts int64
+	Answers  int64
+	Calls    int64
+	At       time.Time
+}
+
+// ArchiveCampaign moves campaign's attempts, their raw answers and their
+// batch calls into the archive, in one transaction (archive_campaign,
+// migration 0034): afterwards the claims and settles of other campaigns
+// walk indexes without them, while every read of the ledger's history
+// (effect_attempt(), Get, History, Responses, the audit) still finds
+// them. PostgreSQL refuses a campaign that is not completed or cancelled,
+// or that has an attempt pending or unknown, and keeps an archived
+// campaign from ever running again.
+func (s *Store) ArchiveCampaign(ctx context.Context, campaign, actor string) (Archived, error) {
+	a := Archived{Campaign: campaign}
+	err := s.db.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM archive_campaign($1::uuid, $2)`,
+		campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+	return a, translate(err)
+}
+
+// ArchivedCampaign reports whether campaign was archived, and what moved.
+func (s *Store) ArchivedCampaign(ctx context.Context, campaign string) (Archived, bool, error) {
+	a := Archived{Campaign: campaign}
+	err := s.db.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM campaign_archive WHERE campaign_id = $1::uuid`,
+		campaign).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+	if err == nil {
+		return a, true, nil
+	}
+	if err = translate(err); errors.Is(err, onceplan.ErrNotFound) {
+		return Archived{}, false, nil
+	}
+	return Archived{}, false, err
+}
