@@ -98,6 +98,13 @@ const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), 
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
 	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), coalesce(failure, ''), created_at, updated_at, settled_at`
 
+// everyAttempt selects effectCols of the attempts, hot or archived
+// (docs/ARCHITECTURE.md, "The archive"), for which where holds.
+func everyAttempt(where string) string {
+	return `SELECT ` + effectCols + ` FROM effect WHERE ` + where +
+		` UNION ALL SELECT ` + effectCols + ` FROM effect_archive WHERE ` + where
+}
+
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var key, state, failure string
@@ -201,7 +208,7 @@ func (s *Store) Current(ctx context.Context, key Key) (Effect, error) {
 // History returns every attempt at key, oldest first, across all epochs,
 // hot or archived.
 func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE key = $1 ORDER BY epoch, id`, string(key))
+	rows, err := s.db.Query(ctx, everyAttempt(`key = $1`)+` ORDER BY epoch, id`, string(key))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -216,7 +223,7 @@ func (s *Store) Newest(ctx context.Context, keys []Key, limit int) ([]Effect, er
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE key = ANY ($1::text[]) ORDER BY id DESC LIMIT $2`, ks, limit)
+	rows, err := s.db.Query(ctx, everyAttempt(`key = ANY ($1::text[])`)+` ORDER BY id DESC LIMIT $2`, ks, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -583,7 +590,7 @@ func (s *Store) Policies(ctx context.Context) ([]Policy, error) {
 
 // Get reads one attempt by id, hot or archived.
 func (s *Store) Get(ctx context.Context, id int64) (Effect, error) {
-	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect_attempt() WHERE id = $1`, id))
+	e, err := scanEffect(s.db.QueryRow(ctx, everyAttempt(`id = $1`), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return e, fmt.Errorf("%w: effect %d", onceplan.ErrNotFound, id)
 	}

@@ -250,40 +250,21 @@ END $$;
 REVOKE ALL ON FUNCTION archive_campaign(uuid, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION archive_campaign(uuid, text) TO onceplan_app;
 
--- Every attempt, hot or archived (migration 0030's read, now of both).
-CREATE OR REPLACE FUNCTION effect_attempt() RETURNS TABLE (
+-- The archive's attempts, with effect_attempt()'s columns (migration
+-- 0030). A campaign's attempts are all hot or all archived (its keys are
+-- its own, and archive_campaign moves every plan of it), so a reader of one
+-- campaign reads one of the two, never both.
+CREATE FUNCTION effect_archived() RETURNS TABLE (
     id bigint, key text, epoch int, state effect_state, attempt int, owner text, job_id bigint,
     plan_id bigint, ordinal int, receipt text, reason text, failure text,
     resolved_by text, resolution text, revoked_by text, revoke_reason text,
     created_at timestamptz, updated_at timestamptz, settled_at timestamptz)
 LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT e.id, e.key, e.epoch, e.state, e.attempt, e.owner, e.job_id,
-           e.plan_id, e.ordinal, e.receipt, e.reason, e.failure,
-           e.resolved_by, e.resolution, e.revoked_by, e.revoke_reason,
-           e.created_at, e.updated_at, e.settled_at
-    FROM effect e
-    UNION ALL
     SELECT a.id, a.key, a.epoch, a.state, a.attempt, a.owner, a.job_id,
            a.plan_id, a.ordinal, a.receipt, a.reason, a.failure,
            a.resolved_by, a.resolution, a.revoked_by, a.revoke_reason,
            a.created_at, a.updated_at, a.settled_at
     FROM effect_archive a
-$$;
-
--- The newest raw answer of an attempt, hot or archived (migration 0033's
--- read, now of both).
-CREATE OR REPLACE FUNCTION effect_latest_response(effect bigint) RETURNS TABLE (body bytea, kind text)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT x.body, x.kind FROM (
-        SELECT r.id, coalesce(b.body, r.body) AS body, r.kind FROM effect_response r
-        LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
-        WHERE r.effect_id = effect_latest_response.effect
-        UNION ALL
-        SELECT r.id, coalesce(b.body, r.body), r.kind FROM effect_response_archive r
-        LEFT JOIN effect_batch_response_archive b ON b.id = r.batch_response_id
-        WHERE r.effect_id = effect_latest_response.effect
-    ) x
-    ORDER BY x.id DESC LIMIT 1
 $$;
 
 -- The app role reads the archive; only archive_campaign writes it (the

@@ -402,6 +402,21 @@ END $$;
 
 
 --
+-- Name: effect_archived(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archived() RETURNS TABLE(id bigint, key text, epoch integer, state public.effect_state, attempt integer, owner text, job_id bigint, plan_id bigint, ordinal integer, receipt text, reason text, failure text, resolved_by text, resolution text, revoked_by text, revoke_reason text, created_at timestamp with time zone, updated_at timestamp with time zone, settled_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT a.id, a.key, a.epoch, a.state, a.attempt, a.owner, a.job_id,
+           a.plan_id, a.ordinal, a.receipt, a.reason, a.failure,
+           a.resolved_by, a.resolution, a.revoked_by, a.revoke_reason,
+           a.created_at, a.updated_at, a.settled_at
+    FROM effect_archive a
+$$;
+
+
+--
 -- Name: effect_archived_key(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -429,12 +444,6 @@ CREATE FUNCTION public.effect_attempt() RETURNS TABLE(id bigint, key text, epoch
            e.resolved_by, e.resolution, e.revoked_by, e.revoke_reason,
            e.created_at, e.updated_at, e.settled_at
     FROM effect e
-    UNION ALL
-    SELECT a.id, a.key, a.epoch, a.state, a.attempt, a.owner, a.job_id,
-           a.plan_id, a.ordinal, a.receipt, a.reason, a.failure,
-           a.resolved_by, a.resolution, a.revoked_by, a.revoke_reason,
-           a.created_at, a.updated_at, a.settled_at
-    FROM effect_archive a
 $$;
 
 
@@ -606,16 +615,10 @@ $$;
 CREATE FUNCTION public.effect_latest_response(effect bigint) RETURNS TABLE(body bytea, kind text)
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-    SELECT x.body, x.kind FROM (
-        SELECT r.id, coalesce(b.body, r.body) AS body, r.kind FROM effect_response r
-        LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
-        WHERE r.effect_id = effect_latest_response.effect
-        UNION ALL
-        SELECT r.id, coalesce(b.body, r.body), r.kind FROM effect_response_archive r
-        LEFT JOIN effect_batch_response_archive b ON b.id = r.batch_response_id
-        WHERE r.effect_id = effect_latest_response.effect
-    ) x
-    ORDER BY x.id DESC LIMIT 1
+    SELECT coalesce(b.body, r.body), r.kind FROM effect_response r
+    LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
+    WHERE r.effect_id = effect_latest_response.effect
+    ORDER BY r.id DESC LIMIT 1
 $$;
 
 
@@ -5373,7 +5376,7 @@ ALTER TABLE ONLY public.tool_call_legacy_key
 -- Name: TABLE campaign_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.campaign_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.campaign_archive TO onceplan_app;
 
 
 --
@@ -5634,7 +5637,7 @@ GRANT UPDATE(failure) ON TABLE public.effect TO onceplan_app;
 -- Name: TABLE effect_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_archive TO onceplan_app;
 
 
 --
@@ -5648,7 +5651,7 @@ GRANT SELECT,INSERT ON TABLE public.effect_batch TO onceplan_app;
 -- Name: TABLE effect_batch_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_batch_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_batch_archive TO onceplan_app;
 
 
 --
@@ -5669,7 +5672,7 @@ GRANT SELECT,INSERT ON TABLE public.effect_batch_member TO onceplan_app;
 -- Name: TABLE effect_batch_member_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_batch_member_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_batch_member_archive TO onceplan_app;
 
 
 --
@@ -5683,7 +5686,7 @@ GRANT SELECT,INSERT ON TABLE public.effect_batch_response TO onceplan_app;
 -- Name: TABLE effect_batch_response_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_batch_response_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_batch_response_archive TO onceplan_app;
 
 
 --
@@ -5718,7 +5721,7 @@ GRANT SELECT,INSERT ON TABLE public.effect_response TO onceplan_app;
 -- Name: TABLE effect_response_archive; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_response_archive TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_response_archive TO onceplan_app;
 
 
 --
