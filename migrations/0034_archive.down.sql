@@ -20,25 +20,7 @@ ALTER TABLE effect_batch ENABLE TRIGGER USER;
 ALTER TABLE effect_batch_member ENABLE TRIGGER USER;
 ALTER TABLE effect_batch_response ENABLE TRIGGER USER;
 
-CREATE OR REPLACE FUNCTION effect_latest_response(effect bigint) RETURNS TABLE (body bytea, kind text)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT coalesce(b.body, r.body), r.kind FROM effect_response r
-    LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
-    WHERE r.effect_id = effect_latest_response.effect
-    ORDER BY r.id DESC LIMIT 1
-$$;
-CREATE OR REPLACE FUNCTION effect_attempt() RETURNS TABLE (
-    id bigint, key text, epoch int, state effect_state, attempt int, owner text, job_id bigint,
-    plan_id bigint, ordinal int, receipt text, reason text, failure text,
-    resolved_by text, resolution text, revoked_by text, revoke_reason text,
-    created_at timestamptz, updated_at timestamptz, settled_at timestamptz)
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-    SELECT e.id, e.key, e.epoch, e.state, e.attempt, e.owner, e.job_id,
-           e.plan_id, e.ordinal, e.receipt, e.reason, e.failure,
-           e.resolved_by, e.resolution, e.revoked_by, e.revoke_reason,
-           e.created_at, e.updated_at, e.settled_at
-    FROM effect e
-$$;
+DROP FUNCTION effect_archived();
 DROP FUNCTION archive_campaign(uuid, text);
 
 DROP TRIGGER inbound_event_effect ON inbound_event;

@@ -2,10 +2,11 @@
 -- attempts, raw answers and batch calls move, in one transaction, out of
 -- the ledger's hot tables into tables of the same shape, so that the
 -- indexes the next campaign's claims and settles walk hold only what may
--- still change. Every reader of the ledger's history (the audit, the
--- export, the pages) reads both: effect_attempt() and
--- effect_latest_response() below, ledger.Store's reads by id and key. The
--- package ledger owns these tables; archive_campaign() is the only writer.
+-- still change. A campaign's attempts are all hot or all archived: its
+-- readers (the audit, the export, the pages) read effect_archived() below
+-- in place of effect_attempt() once it is archived, and ledger.Store's
+-- reads by id and key read both. The package ledger owns these tables;
+-- archive_campaign() is the only writer.
 
 -- (LIKE copies the columns as plain ones: the hot table's generated and
 -- identity columns keep their values here as they were.)
@@ -201,6 +202,15 @@ BEGIN
         RAISE EXCEPTION 'campaign %: already archived', campaign USING ERRCODE = 'OP002';
     END IF;
     SELECT coalesce(array_agg(p.id), '{}') INTO plans FROM plan p WHERE p.campaign_id = campaign;
+    -- A campaign's attempts are all hot or all archived (readers of one
+    -- campaign read one of the two): an attempt outside any plan on one of
+    -- its keys would stay behind.
+    IF EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+               JOIN effect e ON e.key = t.key AND e.plan_id IS NULL
+               WHERE p.id = ANY (plans)) THEN
+        RAISE EXCEPTION 'campaign %: an attempt outside any plan was made on one of its keys, and would stay behind', campaign
+            USING ERRCODE = 'OP002';
+    END IF;
 
     CREATE TEMP TABLE archiving_effect (id bigint PRIMARY KEY) ON COMMIT DROP;
     CREATE TEMP TABLE archiving_batch (id bigint PRIMARY KEY) ON COMMIT DROP;

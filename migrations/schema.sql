@@ -121,6 +121,15 @@ BEGIN
         RAISE EXCEPTION 'campaign %: already archived', campaign USING ERRCODE = 'OP002';
     END IF;
     SELECT coalesce(array_agg(p.id), '{}') INTO plans FROM plan p WHERE p.campaign_id = campaign;
+    -- A campaign's attempts are all hot or all archived (readers of one
+    -- campaign read one of the two): an attempt outside any plan on one of
+    -- its keys would stay behind.
+    IF EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+               JOIN effect e ON e.key = t.key AND e.plan_id IS NULL
+               WHERE p.id = ANY (plans)) THEN
+        RAISE EXCEPTION 'campaign %: an attempt outside any plan was made on one of its keys, and would stay behind', campaign
+            USING ERRCODE = 'OP002';
+    END IF;
 
     CREATE TEMP TABLE archiving_effect (id bigint PRIMARY KEY) ON COMMIT DROP;
     CREATE TEMP TABLE archiving_batch (id bigint PRIMARY KEY) ON COMMIT DROP;

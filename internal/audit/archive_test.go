@@ -36,12 +36,13 @@ func answers(t *testing.T, ctx context.Context, db onceplan.DB, planID int64) (a
 	var csv bytes.Buffer
 	require.NoError(t, audit.Export(ctx, db, planID, audit.ExportCSV, &csv))
 	var key string
-	var id int64
-	require.NoError(t, db.QueryRow(ctx, `SELECT key, id FROM effect_attempt() WHERE plan_id = $1 AND ordinal = 1001 ORDER BY id LIMIT 1`, planID).Scan(&key, &id))
+	require.NoError(t, db.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
+		WHERE p.id = $1 AND t.ordinal = 1001`, planID).Scan(&key))
 	store := ledger.NewStore(db)
 	history, err := store.History(ctx, ledger.Key(key))
 	require.NoError(t, err)
-	responses, err := store.Responses(ctx, id)
+	require.NotEmpty(t, history)
+	responses, err := store.Responses(ctx, history[0].ID)
 	require.NoError(t, err)
 	return m, csv.String(), history, responses
 }

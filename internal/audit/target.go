@@ -147,7 +147,11 @@ var (
 
 // queryRows reads the targets of one shape.
 func queryRows(ctx context.Context, db onceplan.DB, s shape, args ...any) ([]TargetRow, error) {
-	rows, err := db.Query(ctx, fmt.Sprintf(targetRowSQL, s.from, s.where, s.order, s.limit), args...)
+	arch, err := archived(ctx, db, args[0].(int64), true)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, attemptsIn(fmt.Sprintf(targetRowSQL, s.from, s.where, s.order, s.limit), arch), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +346,11 @@ func (c *Counts) of(state string) *int {
 // Keys, not plan ids, join the ledger, so a target done under an earlier
 // version of the campaign counts as done.
 func ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (Counts, error) {
-	rows, err := db.Query(ctx, listCountsSQL, listID)
+	arch, err := archived(ctx, db, listID, true)
+	if err != nil {
+		return Counts{}, err
+	}
+	rows, err := db.Query(ctx, attemptsIn(listCountsSQL, arch), listID)
 	if err != nil {
 		return Counts{}, err
 	}
