@@ -211,17 +211,31 @@ func exactlyOnce(t *testing.T, hook *sink.Webhook, n int) {
 	}
 }
 
-func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
-	t.Parallel()
+// hookWorld is a world whose one provider, "hook", is a webhook
+// stand-in: the outside world its effects are counted at.
+func hookWorld(t *testing.T) (*world, *sink.Webhook) {
+	t.Helper()
 	hook := sink.NewWebhook(sink.WebhookOpts{})
 	t.Cleanup(hook.Close)
-	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
+	return newWorld(t, jobs.Config{}, "hook="+hook.URL()), hook
+}
+
+// completesOnce waits for campaign id to complete, then checks what a
+// user sees: each of its n targets reached once at hook, and all done.
+func (w *world) completesOnce(t *testing.T, hook *sink.Webhook, id string, n int) {
+	t.Helper()
+	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
+	exactlyOnce(t, hook, n)
+	require.Equal(t, map[string]int{"done": n}, w.states(t, id))
+}
+
+func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
+	t.Parallel()
+	w, hook := hookWorld(t)
 	w.start(t)
 	id := w.running(t, "hook", 50)
 
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
-	exactlyOnce(t, hook, 50)
-	require.Equal(t, map[string]int{"done": 50}, w.states(t, id))
+	w.completesOnce(t, hook, id, 50)
 
 	// A resume, and the same targets enqueued again, do nothing more:
 	// the ledger says they are done.
@@ -246,9 +260,7 @@ func TestCampaignRunsToCompletionOncePerTarget(t *testing.T) {
 // queue, says so in the trail, and completes once they are done.
 func TestTargetsNoJobTriedAreQueuedAgainBeforeTheCampaignCompletes(t *testing.T) {
 	t.Parallel()
-	hook := sink.NewWebhook(sink.WebhookOpts{})
-	t.Cleanup(hook.Close)
-	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
+	w, hook := hookWorld(t)
 	id := w.running(t, "hook", 50)
 	tag, err := w.pool.Exec(w.ctx, `UPDATE river_job SET state = 'cancelled', finalized_at = now()
 		WHERE id = (SELECT min(id) FROM river_job WHERE kind = 'onceplan_effect')`)
@@ -256,9 +268,7 @@ func TestTargetsNoJobTriedAreQueuedAgainBeforeTheCampaignCompletes(t *testing.T)
 	require.EqualValues(t, 1, tag.RowsAffected())
 	w.start(t)
 
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
-	exactlyOnce(t, hook, 50)
-	require.Equal(t, map[string]int{"done": 50}, w.states(t, id))
+	w.completesOnce(t, hook, id, 50)
 	var reason string
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT reason FROM campaign_event WHERE campaign_id = $1 AND detail ? 'untried'`, id).Scan(&reason))
 	require.Regexp(t, `^\d+ targets were never tried though every job had finished; they are back on the queue$`, reason)
@@ -271,9 +281,7 @@ func TestTargetsNoJobTriedAreQueuedAgainBeforeTheCampaignCompletes(t *testing.T)
 // job says.
 func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	t.Parallel()
-	hook := sink.NewWebhook(sink.WebhookOpts{})
-	t.Cleanup(hook.Close)
-	w := newWorld(t, jobs.Config{}, "hook="+hook.URL())
+	w, hook := hookWorld(t)
 	id := w.running(t, "hook", 10) // enqueued, not worked yet
 	tag, err := w.pool.Exec(w.ctx, `
 		UPDATE river_job SET args = args || jsonb_build_object('campaign_id', $1::text, 'provider', 'hook',
@@ -282,9 +290,7 @@ func TestJobsEnqueuedWithTheOldArgumentsRun(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 10, tag.RowsAffected())
 	w.start(t)
-	await.Until(t, 30*time.Second, "the campaign to complete", func() bool { return w.campaignState(t, id) == approval.StateCompleted })
-	exactlyOnce(t, hook, 10)
-	require.Equal(t, map[string]int{"done": 10}, w.states(t, id))
+	w.completesOnce(t, hook, id, 10)
 	var strays int
 	require.NoError(t, w.pool.QueryRow(w.ctx, `SELECT count(*) FROM effect WHERE key = 'v1:' || repeat('0', 64)`).Scan(&strays))
 	require.Zero(t, strays, "ledger rows under the key the jobs carried")
