@@ -3,7 +3,11 @@ package ledger
 import (
 	"context"
 	"errors"
+	"regexp"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceplan/onceplan/internal/onceplan"
 )
@@ -31,10 +35,30 @@ type Archived struct {
 // campaign from ever running again.
 func (s *Store) ArchiveCampaign(ctx context.Context, campaign, actor string) (Archived, error) {
 	a := Archived{Campaign: campaign}
-	err := s.db.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM archive_campaign($1::uuid, $2)`,
-		campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+	// In a transaction of its own: a caller that stops before the commit
+	// (killed, its connection gone) leaves every row where it was.
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM archive_campaign($1::uuid, $2)`,
+			campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "OP002" {
+		return a, &NotArchivedError{Reason: campaignPrefix.ReplaceAllString(pgErr.Message, "")}
+	}
 	return a, translate(err)
 }
+
+// NotArchivedError is PostgreSQL's refusal to archive a campaign, and why
+// (the campaign is not finished, it has attempts still open, ...).
+type NotArchivedError struct{ Reason string }
+
+func (e *NotArchivedError) Error() string { return "not archived: " + e.Reason }
+
+// Unwrap makes a refusal an ErrIllegalTransition.
+func (e *NotArchivedError) Unwrap() error { return ErrIllegalTransition }
+
+// campaignPrefix is how archive_campaign's refusals start.
+var campaignPrefix = regexp.MustCompile(`^campaign [0-9a-f-]{36}: `)
 
 // ArchivedCampaign reports whether campaign was archived, and what moved.
 func (s *Store) ArchivedCampaign(ctx context.Context, campaign string) (Archived, bool, error) {

@@ -67,7 +67,7 @@ DECLARE
 BEGIN
     SELECT c.state INTO st FROM campaign c WHERE c.id = NEW.campaign_id FOR UPDATE;
     IF st IS NULL OR st NOT IN ('completed', 'cancelled') THEN
-        RAISE EXCEPTION 'campaign %: only a completed or cancelled campaign is archived, not a % one', NEW.campaign_id, coalesce(st::text, 'missing')
+        RAISE EXCEPTION 'campaign %: it is %; only a completed or cancelled campaign is archived', NEW.campaign_id, coalesce(replace(st, '_', ' '), 'missing')
             USING ERRCODE = 'OP002';
     END IF;
     SELECT e.state INTO open_state FROM plan p JOIN effect e ON e.plan_id = p.id
@@ -199,7 +199,7 @@ BEGIN
         RAISE EXCEPTION 'campaign %: no such campaign', campaign USING ERRCODE = 'P0002';
     END IF;
     IF EXISTS (SELECT 1 FROM campaign_archive a WHERE a.campaign_id = campaign) THEN
-        RAISE EXCEPTION 'campaign %: already archived', campaign USING ERRCODE = 'OP002';
+        RAISE EXCEPTION 'campaign %: it is archived already', campaign USING ERRCODE = 'OP002';
     END IF;
     SELECT coalesce(array_agg(p.id), '{}') INTO plans FROM plan p WHERE p.campaign_id = campaign;
     -- A campaign's attempts are all hot or all archived (readers of one

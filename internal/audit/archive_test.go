@@ -94,10 +94,10 @@ func TestArchivedCampaignAnswersAsBefore(t *testing.T) {
 
 	_, err = ledger.NewStore(app).ArchiveCampaign(ctx, s.CampaignID, "ops@example.com")
 	require.ErrorIs(t, err, ledger.ErrIllegalTransition)
-	require.ErrorContains(t, err, "already archived")
+	require.ErrorContains(t, err, "it is archived already")
 	_, err = ledger.NewStore(app).ArchiveCampaign(ctx, other.CampaignID, "ops@example.com")
 	require.ErrorIs(t, err, ledger.ErrIllegalTransition)
-	require.ErrorContains(t, err, "only a completed or cancelled campaign is archived, not a running one")
+	require.ErrorContains(t, err, "it is running; only a completed or cancelled campaign is archived")
 	_, err = admin.Exec(ctx, `UPDATE campaign SET state = 'completed' WHERE id = $1`, other.CampaignID)
 	require.NoError(t, err)
 	_, err = ledger.NewStore(app).ArchiveCampaign(ctx, other.CampaignID, "ops@example.com")
