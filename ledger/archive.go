@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
 // Archived is what archiving one campaign moved out of the hot tables
@@ -59,17 +57,3 @@ func (e *NotArchivedError) Unwrap() error { return ErrIllegalTransition }
 
 // campaignPrefix is how archive_campaign's refusals start.
 var campaignPrefix = regexp.MustCompile(`^campaign [0-9a-f-]{36}: `)
-
-// ArchivedCampaign reports whether campaign was archived, and what moved.
-func (s *Store) ArchivedCampaign(ctx context.Context, campaign string) (Archived, bool, error) {
-	a := Archived{Campaign: campaign}
-	err := s.db.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM campaign_archive WHERE campaign_id = $1::uuid`,
-		campaign).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
-	if err == nil {
-		return a, true, nil
-	}
-	if err = translate(err); errors.Is(err, onceplan.ErrNotFound) {
-		return Archived{}, false, nil
-	}
-	return Archived{}, false, err
-}
