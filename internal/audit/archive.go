@@ -19,13 +19,18 @@ const (
 	archivedListSQL = `SELECT EXISTS (SELECT 1 FROM frozen_plan() p JOIN campaign_archive a ON a.campaign_id = p.campaign_id WHERE p.list_id = $1)`
 )
 
-// archived reports whether the campaign of plan (byList false) or of the
-// plans of list (byList true) was archived.
-func archived(ctx context.Context, db onceplan.DB, id int64, byList bool) (bool, error) {
-	sql := archivedPlanSQL
-	if byList {
-		sql = archivedListSQL
-	}
+// archivedPlan reports whether the campaign of plan was archived.
+func archivedPlan(ctx context.Context, db onceplan.DB, plan int64) (bool, error) {
+	return exists(ctx, db, archivedPlanSQL, plan)
+}
+
+// archivedList reports whether the campaign whose plans list is was
+// archived.
+func archivedList(ctx context.Context, db onceplan.DB, list int64) (bool, error) {
+	return exists(ctx, db, archivedListSQL, list)
+}
+
+func exists(ctx context.Context, db onceplan.DB, sql string, id int64) (bool, error) {
 	var yes bool
 	err := db.QueryRow(ctx, sql, id).Scan(&yes)
 	return yes, err

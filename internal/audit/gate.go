@@ -96,7 +96,7 @@ func readUngated(ctx context.Context, tx pgx.Tx, planID int64) ([]Ungated, error
 	if err != nil {
 		return nil, err
 	}
-	arch, err := archived(ctx, tx, planID, false)
+	arch, err := archivedPlan(ctx, tx, planID)
 	if err != nil {
 		return nil, err
 	}

@@ -276,7 +276,7 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 		if plans == nil {
 			return pgx.ErrNoRows
 		}
-		arch, err := archived(ctx, tx, planID, false)
+		arch, err := archivedPlan(ctx, tx, planID)
 		if err != nil {
 			return err
 		}

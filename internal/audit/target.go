@@ -147,7 +147,7 @@ var (
 
 // queryRows reads the targets of one shape.
 func queryRows(ctx context.Context, db onceplan.DB, s shape, args ...any) ([]TargetRow, error) {
-	arch, err := archived(ctx, db, args[0].(int64), true)
+	arch, err := archivedList(ctx, db, args[0].(int64))
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +346,7 @@ func (c *Counts) of(state string) *int {
 // Keys, not plan ids, join the ledger, so a target done under an earlier
 // version of the campaign counts as done.
 func ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (Counts, error) {
-	arch, err := archived(ctx, db, listID, true)
+	arch, err := archivedList(ctx, db, listID)
 	if err != nil {
 		return Counts{}, err
 	}
