@@ -98,6 +98,13 @@ const effectCols = `id, key, epoch, state, attempt, owner, coalesce(job_id, 0), 
 	coalesce(receipt, ''), coalesce(reason, ''), coalesce(resolved_by, ''), coalesce(resolution, ''),
 	coalesce(revoked_by, ''), coalesce(revoke_reason, ''), coalesce(failure, ''), created_at, updated_at, settled_at`
 
+// everyAttempt selects effectCols of the attempts, hot or archived
+// (docs/ARCHITECTURE.md, "The archive"), for which where holds.
+func everyAttempt(where string) string {
+	return `SELECT ` + effectCols + ` FROM effect WHERE ` + where +
+		` UNION ALL SELECT ` + effectCols + ` FROM effect_archive WHERE ` + where
+}
+
 func scanEffect(row pgx.Row) (Effect, error) {
 	var e Effect
 	var key, state, failure string
@@ -198,9 +205,10 @@ func (s *Store) Current(ctx context.Context, key Key) (Effect, error) {
 	return s.blocking(ctx, key)
 }
 
-// History returns every attempt at key, oldest first, across all epochs.
+// History returns every attempt at key, oldest first, across all epochs,
+// hot or archived.
 func (s *Store) History(ctx context.Context, key Key) ([]Effect, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = $1 ORDER BY epoch, id`, string(key))
+	rows, err := s.db.Query(ctx, everyAttempt(`key = $1`)+` ORDER BY epoch, id`, string(key))
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -215,7 +223,7 @@ func (s *Store) Newest(ctx context.Context, keys []Key, limit int) ([]Effect, er
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+effectCols+` FROM effect WHERE key = ANY ($1::text[]) ORDER BY id DESC LIMIT $2`, ks, limit)
+	rows, err := s.db.Query(ctx, everyAttempt(`key = ANY ($1::text[])`)+` ORDER BY id DESC LIMIT $2`, ks, limit)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -310,14 +318,22 @@ type Response struct {
 	Position int
 }
 
-// Responses returns the raw answers recorded for an attempt, oldest first.
+// Responses returns the raw answers recorded for an attempt, hot or
+// archived, oldest first.
 func (s *Store) Responses(ctx context.Context, effectID int64) ([]Response, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT r.id, r.effect_id, r.kind, coalesce(b.body, r.body), r.created_at, coalesce(b.batch_id, 0), coalesce(m.position, 0)
 		FROM effect_response r
 		LEFT JOIN effect_batch_response b ON b.id = r.batch_response_id
 		LEFT JOIN effect_batch_member m ON m.batch_id = b.batch_id AND m.effect_id = r.effect_id
-		WHERE r.effect_id = $1 ORDER BY r.id`, effectID)
+		WHERE r.effect_id = $1
+		UNION ALL
+		SELECT r.id, r.effect_id, r.kind, coalesce(b.body, r.body), r.created_at, coalesce(b.batch_id, 0), coalesce(m.position, 0)
+		FROM effect_response_archive r
+		LEFT JOIN effect_batch_response_archive b ON b.id = r.batch_response_id
+		LEFT JOIN effect_batch_member_archive m ON m.batch_id = b.batch_id AND m.effect_id = r.effect_id
+		WHERE r.effect_id = $1
+		ORDER BY 1`, effectID)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -572,9 +588,9 @@ func (s *Store) Policies(ctx context.Context) ([]Policy, error) {
 	return out, translate(err)
 }
 
-// Get reads one attempt by id.
+// Get reads one attempt by id, hot or archived.
 func (s *Store) Get(ctx context.Context, id int64) (Effect, error) {
-	e, err := scanEffect(s.db.QueryRow(ctx, `SELECT `+effectCols+` FROM effect WHERE id = $1`, id))
+	e, err := scanEffect(s.db.QueryRow(ctx, everyAttempt(`id = $1`), id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return e, fmt.Errorf("%w: effect %d", onceplan.ErrNotFound, id)
 	}

@@ -80,6 +80,104 @@ END
 $$;
 
 
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: campaign_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.campaign_archive (
+    campaign_id uuid NOT NULL,
+    archived_by text NOT NULL,
+    attempts bigint DEFAULT 0 NOT NULL,
+    answers bigint DEFAULT 0 NOT NULL,
+    calls bigint DEFAULT 0 NOT NULL,
+    archived_at timestamp with time zone DEFAULT now() NOT NULL,
+    txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    CONSTRAINT campaign_archive_archived_by_check CHECK ((btrim(archived_by) <> ''::text))
+);
+
+
+--
+-- Name: archive_campaign(uuid, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.archive_campaign(campaign uuid, actor text) RETURNS public.campaign_archive
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    plans bigint[];
+    want campaign_archive;
+    n bigint;
+BEGIN
+    PERFORM 1 FROM campaign c WHERE c.id = campaign FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'campaign %: no such campaign', campaign USING ERRCODE = 'P0002';
+    END IF;
+    IF EXISTS (SELECT 1 FROM campaign_archive a WHERE a.campaign_id = campaign) THEN
+        RAISE EXCEPTION 'campaign %: it is archived already', campaign USING ERRCODE = 'OP002';
+    END IF;
+    SELECT coalesce(array_agg(p.id), '{}') INTO plans FROM plan p WHERE p.campaign_id = campaign;
+    -- A campaign's attempts are all hot or all archived (readers of one
+    -- campaign read one of the two): an attempt outside any plan on one of
+    -- its keys would stay behind.
+    IF EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+               JOIN effect e ON e.key = t.key AND e.plan_id IS NULL
+               WHERE p.id = ANY (plans)) THEN
+        RAISE EXCEPTION 'campaign %: an attempt outside any plan was made on one of its keys, and would stay behind', campaign
+            USING ERRCODE = 'OP002';
+    END IF;
+
+    CREATE TEMP TABLE archiving_effect (id bigint PRIMARY KEY) ON COMMIT DROP;
+    CREATE TEMP TABLE archiving_batch (id bigint PRIMARY KEY) ON COMMIT DROP;
+    INSERT INTO archiving_effect SELECT e.id FROM effect e WHERE e.plan_id = ANY (plans);
+    INSERT INTO archiving_batch SELECT DISTINCT m.batch_id FROM effect_batch_member m JOIN archiving_effect x ON x.id = m.effect_id;
+    ANALYZE archiving_effect;
+    ANALYZE archiving_batch;
+    IF EXISTS (SELECT 1 FROM effect_batch_member m JOIN archiving_batch b ON b.id = m.batch_id
+               WHERE NOT EXISTS (SELECT 1 FROM archiving_effect x WHERE x.id = m.effect_id)) THEN
+        RAISE EXCEPTION 'campaign %: a batch call of its attempts carries another campaign''s', campaign
+            USING ERRCODE = 'OP004';
+    END IF;
+
+    -- The row that lets rows leave the hot tables in this transaction
+    -- (onceplan_archive_only), checked by campaign_archive_insert.
+    INSERT INTO campaign_archive (campaign_id, archived_by, attempts, answers, calls)
+    VALUES (campaign, actor,
+            (SELECT count(*) FROM archiving_effect),
+            (SELECT count(*) FROM effect_response r JOIN archiving_effect x ON x.id = r.effect_id),
+            (SELECT count(*) FROM archiving_batch))
+    RETURNING * INTO want;
+
+    WITH gone AS (DELETE FROM effect_response r USING archiving_effect x WHERE r.effect_id = x.id RETURNING r.*)
+    INSERT INTO effect_response_archive SELECT * FROM gone;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n <> want.answers THEN
+        RAISE EXCEPTION 'campaign %: % raw answers moved, not the % counted: an answer was recorded meanwhile; archive it again', campaign, n, want.answers
+            USING ERRCODE = 'OP002';
+    END IF;
+    WITH gone AS (DELETE FROM effect_batch_member m USING archiving_batch x WHERE m.batch_id = x.id RETURNING m.*)
+    INSERT INTO effect_batch_member_archive SELECT * FROM gone;
+    WITH gone AS (DELETE FROM effect_batch_response r USING archiving_batch x WHERE r.batch_id = x.id RETURNING r.*)
+    INSERT INTO effect_batch_response_archive SELECT * FROM gone;
+    WITH gone AS (DELETE FROM effect_batch b USING archiving_batch x WHERE b.id = x.id RETURNING b.*)
+    INSERT INTO effect_batch_archive SELECT * FROM gone;
+    WITH gone AS (DELETE FROM effect e USING archiving_effect x WHERE e.id = x.id RETURNING e.*)
+    INSERT INTO effect_archive SELECT * FROM gone;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n <> want.attempts OR EXISTS (SELECT 1 FROM effect e WHERE e.plan_id = ANY (plans)) THEN
+        RAISE EXCEPTION 'campaign %: its attempts changed while it was archived; archive it again', campaign
+            USING ERRCODE = 'OP002';
+    END IF;
+    DROP TABLE archiving_effect;
+    DROP TABLE archiving_batch;
+    RETURN want;
+END $$;
+
+
 --
 -- Name: campaign_approval(); Type: FUNCTION; Schema: public; Owner: -
 --
@@ -89,6 +187,51 @@ CREATE FUNCTION public.campaign_approval() RETURNS TABLE(id bigint, campaign_id 
     AS $$
     SELECT a.id, a.campaign_id, a.version, a.plan_hash, a.approver_id, a.created_at FROM approval a
 $$;
+
+
+--
+-- Name: campaign_archive_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_archive_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    st text;
+    open_state effect_state;
+BEGIN
+    SELECT c.state INTO st FROM campaign c WHERE c.id = NEW.campaign_id FOR UPDATE;
+    IF st IS NULL OR st NOT IN ('completed', 'cancelled') THEN
+        RAISE EXCEPTION 'campaign %: it is %; only a completed or cancelled campaign is archived', NEW.campaign_id, coalesce(replace(st, '_', ' '), 'missing')
+            USING ERRCODE = 'OP002';
+    END IF;
+    SELECT e.state INTO open_state FROM plan p JOIN effect e ON e.plan_id = p.id
+    WHERE p.campaign_id = NEW.campaign_id AND e.state IN ('pending', 'unknown') LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'campaign %: it still has % attempts; they are settled or resolved before it is archived', NEW.campaign_id, open_state
+            USING ERRCODE = 'OP002';
+    END IF;
+    NEW.archived_at := now();
+    NEW.txid := pg_current_xact_id();
+    RETURN NEW;
+END $$;
+
+
+--
+-- Name: campaign_archived_final(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_archived_final() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF (NEW.state, NEW.plan_id, NEW.version) IS DISTINCT FROM (OLD.state, OLD.plan_id, OLD.version)
+       AND EXISTS (SELECT 1 FROM campaign_archive a WHERE a.campaign_id = OLD.id) THEN
+        RAISE EXCEPTION 'campaign %: it is archived, and an archived campaign stays %', OLD.id, OLD.state
+            USING ERRCODE = 'OP002';
+    END IF;
+    RETURN NEW;
+END $$;
 
 
 --
@@ -242,6 +385,60 @@ BEGIN
     RETURN NEW;
 END
 $$;
+
+
+--
+-- Name: effect_archive_only(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archive_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    stray bigint;
+BEGIN
+    SELECT g.id INTO stray FROM gone g
+    WHERE g.plan_id IS NULL OR NOT EXISTS (
+        SELECT 1 FROM plan p JOIN campaign_archive a ON a.campaign_id = p.campaign_id
+        WHERE p.id = g.plan_id AND a.txid = pg_current_xact_id())
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'DELETE on effect refused: attempt % is not of a campaign archived in this transaction', stray
+            USING ERRCODE = 'OP001';
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: effect_archived(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archived() RETURNS TABLE(id bigint, key text, epoch integer, state public.effect_state, attempt integer, owner text, job_id bigint, plan_id bigint, ordinal integer, receipt text, reason text, failure text, resolved_by text, resolution text, revoked_by text, revoke_reason text, created_at timestamp with time zone, updated_at timestamp with time zone, settled_at timestamp with time zone)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT a.id, a.key, a.epoch, a.state, a.attempt, a.owner, a.job_id,
+           a.plan_id, a.ordinal, a.receipt, a.reason, a.failure,
+           a.resolved_by, a.resolution, a.revoked_by, a.revoke_reason,
+           a.created_at, a.updated_at, a.settled_at
+    FROM effect_archive a
+$$;
+
+
+--
+-- Name: effect_archived_key(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archived_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key) THEN
+        RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
+            USING ERRCODE = 'OP008';
+    END IF;
+    RETURN NEW;
+END $$;
 
 
 --
@@ -591,6 +788,23 @@ $$;
 
 
 --
+-- Name: inbound_event_effect(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.inbound_event_effect() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM effect e WHERE e.id = NEW.effect_id)
+       AND NOT EXISTS (SELECT 1 FROM effect_archive a WHERE a.id = NEW.effect_id) THEN
+        RAISE EXCEPTION 'inbound event refused: no attempt % in the ledger', NEW.effect_id
+            USING ERRCODE = '23503';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
 -- Name: list_target(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -599,6 +813,22 @@ CREATE FUNCTION public.list_target() RETURNS TABLE(list_id bigint, ordinal integ
     AS $$
     SELECT t.list_id, t.ordinal, t.target, t.key, t.vars, t.line FROM target t
 $$;
+
+
+--
+-- Name: onceplan_archive_only(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.onceplan_archive_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM campaign_archive a WHERE a.txid = pg_current_xact_id()) THEN
+        RAISE EXCEPTION 'DELETE on % refused: rows are write-once, and leave the ledger only into its archive (onceplan archive)', TG_TABLE_NAME
+            USING ERRCODE = 'OP001';
+    END IF;
+    RETURN NULL;
+END $$;
 
 
 --
@@ -1417,10 +1647,6 @@ CREATE FUNCTION public.worker_heartbeat() RETURNS TABLE(owner text, seen_at time
 $$;
 
 
-SET default_tablespace = '';
-
-SET default_table_access_method = heap;
-
 --
 -- Name: admin_event; Type: TABLE; Schema: public; Owner: -
 --
@@ -1694,10 +1920,59 @@ CREATE TABLE public.effect (
 
 
 --
+-- Name: effect_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_archive (
+    id bigint NOT NULL,
+    key text NOT NULL,
+    epoch integer DEFAULT 0 NOT NULL,
+    bumped_epoch integer,
+    state public.effect_state DEFAULT 'pending'::public.effect_state NOT NULL,
+    attempt integer DEFAULT 1 NOT NULL,
+    owner text NOT NULL,
+    job_id bigint,
+    plan_id bigint,
+    ordinal integer,
+    receipt text,
+    reason text,
+    resolved_by text,
+    resolution text,
+    revoked_by text,
+    revoke_reason text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    settled_at timestamp with time zone,
+    failure text,
+    CONSTRAINT effect_attempt_check CHECK ((attempt >= 1)),
+    CONSTRAINT effect_epoch_check CHECK ((epoch >= 0)),
+    CONSTRAINT effect_failure_check CHECK ((failure = ANY (ARRAY['rejected'::text, 'retry'::text, 'exhausted'::text, 'quota'::text]))),
+    CONSTRAINT effect_key_check CHECK (((octet_length(key) = 67) AND (key ~ '^v1:[0-9a-f]*$'::text))),
+    CONSTRAINT effect_owner_check CHECK ((btrim(owner) <> ''::text))
+);
+
+
+--
 -- Name: effect_batch; Type: TABLE; Schema: public; Owner: -
 --
 
 CREATE TABLE public.effect_batch (
+    id bigint NOT NULL,
+    provider text NOT NULL,
+    call_key text NOT NULL,
+    request bytea NOT NULL,
+    size integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT effect_batch_provider_check CHECK ((provider <> ''::text)),
+    CONSTRAINT effect_batch_size_check CHECK (((size >= 1) AND (size <= 500)))
+);
+
+
+--
+-- Name: effect_batch_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch_archive (
     id bigint NOT NULL,
     provider text NOT NULL,
     call_key text NOT NULL,
@@ -1736,10 +2011,36 @@ CREATE TABLE public.effect_batch_member (
 
 
 --
+-- Name: effect_batch_member_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch_member_archive (
+    batch_id bigint NOT NULL,
+    "position" integer NOT NULL,
+    effect_id bigint NOT NULL,
+    CONSTRAINT effect_batch_member_position_check CHECK (("position" >= 0))
+);
+
+
+--
 -- Name: effect_batch_response; Type: TABLE; Schema: public; Owner: -
 --
 
 CREATE TABLE public.effect_batch_response (
+    id bigint NOT NULL,
+    batch_id bigint NOT NULL,
+    kind text NOT NULL,
+    body bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT effect_batch_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text])))
+);
+
+
+--
+-- Name: effect_batch_response_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_batch_response_archive (
     id bigint NOT NULL,
     batch_id bigint NOT NULL,
     kind text NOT NULL,
@@ -1803,6 +2104,21 @@ ALTER TABLE public.effect ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
 --
 
 CREATE TABLE public.effect_response (
+    id bigint NOT NULL,
+    effect_id bigint NOT NULL,
+    kind text NOT NULL,
+    body bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    batch_response_id bigint,
+    CONSTRAINT effect_response_kind_check CHECK ((kind = ANY (ARRAY['send'::text, 'resend'::text, 'probe'::text, 'person'::text])))
+);
+
+
+--
+-- Name: effect_response_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_response_archive (
     id bigint NOT NULL,
     effect_id bigint NOT NULL,
     kind text NOT NULL,
@@ -2743,6 +3059,14 @@ ALTER TABLE ONLY public.bump_policy
 
 
 --
+-- Name: campaign_archive campaign_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign_archive
+    ADD CONSTRAINT campaign_archive_pkey PRIMARY KEY (campaign_id);
+
+
+--
 -- Name: campaign_event campaign_event_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2764,6 +3088,30 @@ ALTER TABLE ONLY public.campaign
 
 ALTER TABLE ONLY public.draft
     ADD CONSTRAINT draft_pkey PRIMARY KEY (campaign_id, version);
+
+
+--
+-- Name: effect_archive effect_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_archive
+    ADD CONSTRAINT effect_archive_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: effect_batch_archive effect_batch_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_archive
+    ADD CONSTRAINT effect_batch_archive_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: effect_batch_member_archive effect_batch_member_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member_archive
+    ADD CONSTRAINT effect_batch_member_archive_pkey PRIMARY KEY (batch_id, "position");
 
 
 --
@@ -2791,6 +3139,14 @@ ALTER TABLE ONLY public.effect_batch
 
 
 --
+-- Name: effect_batch_response_archive effect_batch_response_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_response_archive
+    ADD CONSTRAINT effect_batch_response_archive_pkey PRIMARY KEY (id);
+
+
+--
 -- Name: effect_batch_response effect_batch_response_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2812,6 +3168,14 @@ ALTER TABLE ONLY public.effect_bump
 
 ALTER TABLE ONLY public.effect
     ADD CONSTRAINT effect_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: effect_response_archive effect_response_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_response_archive
+    ADD CONSTRAINT effect_response_archive_pkey PRIMARY KEY (id);
 
 
 --
@@ -3200,10 +3564,38 @@ CREATE INDEX campaign_updated ON public.campaign USING btree (updated_at DESC, i
 
 
 --
+-- Name: effect_archive_key; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX effect_archive_key ON public.effect_archive USING btree (key, epoch, id);
+
+
+--
+-- Name: effect_archive_plan_target; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX effect_archive_plan_target ON public.effect_archive USING btree (plan_id, ordinal) INCLUDE (epoch, state, id) WHERE (plan_id IS NOT NULL);
+
+
+--
 -- Name: effect_batch_call_key; Type: INDEX; Schema: public; Owner: -
 --
 
 CREATE UNIQUE INDEX effect_batch_call_key ON public.effect_batch USING btree (call_key) WHERE (call_key <> ''::text);
+
+
+--
+-- Name: effect_batch_member_archive_effect; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE UNIQUE INDEX effect_batch_member_archive_effect ON public.effect_batch_member_archive USING btree (effect_id);
+
+
+--
+-- Name: effect_batch_response_archive_batch; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX effect_batch_response_archive_batch ON public.effect_batch_response_archive USING btree (batch_id);
 
 
 --
@@ -3246,6 +3638,13 @@ CREATE INDEX effect_pending_age ON public.effect USING btree (created_at) WHERE 
 --
 
 CREATE INDEX effect_plan_target ON public.effect USING btree (plan_id, ordinal) INCLUDE (epoch, state, id) WHERE (plan_id IS NOT NULL);
+
+
+--
+-- Name: effect_response_archive_effect; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX effect_response_archive_effect ON public.effect_response_archive USING btree (effect_id);
 
 
 --
@@ -3578,6 +3977,34 @@ CREATE TRIGGER bump_policy_write_once BEFORE DELETE OR UPDATE ON public.bump_pol
 
 
 --
+-- Name: campaign_archive campaign_archive_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_archive_insert BEFORE INSERT ON public.campaign_archive FOR EACH ROW EXECUTE FUNCTION public.campaign_archive_insert();
+
+
+--
+-- Name: campaign_archive campaign_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_archive_no_truncate BEFORE TRUNCATE ON public.campaign_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: campaign_archive campaign_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_archive_write_once BEFORE DELETE OR UPDATE ON public.campaign_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: campaign campaign_archived_final; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_archived_final BEFORE UPDATE OF state, plan_id, version ON public.campaign FOR EACH ROW EXECUTE FUNCTION public.campaign_archived_final();
+
+
+--
 -- Name: campaign campaign_created_at; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -3641,6 +4068,48 @@ CREATE TRIGGER draft_update BEFORE UPDATE ON public.draft FOR EACH ROW EXECUTE F
 
 
 --
+-- Name: effect_archive effect_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_archive_no_truncate BEFORE TRUNCATE ON public.effect_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect effect_archive_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_archive_only AFTER DELETE ON public.effect REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.effect_archive_only();
+
+
+--
+-- Name: effect_archive effect_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect effect_archived_key; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_archived_key BEFORE INSERT ON public.effect FOR EACH ROW WHEN ((new.plan_id IS NULL)) EXECUTE FUNCTION public.effect_archived_key();
+
+
+--
+-- Name: effect_batch_archive effect_batch_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_archive_no_truncate BEFORE TRUNCATE ON public.effect_batch_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_archive effect_batch_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: effect_batch effect_batch_created_at; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -3648,10 +4117,31 @@ CREATE TRIGGER effect_batch_created_at BEFORE INSERT ON public.effect_batch FOR 
 
 
 --
+-- Name: effect_batch_member_archive effect_batch_member_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_archive_no_truncate BEFORE TRUNCATE ON public.effect_batch_member_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_member_archive effect_batch_member_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_member_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: effect_batch_member effect_batch_member_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER effect_batch_member_insert BEFORE INSERT ON public.effect_batch_member FOR EACH ROW EXECUTE FUNCTION public.effect_batch_member_insert();
+
+
+--
+-- Name: effect_batch_member effect_batch_member_no_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_member_no_delete BEFORE DELETE ON public.effect_batch_member FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
 
 
 --
@@ -3665,7 +4155,14 @@ CREATE TRIGGER effect_batch_member_no_truncate BEFORE TRUNCATE ON public.effect_
 -- Name: effect_batch_member effect_batch_member_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_batch_member_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_member FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_batch_member_write_once BEFORE UPDATE ON public.effect_batch_member FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch effect_batch_no_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_no_delete BEFORE DELETE ON public.effect_batch FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
 
 
 --
@@ -3676,10 +4173,31 @@ CREATE TRIGGER effect_batch_no_truncate BEFORE TRUNCATE ON public.effect_batch F
 
 
 --
+-- Name: effect_batch_response_archive effect_batch_response_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_archive_no_truncate BEFORE TRUNCATE ON public.effect_batch_response_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_batch_response_archive effect_batch_response_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_response_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: effect_batch_response effect_batch_response_created_at; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER effect_batch_response_created_at BEFORE INSERT ON public.effect_batch_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: effect_batch_response effect_batch_response_no_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_response_no_delete BEFORE DELETE ON public.effect_batch_response FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
 
 
 --
@@ -3693,14 +4211,14 @@ CREATE TRIGGER effect_batch_response_no_truncate BEFORE TRUNCATE ON public.effec
 -- Name: effect_batch_response effect_batch_response_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_batch_response_write_once BEFORE DELETE OR UPDATE ON public.effect_batch_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_batch_response_write_once BEFORE UPDATE ON public.effect_batch_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
 
 
 --
 -- Name: effect_batch effect_batch_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_batch_write_once BEFORE DELETE OR UPDATE ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_batch_write_once BEFORE UPDATE ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
 
 
 --
@@ -3742,7 +4260,7 @@ CREATE TRIGGER effect_insert_gate AFTER INSERT ON public.effect REFERENCING NEW 
 -- Name: effect effect_no_delete; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_no_delete BEFORE DELETE ON public.effect FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_no_delete BEFORE DELETE ON public.effect FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
 
 
 --
@@ -3753,10 +4271,31 @@ CREATE TRIGGER effect_no_truncate BEFORE TRUNCATE ON public.effect FOR EACH STAT
 
 
 --
+-- Name: effect_response_archive effect_response_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_archive_no_truncate BEFORE TRUNCATE ON public.effect_response_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_response_archive effect_response_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_response_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: effect_response effect_response_created_at; Type: TRIGGER; Schema: public; Owner: -
 --
 
 CREATE TRIGGER effect_response_created_at BEFORE INSERT ON public.effect_response FOR EACH ROW WHEN ((new.created_at IS DISTINCT FROM now())) EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: effect_response effect_response_no_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_no_delete BEFORE DELETE ON public.effect_response FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
 
 
 --
@@ -3784,7 +4323,7 @@ CREATE TRIGGER effect_response_person BEFORE INSERT ON public.effect_response FO
 -- Name: effect_response effect_response_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_response_write_once BEFORE DELETE OR UPDATE ON public.effect_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_response_write_once BEFORE UPDATE ON public.effect_response FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
 
 
 --
@@ -3806,6 +4345,13 @@ CREATE TRIGGER effect_update BEFORE UPDATE ON public.effect FOR EACH ROW EXECUTE
 --
 
 CREATE TRIGGER inbound_event_created_at BEFORE INSERT ON public.inbound_event FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+
+
+--
+-- Name: inbound_event inbound_event_effect; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER inbound_event_effect BEFORE INSERT ON public.inbound_event FOR EACH ROW WHEN ((new.effect_id IS NOT NULL)) EXECUTE FUNCTION public.inbound_event_effect();
 
 
 --
@@ -4348,6 +4894,14 @@ ALTER TABLE ONLY public.approval
 
 
 --
+-- Name: campaign_archive campaign_archive_campaign_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.campaign_archive
+    ADD CONSTRAINT campaign_archive_campaign_id_fkey FOREIGN KEY (campaign_id) REFERENCES public.campaign(id);
+
+
+--
 -- Name: campaign campaign_created_by_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4489,14 +5043,6 @@ ALTER TABLE ONLY public.effect_response
 
 ALTER TABLE ONLY public.inbound_event
     ADD CONSTRAINT inbound_event_campaign_id_fkey FOREIGN KEY (campaign_id) REFERENCES public.campaign(id);
-
-
---
--- Name: inbound_event inbound_event_effect_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE ONLY public.inbound_event
-    ADD CONSTRAINT inbound_event_effect_id_fkey FOREIGN KEY (effect_id) REFERENCES public.effect(id);
 
 
 --
@@ -4836,6 +5382,21 @@ ALTER TABLE ONLY public.tool_call_legacy_key
 
 
 --
+-- Name: TABLE campaign_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.campaign_archive TO onceplan_app;
+
+
+--
+-- Name: FUNCTION archive_campaign(campaign uuid, actor text); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.archive_campaign(campaign uuid, actor text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.archive_campaign(campaign uuid, actor text) TO onceplan_app;
+
+
+--
 -- Name: FUNCTION onceplan_close_gate(); Type: ACL; Schema: public; Owner: -
 --
 
@@ -5082,10 +5643,24 @@ GRANT UPDATE(failure) ON TABLE public.effect TO onceplan_app;
 
 
 --
+-- Name: TABLE effect_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_archive TO onceplan_app;
+
+
+--
 -- Name: TABLE effect_batch; Type: ACL; Schema: public; Owner: -
 --
 
 GRANT SELECT,INSERT ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_batch_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_batch_archive TO onceplan_app;
 
 
 --
@@ -5103,10 +5678,24 @@ GRANT SELECT,INSERT ON TABLE public.effect_batch_member TO onceplan_app;
 
 
 --
+-- Name: TABLE effect_batch_member_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_batch_member_archive TO onceplan_app;
+
+
+--
 -- Name: TABLE effect_batch_response; Type: ACL; Schema: public; Owner: -
 --
 
 GRANT SELECT,INSERT ON TABLE public.effect_batch_response TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_batch_response_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_batch_response_archive TO onceplan_app;
 
 
 --
@@ -5135,6 +5724,13 @@ GRANT USAGE ON SEQUENCE public.effect_id_seq TO onceplan_app;
 --
 
 GRANT SELECT,INSERT ON TABLE public.effect_response TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_response_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_response_archive TO onceplan_app;
 
 
 --

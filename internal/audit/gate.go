@@ -96,7 +96,11 @@ func readUngated(ctx context.Context, tx pgx.Tx, planID int64) ([]Ungated, error
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, ungatedSQL, pgx.NamedArgs{"plan": planID, "since": since})
+	arch, err := archivedPlan(ctx, tx, planID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, attemptsIn(ungatedSQL, arch), pgx.NamedArgs{"plan": planID, "since": since})
 	if err != nil {
 		return nil, err
 	}

@@ -276,15 +276,19 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 		if plans == nil {
 			return pgx.ErrNoRows
 		}
+		arch, err := archivedPlan(ctx, tx, planID)
+		if err != nil {
+			return err
+		}
 		args := pgx.NamedArgs{"plan": planID, "plans": plans, "other": other}
 		var listID int64
-		if err := tx.QueryRow(ctx, metricSQL, args).Scan(
+		if err := tx.QueryRow(ctx, attemptsIn(metricSQL, arch), args).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
 			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Revoked, &m.Suppressed); err != nil {
 			return err
 		}
 		if m.Failed > 0 {
-			rows, err := tx.Query(ctx, failedSQL, args)
+			rows, err := tx.Query(ctx, attemptsIn(failedSQL, arch), args)
 			if err != nil {
 				return err
 			}
@@ -296,7 +300,7 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 		if raw <= 0 {
 			return nil
 		}
-		return tx.QueryRow(ctx, outsideSQL, pgx.NamedArgs{"list": listID, "count": m.Approved}).Scan(&m.Outside)
+		return tx.QueryRow(ctx, attemptsIn(outsideSQL, arch), pgx.NamedArgs{"list": listID, "count": m.Approved}).Scan(&m.Outside)
 	}
 	check := func(tx pgx.Tx) (err error) {
 		m.Integrity, err = readIntegrity(ctx, tx, planID)

@@ -146,8 +146,9 @@ var (
 )
 
 // queryRows reads the targets of one shape.
-func queryRows(ctx context.Context, db onceplan.DB, s shape, args ...any) ([]TargetRow, error) {
-	rows, err := db.Query(ctx, fmt.Sprintf(targetRowSQL, s.from, s.where, s.order, s.limit), args...)
+// arch says whether the list's campaign was archived (archivedList).
+func queryRows(ctx context.Context, db onceplan.DB, arch bool, s shape, args ...any) ([]TargetRow, error) {
+	rows, err := db.Query(ctx, attemptsIn(fmt.Sprintf(targetRowSQL, s.from, s.where, s.order, s.limit), arch), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,11 @@ func utc(t *time.Time) *time.Time {
 
 // TargetByOrdinal reads one target of a list with its current state.
 func TargetByOrdinal(ctx context.Context, db onceplan.DB, listID int64, ordinal int) (TargetRow, error) {
-	rs, err := queryRows(ctx, db, oneOrdinal, listID, ordinal)
+	arch, err := archivedList(ctx, db, listID)
+	if err != nil {
+		return TargetRow{}, err
+	}
+	rs, err := queryRows(ctx, db, arch, oneOrdinal, listID, ordinal)
 	if err != nil {
 		return TargetRow{}, err
 	}
@@ -207,23 +212,27 @@ func QueryTargets(ctx context.Context, db onceplan.DB, q TargetQuery) (TargetPag
 		q.Budget = 300 * time.Millisecond
 	}
 	after, _ := strconv.Atoi(q.After)
+	arch, err := archivedList(ctx, db, q.ListID)
+	if err != nil {
+		return TargetPage{}, err
+	}
 	switch {
 	case q.Prefix != "":
 		from := q.After
 		if from < q.Prefix {
 			from = ""
 		}
-		return onePage(ctx, db, q.Limit, byPrefix, func(r TargetRow) string { return r.Target },
+		return onePage(ctx, db, arch, q.Limit, byPrefix, func(r TargetRow) string { return r.Target },
 			q.ListID, q.Prefix, from, q.State, q.Limit+1)
 	case q.State == StateSuppressed:
-		return onePage(ctx, db, q.Limit, fromSuppressed, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
+		return onePage(ctx, db, arch, q.Limit, fromSuppressed, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
 	case q.State == "pending" || q.State == "unknown" ||
 		(q.State != "" && q.State != StateNotStarted && q.State != StateOutside && q.StateCount >= 0 && q.StateCount*20 < q.Count):
-		return onePage(ctx, db, q.Limit, fromLedger, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
+		return onePage(ctx, db, arch, q.Limit, fromLedger, ordinalCursor, q.ListID, q.State, after, q.Limit+1)
 	case q.State == "":
-		return onePage(ctx, db, q.Limit, byOrdinal, ordinalCursor, q.ListID, after, q.Limit+1)
+		return onePage(ctx, db, arch, q.Limit, byOrdinal, ordinalCursor, q.ListID, after, q.Limit+1)
 	}
-	return scanWindows(ctx, db, q, after)
+	return scanWindows(ctx, db, arch, q, after)
 }
 
 func ordinalCursor(r TargetRow) string { return strconv.Itoa(r.Ordinal) }
@@ -231,10 +240,10 @@ func ordinalCursor(r TargetRow) string { return strconv.Itoa(r.Ordinal) }
 // onePage reads a page of one shape, asking for one row more than limit to
 // tell whether a next page exists, and names that page's cursor by the
 // last row shown.
-func onePage(ctx context.Context, db onceplan.DB, limit int, s shape, cursor func(TargetRow) string, args ...any) (TargetPage, error) {
+func onePage(ctx context.Context, db onceplan.DB, arch bool, limit int, s shape, cursor func(TargetRow) string, args ...any) (TargetPage, error) {
 	var page TargetPage
 	var err error
-	if page.Rows, err = queryRows(ctx, db, s, args...); err != nil {
+	if page.Rows, err = queryRows(ctx, db, arch, s, args...); err != nil {
 		return page, err
 	}
 	if len(page.Rows) > limit {
@@ -246,13 +255,13 @@ func onePage(ctx context.Context, db onceplan.DB, limit int, s shape, cursor fun
 
 // scanWindows serves a state without an index of its own: ordinal windows
 // from after, until the page is full, the list ends or the budget is spent.
-func scanWindows(ctx context.Context, db onceplan.DB, q TargetQuery, after int) (TargetPage, error) {
+func scanWindows(ctx context.Context, db onceplan.DB, arch bool, q TargetQuery, after int) (TargetPage, error) {
 	var page TargetPage
 	deadline := time.Now().Add(q.Budget)
 	for after < q.Count {
 		started := time.Now()
 		end := min(after+scanWindow, q.Count)
-		got, err := queryRows(ctx, db, inWindow, q.ListID, after, end, q.State, q.Limit+1-len(page.Rows))
+		got, err := queryRows(ctx, db, arch, inWindow, q.ListID, after, end, q.State, q.Limit+1-len(page.Rows))
 		if err != nil {
 			return page, err
 		}
@@ -342,7 +351,11 @@ func (c *Counts) of(state string) *int {
 // Keys, not plan ids, join the ledger, so a target done under an earlier
 // version of the campaign counts as done.
 func ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) (Counts, error) {
-	rows, err := db.Query(ctx, listCountsSQL, listID)
+	arch, err := archivedList(ctx, db, listID)
+	if err != nil {
+		return Counts{}, err
+	}
+	rows, err := db.Query(ctx, attemptsIn(listCountsSQL, arch), listID)
 	if err != nil {
 		return Counts{}, err
 	}

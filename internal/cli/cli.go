@@ -40,6 +40,7 @@ func commands() []command {
 		{"policy", "manage bump policies (what may give a key a new epoch): add (as the schema's owner role, like migrate), list", runPolicy},
 		{"tool", "manage the tools of single effects (agent tool calls): add (recovery and approval; as the schema's owner role, like migrate), list", runTool},
 		{"audit", "check that every approved target got exactly one effect (exit 0 only when it holds)", runAudit},
+		{"archive", "move a finished campaign's ledger rows out of the tables running campaigns use; the audit and the UI still read them", runArchive},
 		{"suppression", "manage the suppression list (addresses no campaign mails): add, remove, list, import", runSuppression},
 		{"resolve", "propose resolutions for a campaign's unknown targets from a provider's event export (--evidence FILE); --yes or --only to confirm", runResolve},
 		{"campaign", "create, import, submit, approve, start, pause, resume, cancel and show campaigns on a running server", runCampaign},

@@ -365,3 +365,47 @@ func median(d []time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[len(d)/2]
 }
+
+// Finish makes s's campaign a finished one, as the archive takes them: its
+// pending attempts answered and done, its unknown ones resolved as
+// delivered by a person, and the campaign completed.
+func Finish(ctx context.Context, db onceplan.DB, s Seeded) error {
+	rows, err := db.Query(ctx, `SELECT id, key, state::text FROM effect WHERE plan_id = $1 AND state IN ('pending', 'unknown')`, s.PlanID)
+	if err != nil {
+		return err
+	}
+	var (
+		id         int64
+		key, state string
+		recs       []ledger.ResponseRecord
+		ps         []ledger.SettleParams
+		unknown    []ledger.Key
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &key, &state}, func() error {
+		if state == string(ledger.StatePending) {
+			recs = append(recs, ledger.ResponseRecord{EffectID: id, Kind: ledger.ResponseSend, Body: fmt.Appendf(nil, "250 2.0.0 Ok: queued as %d", id)})
+			ps = append(ps, ledger.SettleParams{EffectID: id, State: ledger.StateDone, Receipt: fmt.Sprintf("r-%d", id)})
+		} else {
+			unknown = append(unknown, ledger.Key(key))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	store := ledger.NewStore(db)
+	if len(recs) > 0 {
+		if err := store.RecordResponses(ctx, recs); err != nil {
+			return fmt.Errorf("audittest: finishing: %w", err)
+		}
+		if _, err := store.SettleMany(ctx, ps); err != nil {
+			return fmt.Errorf("audittest: finishing: %w", err)
+		}
+	}
+	for _, k := range unknown {
+		if _, err := store.Resolve(ctx, ledger.ResolveParams{Key: k, Outcome: ledger.Delivered, Actor: "user:audittest@example.com", Reason: "seeded"}); err != nil {
+			return fmt.Errorf("audittest: finishing: %w", err)
+		}
+	}
+	_, err = db.Exec(ctx, `UPDATE campaign SET state = 'completed' WHERE id = $1`, s.CampaignID)
+	return err
+}

@@ -1,0 +1,59 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Archived is what archiving one campaign moved out of the hot tables
+// (docs/ARCHITECTURE.md, "The archive").
+type Archived struct {
+	Campaign string
+	By       string
+	// Attempts, Answers and Calls count the attempts, their raw-answer rows
+	// and the batch calls that carried them.
+	Attempts int64
+	Answers  int64
+	Calls    int64
+	At       time.Time
+}
+
+// ArchiveCampaign moves campaign's attempts, their raw answers and their
+// batch calls into the archive, in one transaction (archive_campaign,
+// migration 0034): afterwards the claims and settles of other campaigns
+// walk indexes without them, while every read of the ledger's history
+// (effect_attempt(), Get, History, Responses, the audit) still finds
+// them. PostgreSQL refuses a campaign that is not completed or cancelled,
+// or that has an attempt pending or unknown, and keeps an archived
+// campaign from ever running again.
+func (s *Store) ArchiveCampaign(ctx context.Context, campaign, actor string) (Archived, error) {
+	a := Archived{Campaign: campaign}
+	// In a transaction of its own: a caller that stops before the commit
+	// (killed, its connection gone) leaves every row where it was.
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM archive_campaign($1::uuid, $2)`,
+			campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "OP002" {
+		return a, &NotArchivedError{Reason: campaignPrefix.ReplaceAllString(pgErr.Message, "")}
+	}
+	return a, translate(err)
+}
+
+// NotArchivedError is PostgreSQL's refusal to archive a campaign, and why
+// (the campaign is not finished, it has attempts still open, ...).
+type NotArchivedError struct{ Reason string }
+
+func (e *NotArchivedError) Error() string { return "not archived: " + e.Reason }
+
+// Unwrap makes a refusal an ErrIllegalTransition.
+func (e *NotArchivedError) Unwrap() error { return ErrIllegalTransition }
+
+// campaignPrefix is how archive_campaign's refusals start.
+var campaignPrefix = regexp.MustCompile(`^campaign [0-9a-f-]{36}: `)
