@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/audit"
@@ -47,16 +48,26 @@ func answers(t *testing.T, ctx context.Context, db onceplan.DB, planID int64) (a
 	return m, csv.String(), history, responses
 }
 
+// finishedAndRunning is a database of its own (as its superuser and as the
+// app role) with a finished seeded campaign of n targets, ready to be
+// archived, and a running one of 1,000.
+func finishedAndRunning(t *testing.T, n int) (admin, app *pgxpool.Pool, finished, running audittest.Seeded) {
+	t.Helper()
+	ctx := context.Background()
+	urls := pgtest.Database(t)
+	admin, app = pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.App)
+	finished, err := audittest.Seed(ctx, admin, n)
+	require.NoError(t, err)
+	require.NoError(t, audittest.Finish(ctx, admin, finished))
+	running, err = audittest.Seed(ctx, admin, 1000)
+	require.NoError(t, err)
+	return admin, app, finished, running
+}
+
 func TestArchivedCampaignAnswersAsBefore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	urls := pgtest.Database(t)
-	admin, app := pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.App)
-	s, err := audittest.Seed(ctx, admin, 2000)
-	require.NoError(t, err)
-	require.NoError(t, audittest.Finish(ctx, admin, s))
-	other, err := audittest.Seed(ctx, admin, 1000) // still running
-	require.NoError(t, err)
+	admin, app, s, other := finishedAndRunning(t, 2000)
 
 	var hot, hotAnswers int64
 	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*), (SELECT count(*) FROM effect_response r JOIN effect e ON e.id = r.effect_id WHERE e.plan_id = $1)
@@ -111,18 +122,12 @@ func TestArchivedCampaignAnswersAsBefore(t *testing.T) {
 func TestArchiveRulesAsTheAppRole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	urls := pgtest.Database(t)
-	admin, app := pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.App)
-	s, err := audittest.Seed(ctx, admin, 1000)
-	require.NoError(t, err)
-	require.NoError(t, audittest.Finish(ctx, admin, s))
-	live, err := audittest.Seed(ctx, admin, 1000)
-	require.NoError(t, err)
+	admin, app, s, live := finishedAndRunning(t, 1000)
 	var liveID int64
 	require.NoError(t, admin.QueryRow(ctx, `SELECT min(id) FROM effect WHERE plan_id = $1`, live.PlanID).Scan(&liveID))
 
 	// Before any archive: no role deletes from the ledger.
-	_, err = app.Exec(ctx, `DELETE FROM effect WHERE id = $1`, liveID)
+	_, err := app.Exec(ctx, `DELETE FROM effect WHERE id = $1`, liveID)
 	requireSQLState(t, err, "42501", "the app role deletes an attempt")
 	_, err = admin.Exec(ctx, `DELETE FROM effect WHERE id = $1`, liveID)
 	requireSQLState(t, err, "OP001", "the owner deletes an attempt outside an archive")

@@ -276,6 +276,22 @@ func TestMetricUsesThePlanIndex(t *testing.T) {
 // filter it still launched parallel workers beside a long history. Each
 // branch reads the campaign's plans (plan o); the rest of the metric reads
 // the plan table once, for the plan itself (p).
+// explainMetric is the metric's EXPLAIN ANALYZE for plan, alone on its
+// campaign's list, planned for its values, under settings.
+func (b *bundle) explainMetric(t *testing.T, plan int64, settings string) []byte {
+	t.Helper()
+	var out []byte
+	err := pgx.BeginFunc(b.ctx, b.f.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(b.ctx, "SET LOCAL plan_cache_mode = force_custom_plan; "+settings); err != nil {
+			return err
+		}
+		return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL,
+			pgx.NamedArgs{"plan": plan, "plans": []int64{plan}, "other": false}).Scan(&out)
+	})
+	require.NoError(t, err, settings)
+	return out
+}
+
 func TestMetricSkipsOtherListsWhenThereAreNone(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -295,15 +311,7 @@ func TestMetricSkipsOtherListsWhenThereAreNone(t *testing.T) {
 		"SET LOCAL enable_seqscan = off",
 		"SET LOCAL parallel_setup_cost = 0; SET LOCAL parallel_tuple_cost = 0; SET LOCAL min_parallel_table_scan_size = 0; SET LOCAL min_parallel_index_scan_size = 0",
 	} {
-		var out []byte
-		err := pgx.BeginFunc(b.ctx, b.f.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(b.ctx, "SET LOCAL plan_cache_mode = force_custom_plan; "+settings); err != nil {
-				return err
-			}
-			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL,
-				pgx.NamedArgs{"plan": c.PlanID, "plans": []int64{c.PlanID}, "other": false}).Scan(&out)
-		})
-		require.NoError(t, err, settings)
+		out := b.explainMetric(t, c.PlanID, settings)
 		// The tables are read through their owners' inlined functions,
 		// so a scan carries the function's alias, not the query's.
 		seen := map[string]int{}
@@ -342,15 +350,7 @@ func TestMetricReadsTheBumpsOnce(t *testing.T) {
 		"SET LOCAL enable_hashjoin = off",
 		"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
 	} {
-		var out []byte
-		err := pgx.BeginFunc(b.ctx, b.f.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(b.ctx, "SET LOCAL plan_cache_mode = force_custom_plan; "+settings); err != nil {
-				return err
-			}
-			return tx.QueryRow(b.ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+audit.MetricSQL,
-				pgx.NamedArgs{"plan": c.PlanID, "plans": []int64{c.PlanID}, "other": false}).Scan(&out)
-		})
-		require.NoError(t, err, settings)
+		out := b.explainMetric(t, c.PlanID, settings)
 		// Each node over a scan of the bumps (their aggregate) runs at
 		// most once: a rescan of a hashed aggregate does not read the
 		// table again, but it goes through all of its groups again.
