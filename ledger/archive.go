@@ -16,15 +16,17 @@ type Archived struct {
 	Campaign string
 	By       string
 	// Attempts, Answers and Calls count the attempts, their raw-answer rows
-	// and the batch calls that carried them.
+	// and the batch calls that carried them; Bumps the recorded bumps of the
+	// campaign's keys (migration 0035).
 	Attempts int64
 	Answers  int64
 	Calls    int64
+	Bumps    int64
 	At       time.Time
 }
 
-// ArchiveCampaign moves campaign's attempts, their raw answers and their
-// batch calls into the archive, in one transaction (archive_campaign,
+// ArchiveCampaign moves campaign's attempts, their raw answers, their
+// batch calls and its keys' bumps into the archive, in one transaction (archive_campaign,
 // migration 0034): afterwards the claims and settles of other campaigns
 // walk indexes without them, while every read of the ledger's history
 // (effect_attempt(), Get, History, Responses, the audit) still finds
@@ -36,8 +38,8 @@ func (s *Store) ArchiveCampaign(ctx context.Context, campaign, actor string) (Ar
 	// In a transaction of its own: a caller that stops before the commit
 	// (killed, its connection gone) leaves every row where it was.
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, archived_at FROM archive_campaign($1::uuid, $2)`,
-			campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.At)
+		return tx.QueryRow(ctx, `SELECT archived_by, attempts, answers, calls, bumps, archived_at FROM archive_campaign($1::uuid, $2)`,
+			campaign, actor).Scan(&a.By, &a.Attempts, &a.Answers, &a.Calls, &a.Bumps, &a.At)
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "OP002" {

@@ -497,9 +497,12 @@ type EpochBump struct {
 	CreatedAt time.Time
 }
 
-// Bumps returns key's recorded bumps, by epoch.
+// Bumps returns key's recorded bumps, by epoch, hot or archived (a key's
+// bumps move with its campaign: docs/ARCHITECTURE.md, "The archive").
 func (s *Store) Bumps(ctx context.Context, key Key) ([]EpochBump, error) {
-	rows, err := s.db.Query(ctx, `SELECT epoch, actor_kind, actor, reason, created_at FROM effect_bump WHERE key = $1 ORDER BY epoch`, string(key))
+	const cols = `epoch, actor_kind, actor, reason, created_at`
+	rows, err := s.db.Query(ctx, `SELECT `+cols+` FROM effect_bump WHERE key = $1
+		UNION ALL SELECT `+cols+` FROM effect_bump_archive WHERE key = $1 ORDER BY epoch`, string(key))
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -231,7 +231,7 @@ func TestAppRolePrivileges(t *testing.T) {
 		"effect": append_, "effect_response": append_, "effect_batch": append_, "effect_batch_member": append_, "effect_batch_response": append_, "effect_bump": append_, "bump_policy": read,
 		// The archive: written only by archive_campaign(), as the owner.
 		"effect_archive": read, "effect_response_archive": read, "effect_batch_archive": read, "effect_batch_member_archive": read,
-		"effect_batch_response_archive": read, "campaign_archive": read,
+		"effect_batch_response_archive": read, "effect_bump_archive": read, "campaign_archive": read,
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
 		"admin_event": append_, "submission": append_,

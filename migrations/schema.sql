@@ -96,6 +96,7 @@ CREATE TABLE public.campaign_archive (
     calls bigint DEFAULT 0 NOT NULL,
     archived_at timestamp with time zone DEFAULT now() NOT NULL,
     txid xid8 DEFAULT pg_current_xact_id() NOT NULL,
+    bumps bigint DEFAULT 0 NOT NULL,
     CONSTRAINT campaign_archive_archived_by_check CHECK ((btrim(archived_by) <> ''::text))
 );
 
@@ -113,6 +114,7 @@ DECLARE
     want campaign_archive;
     n bigint;
 BEGIN
+    PERFORM onceplan_archive_lock(true);
     PERFORM 1 FROM campaign c WHERE c.id = campaign FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'campaign %: no such campaign', campaign USING ERRCODE = 'P0002';
@@ -133,10 +135,14 @@ BEGIN
 
     CREATE TEMP TABLE archiving_effect (id bigint PRIMARY KEY) ON COMMIT DROP;
     CREATE TEMP TABLE archiving_batch (id bigint PRIMARY KEY) ON COMMIT DROP;
+    CREATE TEMP TABLE archiving_key (key text PRIMARY KEY) ON COMMIT DROP;
     INSERT INTO archiving_effect SELECT e.id FROM effect e WHERE e.plan_id = ANY (plans);
     INSERT INTO archiving_batch SELECT DISTINCT m.batch_id FROM effect_batch_member m JOIN archiving_effect x ON x.id = m.effect_id;
+    INSERT INTO archiving_key SELECT DISTINCT b.key FROM effect_bump b
+        JOIN target t ON t.key = b.key JOIN plan p ON p.list_id = t.list_id WHERE p.id = ANY (plans);
     ANALYZE archiving_effect;
     ANALYZE archiving_batch;
+    ANALYZE archiving_key;
     IF EXISTS (SELECT 1 FROM effect_batch_member m JOIN archiving_batch b ON b.id = m.batch_id
                WHERE NOT EXISTS (SELECT 1 FROM archiving_effect x WHERE x.id = m.effect_id)) THEN
         RAISE EXCEPTION 'campaign %: a batch call of its attempts carries another campaign''s', campaign
@@ -145,11 +151,12 @@ BEGIN
 
     -- The row that lets rows leave the hot tables in this transaction
     -- (onceplan_archive_only), checked by campaign_archive_insert.
-    INSERT INTO campaign_archive (campaign_id, archived_by, attempts, answers, calls)
+    INSERT INTO campaign_archive (campaign_id, archived_by, attempts, answers, calls, bumps)
     VALUES (campaign, actor,
             (SELECT count(*) FROM archiving_effect),
             (SELECT count(*) FROM effect_response r JOIN archiving_effect x ON x.id = r.effect_id),
-            (SELECT count(*) FROM archiving_batch))
+            (SELECT count(*) FROM archiving_batch),
+            (SELECT count(*) FROM effect_bump b JOIN archiving_key k ON k.key = b.key))
     RETURNING * INTO want;
 
     WITH gone AS (DELETE FROM effect_response r USING archiving_effect x WHERE r.effect_id = x.id RETURNING r.*)
@@ -172,8 +179,16 @@ BEGIN
         RAISE EXCEPTION 'campaign %: its attempts changed while it was archived; archive it again', campaign
             USING ERRCODE = 'OP002';
     END IF;
+    WITH gone AS (DELETE FROM effect_bump b USING archiving_key k WHERE b.key = k.key RETURNING b.*)
+    INSERT INTO effect_bump_archive SELECT * FROM gone;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n <> want.bumps THEN
+        RAISE EXCEPTION 'campaign %: % bumps moved, not the % counted; archive it again', campaign, n, want.bumps
+            USING ERRCODE = 'OP002';
+    END IF;
     DROP TABLE archiving_effect;
     DROP TABLE archiving_batch;
+    DROP TABLE archiving_key;
     RETURN want;
 END $$;
 
@@ -426,6 +441,28 @@ $$;
 
 
 --
+-- Name: effect_archived_bumped_epoch(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archived_bumped_epoch() RETURNS TABLE(key text, epoch integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT b.key, max(b.epoch) FROM effect_bump_archive b GROUP BY b.key
+$$;
+
+
+--
+-- Name: effect_archived_current_epoch(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_archived_current_epoch(key text) RETURNS TABLE(epoch integer)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(max(b.epoch), 0) FROM effect_bump_archive b WHERE b.key = effect_archived_current_epoch.key
+$$;
+
+
+--
 -- Name: effect_archived_key(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -433,7 +470,9 @@ CREATE FUNCTION public.effect_archived_key() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key) THEN
+    PERFORM onceplan_archive_lock(false);
+    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
+       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
         RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
             USING ERRCODE = 'OP008';
     END IF;
@@ -491,6 +530,49 @@ CREATE FUNCTION public.effect_blocks(state public.effect_state) RETURNS boolean
     AS $$
     SELECT state IN ('pending', 'done', 'unknown', 'stranded')
 $$;
+
+
+--
+-- Name: effect_bump_archive_only(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_bump_archive_only() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    stray text;
+BEGIN
+    SELECT g.key INTO stray FROM gone g
+    WHERE EXISTS (SELECT 1 FROM effect e WHERE e.key = g.key)
+       OR NOT EXISTS (
+        SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
+        JOIN target t ON t.list_id = p.list_id AND t.key = g.key
+        WHERE a.txid = pg_current_xact_id())
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'DELETE on effect_bump refused: key % is not of a campaign archived in this transaction', stray
+            USING ERRCODE = 'OP001';
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: effect_bump_archived_key(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_bump_archived_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM onceplan_archive_lock(false);
+    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
+       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
+        RAISE EXCEPTION 'bump refused: key % belongs to an archived campaign, which never runs again', NEW.key
+            USING ERRCODE = 'OP008';
+    END IF;
+    RETURN NEW;
+END $$;
 
 
 --
@@ -813,6 +895,22 @@ CREATE FUNCTION public.list_target() RETURNS TABLE(list_id bigint, ordinal integ
     AS $$
     SELECT t.list_id, t.ordinal, t.target, t.key, t.vars, t.line FROM target t
 $$;
+
+
+--
+-- Name: onceplan_archive_lock(boolean); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.onceplan_archive_lock(exclusive boolean) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('onceplan archive', 0));
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('onceplan archive', 0));
+    END IF;
+END $$;
 
 
 --
@@ -2086,6 +2184,27 @@ CREATE TABLE public.effect_bump (
 
 
 --
+-- Name: effect_bump_archive; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.effect_bump_archive (
+    key text NOT NULL,
+    epoch integer NOT NULL,
+    actor_kind text NOT NULL,
+    actor text NOT NULL,
+    policy text,
+    reason text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT effect_bump_actor_check CHECK ((btrim(actor) <> ''::text)),
+    CONSTRAINT effect_bump_actor_kind_check CHECK ((actor_kind = ANY (ARRAY['human'::text, 'policy'::text]))),
+    CONSTRAINT effect_bump_epoch_check CHECK ((epoch > 0)),
+    CONSTRAINT effect_bump_key_check CHECK (((octet_length(key) = 67) AND (key ~ '^v1:[0-9a-f]*$'::text))),
+    CONSTRAINT effect_bump_policy_named CHECK (((actor_kind = 'policy'::text) = (policy IS NOT NULL))),
+    CONSTRAINT effect_bump_reason_check CHECK ((btrim(reason) <> ''::text))
+);
+
+
+--
 -- Name: effect_id_seq; Type: SEQUENCE; Schema: public; Owner: -
 --
 
@@ -3152,6 +3271,14 @@ ALTER TABLE ONLY public.effect_batch_response_archive
 
 ALTER TABLE ONLY public.effect_batch_response
     ADD CONSTRAINT effect_batch_response_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: effect_bump_archive effect_bump_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_bump_archive
+    ADD CONSTRAINT effect_bump_archive_pkey PRIMARY KEY (key, epoch);
 
 
 --
@@ -4222,6 +4349,41 @@ CREATE TRIGGER effect_batch_write_once BEFORE UPDATE ON public.effect_batch FOR 
 
 
 --
+-- Name: effect_bump_archive effect_bump_archive_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_bump_archive_no_truncate BEFORE TRUNCATE ON public.effect_bump_archive FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_bump effect_bump_archive_only; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_bump_archive_only AFTER DELETE ON public.effect_bump REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.effect_bump_archive_only();
+
+
+--
+-- Name: effect_bump_archive effect_bump_archive_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_bump_archive_write_once BEFORE DELETE OR UPDATE ON public.effect_bump_archive FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: effect_bump effect_bump_archived_key; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_bump_archived_key BEFORE INSERT ON public.effect_bump FOR EACH ROW EXECUTE FUNCTION public.effect_bump_archived_key();
+
+
+--
+-- Name: effect_bump effect_bump_no_delete; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_bump_no_delete BEFORE DELETE ON public.effect_bump FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_archive_only();
+
+
+--
 -- Name: effect_bump effect_bump_no_truncate; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -4239,7 +4401,7 @@ CREATE TRIGGER effect_bump_sequence BEFORE INSERT ON public.effect_bump FOR EACH
 -- Name: effect_bump effect_bump_write_once; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_bump_write_once BEFORE DELETE OR UPDATE ON public.effect_bump FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+CREATE TRIGGER effect_bump_write_once BEFORE UPDATE ON public.effect_bump FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
 
 
 --
@@ -5710,6 +5872,13 @@ GRANT USAGE ON SEQUENCE public.effect_batch_response_id_seq TO onceplan_app;
 --
 
 GRANT SELECT,INSERT ON TABLE public.effect_bump TO onceplan_app;
+
+
+--
+-- Name: TABLE effect_bump_archive; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT ON TABLE public.effect_bump_archive TO onceplan_app;
 
 
 --

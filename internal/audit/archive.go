@@ -11,8 +11,10 @@ import (
 // are all in the ledger's hot table or all in its archive (its keys are its
 // own, and archive_campaign moves every plan of it), so the audit of a plan
 // reads one of the two: effect_archived() wherever it reads
-// effect_attempt(), once the plan's campaign was archived. A live
-// campaign's audit never walks the archive.
+// effect_attempt(), and the archive's epochs wherever it reads the hot
+// table's (migration 0035: a campaign's bumps move with its attempts), once
+// the plan's campaign was archived. A live campaign's audit never walks the
+// archive.
 
 const (
 	archivedPlanSQL = `SELECT EXISTS (SELECT 1 FROM frozen_plan() p JOIN campaign_archive a ON a.campaign_id = p.campaign_id WHERE p.id = $1)`
@@ -36,11 +38,19 @@ func exists(ctx context.Context, db onceplan.DB, sql string, id int64) (bool, er
 	return yes, err
 }
 
-// attemptsIn is sql reading the archive's attempts in place of the hot
-// table's when archived.
+// attemptsIn is sql reading the archive's attempts and epochs in place of
+// the hot table's when archived.
 func attemptsIn(sql string, archived bool) string {
 	if !archived {
 		return sql
 	}
-	return strings.ReplaceAll(sql, "effect_attempt()", "effect_archived()")
+	return archivedReads.Replace(sql)
 }
+
+// archivedReads names, for each of the ledger's reads of the hot tables,
+// the archive's of the same shape.
+var archivedReads = strings.NewReplacer(
+	"effect_attempt()", "effect_archived()",
+	"effect_current_epoch(", "effect_archived_current_epoch(",
+	"effect_bumped_epoch()", "effect_archived_bumped_epoch()",
+)

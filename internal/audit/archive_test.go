@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -64,6 +65,20 @@ func finishedAndRunning(t *testing.T, n int) (admin, app *pgxpool.Pool, finished
 	return admin, app, finished, running
 }
 
+// keyBumps is a bumped key of plan's targets and how many bumps of them the
+// hot table holds.
+func keyBumps(t *testing.T, ctx context.Context, db onceplan.DB, planID int64) (ledger.Key, int64) {
+	t.Helper()
+	var key *string
+	var n int64
+	require.NoError(t, db.QueryRow(ctx, `SELECT min(b.key), count(*) FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
+		JOIN effect_bump b ON b.key = t.key WHERE p.id = $1`, planID).Scan(&key, &n))
+	if key == nil {
+		return "", n
+	}
+	return ledger.Key(*key), n
+}
+
 func TestArchivedCampaignAnswersAsBefore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -74,20 +89,35 @@ func TestArchivedCampaignAnswersAsBefore(t *testing.T) {
 		FROM effect WHERE plan_id = $1`, s.PlanID).Scan(&hot, &hotAnswers))
 	m0, csv0, history0, responses0 := answers(t, ctx, app, s.PlanID)
 	require.Len(t, history0, 2, "target 1001 failed once, then was done")
+	bumpedKey, hotBumps := keyBumps(t, ctx, admin, s.PlanID)
+	require.NotZero(t, hotBumps, "the seed bumps targets 8 and 1008")
+	store := ledger.NewStore(app)
+	bumps0, err := store.Bumps(ctx, bumpedKey)
+	require.NoError(t, err)
+	require.Len(t, bumps0, 1)
+	_, otherBumps := keyBumps(t, ctx, admin, other.PlanID)
 	otherMetric, err := audit.ForPlan(ctx, app, other.PlanID)
 	require.NoError(t, err)
 
 	// The command connects as the app role.
-	a, err := ledger.NewStore(app).ArchiveCampaign(ctx, s.CampaignID, "ops@example.com")
+	a, err := store.ArchiveCampaign(ctx, s.CampaignID, "ops@example.com")
 	require.NoError(t, err)
 	require.Equal(t, hot, a.Attempts)
 	require.Equal(t, hotAnswers, a.Answers)
+	require.Equal(t, hotBumps, a.Bumps)
 	require.Equal(t, "ops@example.com", a.By)
 	var left, archived int64
 	require.NoError(t, admin.QueryRow(ctx, `SELECT (SELECT count(*) FROM effect WHERE plan_id = $1), (SELECT count(*) FROM effect_archive WHERE plan_id = $1)`,
 		s.PlanID).Scan(&left, &archived))
 	require.Zero(t, left, "nothing of the campaign is left in the hot table")
 	require.Equal(t, hot, archived)
+	_, leftBumps := keyBumps(t, ctx, admin, s.PlanID)
+	require.Zero(t, leftBumps, "the campaign's bumps left the hot table with its attempts")
+	_, otherLeft := keyBumps(t, ctx, admin, other.PlanID)
+	require.Equal(t, otherBumps, otherLeft, "another campaign's bumps stay")
+	bumps1, err := store.Bumps(ctx, bumpedKey)
+	require.NoError(t, err)
+	require.Equal(t, bumps0, bumps1, "a key's bumps read as before")
 
 	m1, csv1, history1, responses1 := answers(t, ctx, app, s.PlanID)
 	require.Equal(t, m0, m1, "the audit answers as before")
@@ -137,6 +167,12 @@ func TestArchiveRulesAsTheAppRole(t *testing.T) {
 	requireSQLState(t, err, "42501", "the app role marks a campaign archived without moving it")
 	_, err = app.Exec(ctx, `INSERT INTO effect_archive SELECT * FROM effect WHERE id = $1`, liveID)
 	requireSQLState(t, err, "42501", "the app role writes the archive")
+	liveBumped, _ := keyBumps(t, ctx, admin, live.PlanID)
+	_, err = app.Exec(ctx, `DELETE FROM effect_bump WHERE key = $1`, liveBumped)
+	requireSQLState(t, err, "42501", "the app role deletes a bump")
+	_, err = admin.Exec(ctx, `DELETE FROM effect_bump WHERE key = $1`, liveBumped)
+	requireSQLState(t, err, "OP001", "the owner deletes a bump outside an archive")
+	bumpedKey, _ := keyBumps(t, ctx, admin, s.PlanID)
 
 	_, err = ledger.NewStore(app).ArchiveCampaign(ctx, s.CampaignID, "ops@example.com")
 	require.NoError(t, err)
@@ -159,10 +195,57 @@ func TestArchiveRulesAsTheAppRole(t *testing.T) {
 		_, err = app.Exec(ctx, `UPDATE campaign SET state = $2 WHERE id = $1`, s.CampaignID, state)
 		requireSQLState(t, err, "OP002", "an archived campaign back to "+state)
 	}
-	// Its keys take no attempt outside a plan either.
+	// Its keys take no attempt outside a plan either, and no bump.
 	_, err = app.Exec(ctx, `INSERT INTO effect (key, owner) VALUES ($1, 'w1')`, archivedKey)
 	requireSQLState(t, err, "OP008", "an attempt outside any plan on an archived key")
+	for _, key := range []string{archivedKey, string(bumpedKey)} {
+		_, err = app.Exec(ctx, `INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason)
+			SELECT $1, coalesce(max(epoch), 0) + 1, 'human', 'user:x@example.com', 'again' FROM effect_bump WHERE key = $1`, key)
+		requireSQLState(t, err, "OP008", "a bump of an archived key")
+	}
+	_, err = app.Exec(ctx, `DELETE FROM effect_bump_archive WHERE key = $1`, bumpedKey)
+	requireSQLState(t, err, "42501", "the app role deletes an archived bump")
+	_, err = admin.Exec(ctx, `DELETE FROM effect_bump_archive WHERE key = $1`, bumpedKey)
+	requireSQLState(t, err, "OP001", "an archived bump is write-once for every role")
 	// And the owner's archive of a live campaign is refused as well.
 	_, err = admin.Exec(ctx, `SELECT archive_campaign($1, 'owner')`, live.CampaignID)
 	requireSQLState(t, err, "OP002", "archiving a running campaign")
+}
+
+// TestBumpWaitsForAnArchiveUnderWay: a bump of a campaign's key made while
+// the campaign is being archived waits for the archive, and is refused once
+// it commits; it is not left in the hot table beside an archived campaign.
+func TestBumpWaitsForAnArchiveUnderWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin, app, s, _ := finishedAndRunning(t, 1000)
+	var key string
+	require.NoError(t, admin.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
+		WHERE p.id = $1 AND t.ordinal = 1`, s.PlanID).Scan(&key))
+
+	archiving, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer archiving.Rollback(ctx)
+	_, err = archiving.Exec(ctx, `SELECT archive_campaign($1, 'ops@example.com')`, s.CampaignID)
+	require.NoError(t, err)
+
+	bumped := make(chan error, 1)
+	go func() {
+		_, err := ledger.NewStore(app).Bump(ctx, ledger.BumpParams{Key: ledger.Key(key), ActorKind: ledger.ActorHuman,
+			Actor: "user:x@example.com", Reason: "once more"})
+		bumped <- err
+	}()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%effect_bump%'`).Scan(&n))
+		return n > 0
+	}, time.Minute, 20*time.Millisecond, "the bump waits for the archive under way")
+	require.NoError(t, archiving.Commit(ctx))
+
+	err = <-bumped
+	require.ErrorContains(t, err, "belongs to an archived campaign")
+	var hot int
+	require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM effect_bump WHERE key = $1`, key).Scan(&hot))
+	require.Zero(t, hot, "no bump of an archived key in the hot table")
 }
