@@ -96,6 +96,7 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+DROP FUNCTION key_archived(text);
 DROP FUNCTION onceplan_archive_lock(boolean);
 
 ALTER TABLE campaign_archive DROP COLUMN bumps;

@@ -29,12 +29,25 @@ BEGIN
     END IF;
 END $$;
 
-CREATE OR REPLACE FUNCTION effect_archived_key() RETURNS trigger
+-- Whether key is a target's key in an archived campaign's plans, attempted
+-- or not (one probe of the target index per archived plan), under the
+-- archive's lock.
+CREATE FUNCTION key_archived(key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM onceplan_archive_lock(false);
-    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
-       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
+    RETURN EXISTS (SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
+                   JOIN target t ON t.list_id = p.list_id AND t.key = key_archived.key);
+END $$;
+
+-- An attempt outside any plan on an archived campaign's key is refused,
+-- whether the key was attempted or not (migration 0034 asked the archived
+-- attempts only: a key its campaign never attempted, suppressed or not
+-- started, was left open).
+CREATE OR REPLACE FUNCTION effect_archived_key() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF key_archived(NEW.key) THEN
         RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
             USING ERRCODE = 'OP008';
     END IF;
@@ -46,9 +59,7 @@ END $$;
 CREATE FUNCTION effect_bump_archived_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM onceplan_archive_lock(false);
-    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
-       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
+    IF key_archived(NEW.key) THEN
         RAISE EXCEPTION 'bump refused: key % belongs to an archived campaign, which never runs again', NEW.key
             USING ERRCODE = 'OP008';
     END IF;

@@ -470,9 +470,7 @@ CREATE FUNCTION public.effect_archived_key() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM onceplan_archive_lock(false);
-    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
-       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
+    IF key_archived(NEW.key) THEN
         RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
             USING ERRCODE = 'OP008';
     END IF;
@@ -565,9 +563,7 @@ CREATE FUNCTION public.effect_bump_archived_key() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM onceplan_archive_lock(false);
-    IF EXISTS (SELECT 1 FROM effect_archive a WHERE a.key = NEW.key)
-       OR EXISTS (SELECT 1 FROM effect_bump_archive b WHERE b.key = NEW.key) THEN
+    IF key_archived(NEW.key) THEN
         RAISE EXCEPTION 'bump refused: key % belongs to an archived campaign, which never runs again', NEW.key
             USING ERRCODE = 'OP008';
     END IF;
@@ -883,6 +879,20 @@ BEGIN
             USING ERRCODE = '23503';
     END IF;
     RETURN NEW;
+END $$;
+
+
+--
+-- Name: key_archived(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.key_archived(key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM onceplan_archive_lock(false);
+    RETURN EXISTS (SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
+                   JOIN target t ON t.list_id = p.list_id AND t.key = key_archived.key);
 END $$;
 
 

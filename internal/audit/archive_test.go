@@ -195,10 +195,16 @@ func TestArchiveRulesAsTheAppRole(t *testing.T) {
 		_, err = app.Exec(ctx, `UPDATE campaign SET state = $2 WHERE id = $1`, s.CampaignID, state)
 		requireSQLState(t, err, "OP002", "an archived campaign back to "+state)
 	}
-	// Its keys take no attempt outside a plan either, and no bump.
-	_, err = app.Exec(ctx, `INSERT INTO effect (key, owner) VALUES ($1, 'w1')`, archivedKey)
-	requireSQLState(t, err, "OP008", "an attempt outside any plan on an archived key")
-	for _, key := range []string{archivedKey, string(bumpedKey)} {
+	// Its keys take no attempt outside a plan either, attempted or not
+	// (target 7 was never started), and no bump.
+	var untried string
+	require.NoError(t, admin.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
+		WHERE p.id = $1 AND t.ordinal = 7`, s.PlanID).Scan(&untried))
+	for _, key := range []string{archivedKey, untried} {
+		_, err = app.Exec(ctx, `INSERT INTO effect (key, owner) VALUES ($1, 'w1')`, key)
+		requireSQLState(t, err, "OP008", "an attempt outside any plan on an archived key")
+	}
+	for _, key := range []string{archivedKey, untried, string(bumpedKey)} {
 		_, err = app.Exec(ctx, `INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason)
 			SELECT $1, coalesce(max(epoch), 0) + 1, 'human', 'user:x@example.com', 'again' FROM effect_bump WHERE key = $1`, key)
 		requireSQLState(t, err, "OP008", "a bump of an archived key")
