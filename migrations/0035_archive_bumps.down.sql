@@ -85,7 +85,6 @@ DROP TRIGGER effect_bump_write_once ON effect_bump;
 CREATE TRIGGER effect_bump_write_once BEFORE UPDATE OR DELETE ON effect_bump
     FOR EACH ROW EXECUTE FUNCTION onceplan_refuse_change();
 DROP TRIGGER effect_bump_archived_key ON effect_bump;
-DROP FUNCTION effect_bump_archived_key();
 
 CREATE OR REPLACE FUNCTION effect_archived_key() RETURNS trigger
 LANGUAGE plpgsql AS $$

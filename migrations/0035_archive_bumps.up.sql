@@ -43,30 +43,20 @@ END $$;
 -- An attempt outside any plan on an archived campaign's key is refused,
 -- whether the key was attempted or not (migration 0034 asked the archived
 -- attempts only: a key its campaign never attempted, suppressed or not
--- started, was left open).
+-- started, was left open). And such a key is not bumped: its campaign
+-- never runs again, and its epochs are read from the archive.
 CREATE OR REPLACE FUNCTION effect_archived_key() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF key_archived(NEW.key) THEN
-        RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
-            USING ERRCODE = 'OP008';
-    END IF;
-    RETURN NEW;
-END $$;
-
--- A key the archive holds is not bumped: its campaign never runs again, and
--- its epochs are read from the archive.
-CREATE FUNCTION effect_bump_archived_key() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF key_archived(NEW.key) THEN
-        RAISE EXCEPTION 'bump refused: key % belongs to an archived campaign, which never runs again', NEW.key
+        RAISE EXCEPTION '% refused: key % belongs to an archived campaign, which never runs again',
+            CASE TG_TABLE_NAME WHEN 'effect_bump' THEN 'bump' ELSE 'effect' END, NEW.key
             USING ERRCODE = 'OP008';
     END IF;
     RETURN NEW;
 END $$;
 CREATE TRIGGER effect_bump_archived_key BEFORE INSERT ON effect_bump
-    FOR EACH ROW EXECUTE FUNCTION effect_bump_archived_key();
+    FOR EACH ROW EXECUTE FUNCTION effect_archived_key();
 
 -- Bumps leave only with their campaign: every key of the rows gone is a key
 -- of a campaign archived in this transaction, with no attempt left hot.

@@ -471,7 +471,8 @@ CREATE FUNCTION public.effect_archived_key() RETURNS trigger
     AS $$
 BEGIN
     IF key_archived(NEW.key) THEN
-        RAISE EXCEPTION 'effect refused: key % belongs to an archived campaign', NEW.key
+        RAISE EXCEPTION '% refused: key % belongs to an archived campaign, which never runs again',
+            CASE TG_TABLE_NAME WHEN 'effect_bump' THEN 'bump' ELSE 'effect' END, NEW.key
             USING ERRCODE = 'OP008';
     END IF;
     RETURN NEW;
@@ -552,22 +553,6 @@ BEGIN
             USING ERRCODE = 'OP001';
     END IF;
     RETURN NULL;
-END $$;
-
-
---
--- Name: effect_bump_archived_key(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.effect_bump_archived_key() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    IF key_archived(NEW.key) THEN
-        RAISE EXCEPTION 'bump refused: key % belongs to an archived campaign, which never runs again', NEW.key
-            USING ERRCODE = 'OP008';
-    END IF;
-    RETURN NEW;
 END $$;
 
 
@@ -4383,7 +4368,7 @@ CREATE TRIGGER effect_bump_archive_write_once BEFORE DELETE OR UPDATE ON public.
 -- Name: effect_bump effect_bump_archived_key; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_bump_archived_key BEFORE INSERT ON public.effect_bump FOR EACH ROW EXECUTE FUNCTION public.effect_bump_archived_key();
+CREATE TRIGGER effect_bump_archived_key BEFORE INSERT ON public.effect_bump FOR EACH ROW EXECUTE FUNCTION public.effect_archived_key();
 
 
 --
