@@ -51,6 +51,10 @@ type Campaign struct {
 	CreatedByAgent  bool      `json:"created_by_agent"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
+	// ArchivedAt is when `onceplan archive` moved its ledger rows out of
+	// the hot tables (docs/ARCHITECTURE.md, "The archive"); nil until then.
+	// An archived campaign never runs again.
+	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 }
 
 // NewCampaign is what creating a campaign takes.
@@ -111,13 +115,14 @@ func validProviderName(s string) bool {
 }
 
 const campaignCols = `id, name, provider, tool, scheduled_at, start_on_approval, required_approvals, list_unsubscribe,
-	state, version, coalesce(plan_id, 0), created_by, created_by_agent, created_at, updated_at`
+	state, version, coalesce(plan_id, 0), created_by, created_by_agent, created_at, updated_at,
+	(SELECT a.archived_at FROM campaign_archive a WHERE a.campaign_id = campaign.id)`
 
 func scanCampaign(row pgx.Row) (Campaign, error) {
 	var c Campaign
 	var state string
 	err := row.Scan(&c.ID, &c.Name, &c.Provider, &c.Tool, &c.ScheduledAt, &c.StartOnApproval, &c.RequiredApprovals, &c.ListUnsubscribe,
-		&state, &c.Version, &c.PlanID, &c.CreatedBy, &c.CreatedByAgent, &c.CreatedAt, &c.UpdatedAt)
+		&state, &c.Version, &c.PlanID, &c.CreatedBy, &c.CreatedByAgent, &c.CreatedAt, &c.UpdatedAt, &c.ArchivedAt)
 	c.State = State(state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, onceplan.ErrNotFound

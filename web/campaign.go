@@ -30,8 +30,16 @@ func campaignView(c approval.Campaign) view.Campaign {
 	return view.Campaign{
 		ID: c.ID, Name: c.Name, State: string(c.State), Provider: c.Provider, Version: c.Version,
 		RequiredApprovals: c.RequiredApprovals, HasPlan: c.PlanID != 0, ListUnsubscribe: c.ListUnsubscribe,
-		Starts: startsWords(c, time.Now()),
+		Starts: startsWords(c, time.Now()), ArchivedAt: deref(c.ArchivedAt),
 	}
+}
+
+// deref is *t, or the zero time for nil.
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // startsWords says when campaign c starts, as its settings say (fixed at

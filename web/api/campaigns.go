@@ -41,6 +41,7 @@ type campaignView struct {
 	ApprovalURL       string             `json:"approval_url"`
 	CreatedAt         time.Time          `json:"created_at"`
 	UpdatedAt         time.Time          `json:"updated_at"`
+	ArchivedAt        *time.Time         `json:"archived_at,omitempty"`
 	Import            *plan.ImportReport `json:"import,omitempty"`
 	// ListUnsubscribe: each message carries a one-click unsubscribe link;
 	// false for a transactional campaign.
@@ -131,7 +132,7 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals,
 		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: ans.Counts,
 		ApprovalURL: a.baseURL(c) + "/campaigns/" + cm.ID + "/approval",
-		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, Import: viewImport(res.Import),
+		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, ArchivedAt: cm.ArchivedAt, Import: viewImport(res.Import),
 	}, nil
 }
 

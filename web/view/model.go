@@ -65,6 +65,8 @@ type Campaign struct {
 	// Starts says when it starts, in words, until it has started ("" once
 	// it has, or when it never will).
 	Starts string
+	// ArchivedAt is when `onceplan archive` archived it (zero until then).
+	ArchivedAt time.Time
 }
 
 // CampaignRow is one line of the campaigns list.
