@@ -15,6 +15,7 @@ import (
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/sink"
 	"github.com/onceplan/onceplan/internal/suppression"
+	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -354,8 +355,12 @@ func TestBatchCallsStayWithinPostmarksCallSize(t *testing.T) {
 	})
 	targets := e.targets(t, id)
 
-	wk := e.startWorker(t, []string{w.provider})
-	waitFor(t, 3*time.Minute, "the campaign to complete", func() bool {
+	// The default job timeout, not the crash tests' 5 s: a job here sends
+	// and records 50 MB, which a busy machine does not do in 5 s, and a
+	// job cut short starts over from its claim.
+	wk := e.startWorkerWith(t, []string{w.provider}, []string{"--job-timeout", jobs.DefaultJobTimeout.String(),
+		"--rescue-after", (jobs.DefaultJobTimeout + jobs.DefaultRescueMargin).String()})
+	waitFor(t, 5*time.Minute, "the campaign to complete", func() bool {
 		return e.campaignState(t, id) == approval.StateCompleted
 	}, wk)
 	require.Equal(t, map[string]int{"done": batchTargets}, e.states(t, id))
