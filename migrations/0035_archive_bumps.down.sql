@@ -96,7 +96,7 @@ BEGIN
     RETURN NEW;
 END $$;
 DROP FUNCTION key_archived(text);
-DROP FUNCTION onceplan_archive_lock(boolean);
+DROP FUNCTION onceplan_archive_lock();
 
 ALTER TABLE campaign_archive DROP COLUMN bumps;
 DROP TABLE effect_bump_archive;

@@ -14,20 +14,15 @@ CREATE TRIGGER effect_bump_archive_no_truncate BEFORE TRUNCATE ON effect_bump_ar
 
 ALTER TABLE campaign_archive ADD COLUMN bumps bigint NOT NULL DEFAULT 0;
 
--- The lock an archive holds for its whole transaction, and every write that
--- asks whether a key is archived holds shared for its own: a bump or an
--- attempt outside any plan waits for an archive in progress, then sees it.
--- (Its number is no key's: keys take hashtextextended(key, 0), of text that
--- starts "v1:".)
-CREATE FUNCTION onceplan_archive_lock(exclusive boolean) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF exclusive THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('onceplan archive', 0));
-    ELSE
-        PERFORM pg_advisory_xact_lock_shared(hashtextextended('onceplan archive', 0));
-    END IF;
-END $$;
+-- The advisory lock an archive holds alone for its whole transaction, and
+-- every write that asks whether a key is archived holds shared for its own:
+-- a bump or an attempt outside any plan waits for an archive in progress,
+-- then sees it. (Its number is no key's: keys take hashtextextended(key, 0),
+-- of text that starts "v1:".)
+CREATE FUNCTION onceplan_archive_lock() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended('onceplan archive', 0)
+$$;
 
 -- Whether key is a target's key in an archived campaign's plans, attempted
 -- or not (one probe of the target index per archived plan), under the
@@ -35,7 +30,7 @@ END $$;
 CREATE FUNCTION key_archived(key text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM onceplan_archive_lock(false);
+    PERFORM pg_advisory_xact_lock_shared(onceplan_archive_lock());
     RETURN EXISTS (SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
                    JOIN target t ON t.list_id = p.list_id AND t.key = key_archived.key);
 END $$;
@@ -97,7 +92,7 @@ DECLARE
     want campaign_archive;
     n bigint;
 BEGIN
-    PERFORM onceplan_archive_lock(true);
+    PERFORM pg_advisory_xact_lock(onceplan_archive_lock());
     PERFORM 1 FROM campaign c WHERE c.id = campaign FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'campaign %: no such campaign', campaign USING ERRCODE = 'P0002';

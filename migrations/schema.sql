@@ -114,7 +114,7 @@ DECLARE
     want campaign_archive;
     n bigint;
 BEGIN
-    PERFORM onceplan_archive_lock(true);
+    PERFORM pg_advisory_xact_lock(onceplan_archive_lock());
     PERFORM 1 FROM campaign c WHERE c.id = campaign FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'campaign %: no such campaign', campaign USING ERRCODE = 'P0002';
@@ -875,7 +875,7 @@ CREATE FUNCTION public.key_archived(key text) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM onceplan_archive_lock(false);
+    PERFORM pg_advisory_xact_lock_shared(onceplan_archive_lock());
     RETURN EXISTS (SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
                    JOIN target t ON t.list_id = p.list_id AND t.key = key_archived.key);
 END $$;
@@ -893,19 +893,14 @@ $$;
 
 
 --
--- Name: onceplan_archive_lock(boolean); Type: FUNCTION; Schema: public; Owner: -
+-- Name: onceplan_archive_lock(); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.onceplan_archive_lock(exclusive boolean) RETURNS void
-    LANGUAGE plpgsql
+CREATE FUNCTION public.onceplan_archive_lock() RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-BEGIN
-    IF exclusive THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('onceplan archive', 0));
-    ELSE
-        PERFORM pg_advisory_xact_lock_shared(hashtextextended('onceplan archive', 0));
-    END IF;
-END $$;
+    SELECT hashtextextended('onceplan archive', 0)
+$$;
 
 
 --
