@@ -162,6 +162,20 @@ func newCampaign(n int) map[string]any {
 	}
 }
 
+// started is the id of a campaign of n targets (newCampaign) that the
+// proposer created and submitted, the approver approved and the operator
+// started.
+func (s *server) started(n int) string {
+	s.t.Helper()
+	created := s.json("proposer", "POST", "/campaigns", newCampaign(n))
+	require.Equal(s.t, http.StatusCreated, created.status, created.raw)
+	id := created.body["id"].(string)
+	sub := s.do("proposer", "POST", "/campaigns/"+id+"/submit", "", "")
+	s.json("approver", "POST", "/campaigns/"+id+"/approve", map[string]any{"plan_hash": sub.body["plan_hash"]})
+	s.do("operator", "POST", "/campaigns/"+id+"/start", "", "")
+	return id
+}
+
 func TestAgentProposesAndHumansDecide(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, nil)
@@ -240,12 +254,7 @@ func TestAgentProposesAndHumansDecide(t *testing.T) {
 func TestTargetsPageByCursorAndFilter(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, nil)
-	created := s.json("proposer", "POST", "/campaigns", newCampaign(25))
-	require.Equal(t, http.StatusCreated, created.status, created.raw)
-	id := created.body["id"].(string)
-	sub := s.do("proposer", "POST", "/campaigns/"+id+"/submit", "", "")
-	s.json("approver", "POST", "/campaigns/"+id+"/approve", map[string]any{"plan_hash": sub.body["plan_hash"]})
-	s.do("operator", "POST", "/campaigns/"+id+"/start", "", "")
+	id := s.started(25)
 
 	// Settle one target as done, through the ledger as a worker would.
 	first := s.do("viewer", "GET", "/campaigns/"+id+"/targets?limit=10", "", "")
@@ -432,11 +441,7 @@ func TestCSVImportReportsEveryLine(t *testing.T) {
 func TestEffectRoutes(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, nil)
-	created := s.json("proposer", "POST", "/campaigns", newCampaign(2))
-	id := created.body["id"].(string)
-	sub := s.do("proposer", "POST", "/campaigns/"+id+"/submit", "", "")
-	s.json("approver", "POST", "/campaigns/"+id+"/approve", map[string]any{"plan_hash": sub.body["plan_hash"]})
-	s.do("operator", "POST", "/campaigns/"+id+"/start", "", "")
+	id := s.started(2)
 	page := s.do("viewer", "GET", "/campaigns/"+id+"/targets", "", "")
 	row := page.body["items"].([]any)[0].(map[string]any)
 	key, target := row["key"].(string), row["target"].(string)

@@ -15,11 +15,7 @@ import (
 func TestArchivedCampaign(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, nil)
-	created := s.json("proposer", "POST", "/campaigns", newCampaign(3))
-	id := created.body["id"].(string)
-	sub := s.do("proposer", "POST", "/campaigns/"+id+"/submit", "", "")
-	s.json("approver", "POST", "/campaigns/"+id+"/approve", map[string]any{"plan_hash": sub.body["plan_hash"]})
-	s.do("operator", "POST", "/campaigns/"+id+"/start", "", "")
+	id := s.started(3)
 	row := s.do("viewer", "GET", "/campaigns/"+id+"/targets", "", "").body["items"].([]any)[0].(map[string]any)
 	store := ledger.NewStore(s.pool)
 	ctx := context.Background()
