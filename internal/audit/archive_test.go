@@ -29,6 +29,15 @@ func requireSQLState(t *testing.T, err error, code string, what string) {
 	require.Equal(t, code, pgErr.Code, "%s: %s", what, pgErr.Message)
 }
 
+// targetKey is the key of plan's target at ordinal.
+func targetKey(t *testing.T, ctx context.Context, db onceplan.DB, planID int64, ordinal int) string {
+	t.Helper()
+	var key string
+	require.NoError(t, db.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
+		WHERE p.id = $1 AND t.ordinal = $2`, planID, ordinal).Scan(&key))
+	return key
+}
+
 // answers is what a reader of plan's ledger sees: the metric, the export
 // of every target, and one attempt's history and raw answers.
 func answers(t *testing.T, ctx context.Context, db onceplan.DB, planID int64) (audit.Metric, string, []ledger.Effect, []ledger.Response) {
@@ -37,11 +46,8 @@ func answers(t *testing.T, ctx context.Context, db onceplan.DB, planID int64) (a
 	require.NoError(t, err)
 	var csv bytes.Buffer
 	require.NoError(t, audit.Export(ctx, db, planID, audit.ExportCSV, &csv))
-	var key string
-	require.NoError(t, db.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
-		WHERE p.id = $1 AND t.ordinal = 1001`, planID).Scan(&key))
 	store := ledger.NewStore(db)
-	history, err := store.History(ctx, ledger.Key(key))
+	history, err := store.History(ctx, ledger.Key(targetKey(t, ctx, db, planID, 1001)))
 	require.NoError(t, err)
 	require.NotEmpty(t, history)
 	responses, err := store.Responses(ctx, history[0].ID)
@@ -197,9 +203,7 @@ func TestArchiveRulesAsTheAppRole(t *testing.T) {
 	}
 	// Its keys take no attempt outside a plan either, attempted or not
 	// (target 7 was never started), and no bump.
-	var untried string
-	require.NoError(t, admin.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
-		WHERE p.id = $1 AND t.ordinal = 7`, s.PlanID).Scan(&untried))
+	untried := targetKey(t, ctx, admin, s.PlanID, 7)
 	for _, key := range []string{archivedKey, untried} {
 		_, err = app.Exec(ctx, `INSERT INTO effect (key, owner) VALUES ($1, 'w1')`, key)
 		requireSQLState(t, err, "OP008", "an attempt outside any plan on an archived key")
@@ -225,9 +229,7 @@ func TestBumpWaitsForAnArchiveUnderWay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	admin, app, s, _ := finishedAndRunning(t, 1000)
-	var key string
-	require.NoError(t, admin.QueryRow(ctx, `SELECT t.key FROM frozen_plan() p JOIN list_target() t ON t.list_id = p.list_id
-		WHERE p.id = $1 AND t.ordinal = 1`, s.PlanID).Scan(&key))
+	key := targetKey(t, ctx, admin, s.PlanID, 1)
 
 	archiving, err := admin.Begin(ctx)
 	require.NoError(t, err)
