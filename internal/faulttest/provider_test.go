@@ -54,10 +54,11 @@ func byTarget(atts []attempt) map[string][]attempt {
 	return out
 }
 
-// TestProviderSlow: a provider that takes 2 s per call (the 10 s,
-// scaled down with the timeouts: --job-timeout 6s and the provider's
-// timeout=5s still exceed the call, as the defaults of 2 m and 30 s exceed
-// 10 s) settles every target done on its first attempt, with no resend,
+// TestProviderSlow: a provider that takes 2 s per call (10 s scaled down
+// with the timeouts: --job-timeout 20s and the provider's timeout=15s
+// exceed the call several times over, as the defaults of 2 m and 30 s
+// exceed 10 s; a margin of 3 s was too little on a busy machine, where a
+// call of 2 s at the sink took over 5 s at the worker) settles every target done on its first attempt, with no resend,
 // while a fast provider in the same process finishes its own campaign
 // meanwhile. A call slower than the provider's timeout is unknown (the
 // request had left) and, on a provider that can neither deduplicate nor be
@@ -70,9 +71,9 @@ func TestProviderSlow(t *testing.T) {
 		hook := sink.NewWebhook(sink.WebhookOpts{Dedupe: true})
 		t.Cleanup(hook.Close)
 		hook.Delay(2 * time.Second)
-		slowW := webhookWorld("slow", hook, hook.URL(), "concurrency=4&timeout=5s")
+		slowW := webhookWorld("slow", hook, hook.URL(), "concurrency=4&timeout=15s")
 		fastW := maildirWorld(t, "fast", t.TempDir(), "")
-		w := startWorker(t, e.url, []string{slowW.provider, fastW.provider}, flagsWith("--job-timeout", "6s", "--rescue-after", "30s"))
+		w := startWorker(t, e.url, []string{slowW.provider, fastW.provider}, flagsWith("--job-timeout", "20s", "--rescue-after", "30s"))
 
 		const nSlow, nFast = 16, 100
 		began := time.Now()
