@@ -41,6 +41,7 @@ func commands() []command {
 		{"tool", "manage the tools of single effects (agent tool calls): add (recovery and approval; as the schema's owner role, like migrate), list", runTool},
 		{"audit", "check that every approved target got exactly one effect (exit 0 only when it holds)", runAudit},
 		{"archive", "move a finished campaign's ledger rows out of the tables running campaigns use; the audit and the UI still read them", runArchive},
+		{"compact", "rebuild the indexes of the tables running campaigns use, after archiving (as the schema's owner role, like migrate)", runCompact},
 		{"suppression", "manage the suppression list (addresses no campaign mails): add, remove, list, import", runSuppression},
 		{"resolve", "propose resolutions for a campaign's unknown targets from a provider's event export (--evidence FILE); --yes or --only to confirm", runResolve},
 		{"campaign", "create, import, submit, approve, start, pause, resume, cancel and show campaigns on a running server", runCampaign},

@@ -88,20 +88,21 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 	case errors.Is(err, onceplan.ErrConflict):
 		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
 	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
-		return notOwnerErr(ctx, d.Pool, "policy add", "bump policies")
+		return notOwnerErr(ctx, d.Pool, "policy add", "register bump policies")
 	}
 	return fmt.Errorf("policy add: %w", err)
 }
 
-// notOwnerErr says that the role db connects as may not register what
-// (only the schema's owner does: `policy add`, `tool add`), naming it.
+// notOwnerErr says that the role db connects as may not do what only the
+// schema's owner does (`policy add`, `tool add`, `compact`), naming it:
+// what is the deed, as "register bump policies".
 func notOwnerErr(ctx context.Context, db onceplan.DB, command, what string) error {
 	role := "of this URL"
 	var current string
 	if db.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
 		role = current
 	}
-	return fmt.Errorf("%s: the database role %s may not register %s: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
+	return fmt.Errorf("%s: the database role %s may not %s: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
 		command, role, what, migrations.OwnerRole)
 }
 

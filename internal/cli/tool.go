@@ -60,7 +60,7 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 	pol, err := toolcall.Register(ctx, d.Pool, p)
 	switch {
 	case errors.Is(err, toolcall.ErrNotOwner):
-		err = notOwnerErr(ctx, d.Pool, "tool add", "tools")
+		err = notOwnerErr(ctx, d.Pool, "tool add", "register tools")
 	case err != nil:
 		err = fmt.Errorf("tool add: %w", err)
 	default:

@@ -7,7 +7,8 @@ package main
 // is empty; the same new campaign runs on each (the executor through an
 // in-process no-op provider, as the exec scenario), alternating, and its
 // audit is timed on each: once beside the history as it is, then with
-// every finished campaign archived (onceplan archive), every round. The
+// every finished campaign archived (onceplan archive) once, and with the
+// hot tables' indexes rebuilt after it (onceplan compact), every round. The
 // figures are the ratios history ÷ empty.
 
 import (
@@ -85,7 +86,7 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 		name string
 		pool *pgxpool.Pool
 	}
-	measure := func(round int, sides ...side) error {
+	measure := func(round string, sides ...side) error {
 		for _, side := range sides {
 			read0, hit0, err := blockReads(ctx, side.pool)
 			if err != nil {
@@ -103,7 +104,7 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 			if err != nil {
 				return err
 			}
-			fmt.Printf("  round %d, %-8s: %s effects/s (blocks read from outside shared buffers: %s of %s, %.1f per effect), audit of the new plan %s\n",
+			fmt.Printf("  %s, %-8s: %s effects/s (blocks read from outside shared buffers: %s of %s, %.1f per effect), audit of the new plan %s\n",
 				round, side.name, thousands(int(r.perSec)), thousands(int(read1-read0)), thousands(int(read1-read0+hit1-hit0)),
 				float64(read1-read0)/float64(n), auditTime.Round(time.Millisecond))
 			runs[side.name] = append(runs[side.name], run{r.perSec, auditTime})
@@ -112,7 +113,7 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 	}
 	// First beside the history as it is, once; then archived
 	// (onceplan archive, ledger.Store.ArchiveCampaign), every round.
-	if err := measure(0, side{"empty", empty}, side{"unarchived", pool}); err != nil {
+	if err := measure("round 0", side{"empty", empty}, side{"unarchived", pool}); err != nil {
 		return err
 	}
 	t = time.Now()
@@ -134,8 +135,22 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 	}
 	fmt.Printf("  archived %d campaigns (%s attempts) in %s, then VACUUM ANALYZE in %s; the hot table's indexes now %s MB\n",
 		len(finished), thousands(int(moved)), archiveTime.Round(time.Second), (time.Since(t) - archiveTime).Round(time.Second), thousands(int(indexes>>20)))
+	// Once archived as they are, then with their indexes rebuilt (onceplan
+	// compact), every round.
+	if err := measure("archived, not compacted", side{"empty", empty}, side{"archived", pool}); err != nil {
+		return err
+	}
+	t = time.Now()
+	if _, err := store.CompactHotTables(ctx); err != nil {
+		return fmt.Errorf("history: compacting: %w", err)
+	}
+	compactTime := time.Since(t)
+	if err := pool.QueryRow(ctx, `SELECT pg_indexes_size('effect')`).Scan(&indexes); err != nil {
+		return err
+	}
+	fmt.Printf("  compacted (the hot tables' indexes rebuilt) in %s; the hot table's indexes now %s MB\n", compactTime.Round(time.Second), thousands(int(indexes>>20)))
 	for round := range historyRounds {
-		if err := measure(round+1, side{"empty", empty}, side{"history", pool}); err != nil {
+		if err := measure(fmt.Sprintf("round %d", round+1), side{"empty", empty}, side{"history", pool}); err != nil {
 			return err
 		}
 	}
@@ -152,13 +167,18 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 	throughput := median("history", perSec) / median("empty", perSec)
 	auditRatio := median("history", auditSec) / median("empty", auditSec)
 	fmt.Printf("  medians: throughput %.2f× of the empty ledger's, audit %.2f×\n", throughput, auditRatio)
-	unarchived := runs["unarchived"][0].perSec / runs["empty"][0].perSec
-	unarchivedAudit := runs["unarchived"][0].audit.Seconds() / runs["empty"][0].audit.Seconds()
-	fmt.Printf("  before the archive (round 0): throughput %.2f×, audit %.2f×\n", unarchived, unarchivedAudit)
-	record("12. history", fmt.Sprintf("a new %s-target campaign beside %s ledger rows of %d finished campaigns, archived (%s to archive): %s effects/s against %s on an empty ledger (**%.2f×**); its audit %s against %s (**%.2f×**); medians of %d alternating runs. Before the archive, one run: %.2f× and %.2f×",
-		thousands(n), thousands(int(rows)), campaigns, archiveTime.Round(time.Second), thousands(int(median("history", perSec))), thousands(int(median("empty", perSec))), throughput,
+	// Round 0's runs, one each: the empty side's first and second beside
+	// the unarchived and the archived but not compacted history.
+	ratio := func(side string, i int, f func(run) float64) float64 {
+		return f(runs[side][0]) / f(runs["empty"][i])
+	}
+	unarchived, unarchivedAudit := ratio("unarchived", 0, perSec), ratio("unarchived", 0, auditSec)
+	archived, archivedAudit := ratio("archived", 1, perSec), ratio("archived", 1, auditSec)
+	fmt.Printf("  before the archive (round 0): throughput %.2f×, audit %.2f×; archived, not compacted: %.2f×, %.2f×\n", unarchived, unarchivedAudit, archived, archivedAudit)
+	record("12. history", fmt.Sprintf("a new %s-target campaign beside %s ledger rows of %d finished campaigns, archived and compacted (%s to archive, %s to compact): %s effects/s against %s on an empty ledger (**%.2f×**); its audit %s against %s (**%.2f×**); medians of %d alternating runs. One run each before the archive: %.2f× and %.2f×; archived, not compacted: %.2f× and %.2f×",
+		thousands(n), thousands(int(rows)), campaigns, archiveTime.Round(time.Second), compactTime.Round(time.Second), thousands(int(median("history", perSec))), thousands(int(median("empty", perSec))), throughput,
 		time.Duration(median("history", auditSec)*float64(time.Second)).Round(time.Millisecond),
-		time.Duration(median("empty", auditSec)*float64(time.Second)).Round(time.Millisecond), auditRatio, historyRounds, unarchived, unarchivedAudit),
+		time.Duration(median("empty", auditSec)*float64(time.Second)).Round(time.Millisecond), auditRatio, historyRounds, unarchived, unarchivedAudit, archived, archivedAudit),
 		"throughput ≥ 0.9×, audit ≤ 1.2×", throughput >= 0.9 && auditRatio <= 1.2)
 	return nil
 }

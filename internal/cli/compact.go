@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/ledger"
+)
+
+// compactOutput is `compact --json`.
+type compactOutput struct {
+	Tables  []compactTable `json:"tables"`
+	Dropped []string       `json:"dropped"`
+}
+
+type compactTable struct {
+	Table       string `json:"table"`
+	BytesBefore int64  `json:"index_bytes_before"`
+	BytesAfter  int64  `json:"index_bytes_after"`
+}
+
+// runCompact rebuilds the indexes of the ledger's hot tables once archived
+// campaigns have left them mostly empty (docs/ARCHITECTURE.md, "The
+// archive"). Only the tables' owner may, so this connects as the schema's
+// owner, like policy add; servers and workers go on meanwhile.
+func runCompact(ctx context.Context, env Env, args []string) error {
+	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
+	var db dbFlags
+	db.registerOwner(fs, env)
+	asJSON := fs.Bool("json", false, "print what was rebuilt as JSON")
+	if err := parse(fs, env, args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	c, err := ledger.NewStore(d.Pool).CompactHotTables(ctx)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
+		err = notOwnerErr(ctx, d.Pool, "compact", "rebuild the ledger's indexes")
+	case err != nil:
+		err = fmt.Errorf("compact: %w", err)
+	default:
+		err = printCompacted(env, c, *asJSON)
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return errors.Join(err, d.Close(closeCtx))
+}
+
+func printCompacted(env Env, c ledger.Compacted, asJSON bool) error {
+	out := compactOutput{Tables: []compactTable{}, Dropped: c.Dropped}
+	if out.Dropped == nil {
+		out.Dropped = []string{}
+	}
+	for _, t := range c.Tables {
+		out.Tables = append(out.Tables, compactTable{Table: t.Table, BytesBefore: t.Before, BytesAfter: t.After})
+	}
+	if asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	for _, index := range c.Dropped {
+		fmt.Fprintf(env.Stdout, "dropped %s, left by an interrupted compact\n", index)
+	}
+	for _, t := range c.Tables {
+		fmt.Fprintf(env.Stdout, "rebuilt the indexes of %s: %s, were %s\n", t.Table, mebibytes(t.After), mebibytes(t.Before))
+	}
+	return nil
+}
+
+// mebibytes is n bytes in MiB, to one decimal.
+func mebibytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

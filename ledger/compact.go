@@ -1,0 +1,101 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Compacted is what rebuilding the hot tables' indexes did: each table's
+// indexes' size before and after, in bytes, and the leftovers of an
+// interrupted rebuild it dropped.
+type Compacted struct {
+	Tables  []CompactedTable
+	Dropped []string
+}
+
+// CompactedTable is one hot table's indexes before and after.
+type CompactedTable struct {
+	Table         string
+	Before, After int64
+}
+
+// HotTables lists the ledger's hot tables: those archive_campaign()
+// empties of a finished campaign's rows, each with a twin of the same
+// shape named with "_archive" (migrations 0034, 0035). The schema is the
+// one author of the list.
+func (s *Store) HotTables(ctx context.Context) ([]string, error) {
+	rows, err := s.db.Query(ctx, `
+		SELECT h.relname::text FROM pg_class h
+		JOIN pg_class a ON a.relname = h.relname || '_archive' AND a.relnamespace = h.relnamespace AND a.relkind = 'r'
+		WHERE h.relkind = 'r' AND h.relnamespace = current_schema()::regnamespace
+		ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// CompactHotTables rebuilds the indexes of the ledger's hot tables
+// (REINDEX TABLE CONCURRENTLY) once archived campaigns have left them
+// mostly empty (docs/ARCHITECTURE.md, "The archive"): VACUUM makes the
+// space reusable but keeps the files, so a new campaign's keys, which are
+// hashes, land on leaves spread over the whole of them; rebuilt, the
+// indexes hold only the rows still there. Reads and writes go on
+// meanwhile: CONCURRENTLY builds each new index beside the old one and
+// swaps them.
+//
+// Only the tables' owner may rebuild them (migrations.OwnerRole): the
+// store's pool must be the owner's. A rebuild that was interrupted
+// (killed, its connection lost) leaves an invalid copy of an index behind,
+// named with "_ccnew" or "_ccold", which PostgreSQL keeps up to date but
+// never reads; this drops those first, so compacting again finishes the
+// job.
+func (s *Store) CompactHotTables(ctx context.Context) (Compacted, error) {
+	var c Compacted
+	tables, err := s.HotTables(ctx)
+	if err != nil {
+		return c, err
+	}
+	rows, err := s.db.Query(ctx, `
+		SELECT format('%I', ic.relname) FROM pg_index i
+		JOIN pg_class ic ON ic.oid = i.indexrelid
+		JOIN pg_class t ON t.oid = i.indrelid
+		WHERE NOT i.indisvalid AND t.relname = ANY($1) AND t.relnamespace = current_schema()::regnamespace
+		  AND ic.relname ~ '_cc(new|old)[0-9]*$'
+		ORDER BY 1`, tables)
+	if err != nil {
+		return c, err
+	}
+	leftovers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return c, err
+	}
+	for _, index := range leftovers {
+		if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+index); err != nil {
+			return c, fmt.Errorf("dropping %s, left by an interrupted rebuild: %w", index, err)
+		}
+		c.Dropped = append(c.Dropped, index)
+	}
+	size := func(table string) (n int64, err error) {
+		err = s.db.QueryRow(ctx, `SELECT pg_indexes_size(format('%I', $1::text)::regclass)`, table).Scan(&n)
+		return n, err
+	}
+	for _, table := range tables {
+		t := CompactedTable{Table: table}
+		if t.Before, err = size(table); err != nil {
+			return c, err
+		}
+		// Not in a transaction: PostgreSQL runs REINDEX CONCURRENTLY only
+		// outside one.
+		if _, err := s.db.Exec(ctx, `REINDEX TABLE CONCURRENTLY `+pgx.Identifier{table}.Sanitize()); err != nil {
+			return c, fmt.Errorf("rebuilding the indexes of %s: %w", table, err)
+		}
+		if t.After, err = size(table); err != nil {
+			return c, err
+		}
+		c.Tables = append(c.Tables, t)
+	}
+	return c, nil
+}
