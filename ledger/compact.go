@@ -23,13 +23,18 @@ type CompactedTable struct {
 
 // HotTables lists the ledger's hot tables: those archive_campaign()
 // empties of a finished campaign's rows, each with a twin of the same
-// shape named with "_archive" (migrations 0034, 0035). The schema is the
-// one author of the list.
+// shape named with "_archive" (migrations 0034, 0035), which holds every
+// column the hot table has (campaign_archive, a register of archived
+// campaigns, is no twin of campaign). The schema is the one author of the
+// list.
 func (s *Store) HotTables(ctx context.Context) ([]string, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT h.relname::text FROM pg_class h
 		JOIN pg_class a ON a.relname = h.relname || '_archive' AND a.relnamespace = h.relnamespace AND a.relkind = 'r'
 		WHERE h.relkind = 'r' AND h.relnamespace = current_schema()::regnamespace
+		  AND NOT EXISTS (
+		      SELECT FROM pg_attribute c WHERE c.attrelid = h.oid AND c.attnum > 0 AND NOT c.attisdropped
+		      AND NOT EXISTS (SELECT FROM pg_attribute ac WHERE ac.attrelid = a.oid AND ac.attname = c.attname AND ac.atttypid = c.atttypid AND NOT ac.attisdropped))
 		ORDER BY 1`)
 	if err != nil {
 		return nil, err

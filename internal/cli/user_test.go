@@ -48,9 +48,18 @@ type result struct {
 }
 
 // run runs a command group's run function in-process on the bundle's
-// database: args[0] is the subcommand, --database-url is added after it.
+// database: args[0] is the subcommand, --database-url is added after it
+// (alone when there are no args).
 func (b *cliBundle) run(t *testing.T, group func(context.Context, Env, []string) error, stdin string, args ...string) result {
 	t.Helper()
+	if len(args) == 0 {
+		return b.runArgs(group, stdin, []string{"--database-url", b.url})
+	}
+	return b.runArgs(group, stdin, append([]string{args[0], "--database-url", b.url}, args[1:]...))
+}
+
+// runArgs runs group with exactly the args full.
+func (b *cliBundle) runArgs(group func(context.Context, Env, []string) error, stdin string, full []string) result {
 	var stdout, stderr bytes.Buffer
 	env := Env{
 		Stdin:  strings.NewReader(stdin),
@@ -58,7 +67,6 @@ func (b *cliBundle) run(t *testing.T, group func(context.Context, Env, []string)
 		Stderr: &stderr,
 		Getenv: func(string) string { return "" },
 	}
-	full := append([]string{args[0], "--database-url", b.url}, args[1:]...)
 	err := group(b.ctx, env, full)
 	return result{stdout.String(), stderr.String(), err}
 }
