@@ -2,9 +2,12 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Compacted is what rebuilding the hot tables' indexes did: each table's
@@ -13,7 +16,15 @@ import (
 type Compacted struct {
 	Tables  []CompactedTable
 	Dropped []string
+	// ForSuperuser names the leftovers in schema pg_toast, which only a
+	// superuser may drop (DROP INDEX CONCURRENTLY name): the owner may not
+	// even name them.
+	ForSuperuser []string
 }
+
+// SQLStateInsufficientPrivilege is PostgreSQL's refusal of a statement the
+// role holds no privilege for.
+const SQLStateInsufficientPrivilege = "42501"
 
 // CompactedTable is one hot table's indexes before and after.
 type CompactedTable struct {
@@ -54,21 +65,24 @@ func (s *Store) HotTables(ctx context.Context) ([]string, error) {
 // Only the tables' owner may rebuild them (migrations.OwnerRole): the
 // store's pool must be the owner's. A rebuild that was interrupted
 // (killed, its connection lost) leaves an invalid copy of an index behind,
-// named with "_ccnew" or "_ccold", which PostgreSQL keeps up to date but
-// never reads; this drops those first, so compacting again finishes the
-// job.
+// named with "_ccnew" or "_ccold" (for the table's TOAST index too), which
+// PostgreSQL keeps up to date but never reads; this drops those first, so
+// compacting again finishes the job, but for a TOAST index's copy, which
+// only a superuser may drop: those it names in ForSuperuser.
 func (s *Store) CompactHotTables(ctx context.Context) (Compacted, error) {
 	var c Compacted
 	tables, err := s.HotTables(ctx)
 	if err != nil {
 		return c, err
 	}
+	// The table's TOAST table's index is rebuilt with its own, so it may be
+	// left over too (in schema pg_toast).
 	rows, err := s.db.Query(ctx, `
-		SELECT format('%I', ic.relname) FROM pg_index i
+		SELECT i.indexrelid::regclass::text FROM pg_index i
 		JOIN pg_class ic ON ic.oid = i.indexrelid
-		JOIN pg_class t ON t.oid = i.indrelid
-		WHERE NOT i.indisvalid AND t.relname = ANY($1) AND t.relnamespace = current_schema()::regnamespace
-		  AND ic.relname ~ '_cc(new|old)[0-9]*$'
+		JOIN pg_class t ON t.relname = ANY($1) AND t.relnamespace = current_schema()::regnamespace
+		                AND i.indrelid IN (t.oid, t.reltoastrelid)
+		WHERE NOT i.indisvalid AND ic.relname ~ '_cc(new|old)[0-9]*$'
 		ORDER BY 1`, tables)
 	if err != nil {
 		return c, err
@@ -78,10 +92,17 @@ func (s *Store) CompactHotTables(ctx context.Context) (Compacted, error) {
 		return c, err
 	}
 	for _, index := range leftovers {
-		if _, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+index); err != nil {
+		_, err := s.db.Exec(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+index)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			c.Dropped = append(c.Dropped, index)
+		case strings.HasPrefix(index, "pg_toast.") && errors.As(err, &pgErr) && pgErr.Code == SQLStateInsufficientPrivilege:
+			// Only a superuser may name what is in schema pg_toast.
+			c.ForSuperuser = append(c.ForSuperuser, index)
+		default:
 			return c, fmt.Errorf("dropping %s, left by an interrupted rebuild: %w", index, err)
 		}
-		c.Dropped = append(c.Dropped, index)
 	}
 	size := func(table string) (n int64, err error) {
 		err = s.db.QueryRow(ctx, `SELECT pg_indexes_size(format('%I', $1::text)::regclass)`, table).Scan(&n)

@@ -17,8 +17,9 @@ import (
 
 // compactOutput is `compact --json`.
 type compactOutput struct {
-	Tables  []compactTable `json:"tables"`
-	Dropped []string       `json:"dropped"`
+	Tables       []compactTable `json:"tables"`
+	Dropped      []string       `json:"dropped"`
+	ForSuperuser []string       `json:"for_superuser"`
 }
 
 type compactTable struct {
@@ -47,7 +48,7 @@ func runCompact(ctx context.Context, env Env, args []string) error {
 	c, err := ledger.NewStore(d.Pool).CompactHotTables(ctx)
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
+	case errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege:
 		err = notOwnerErr(ctx, d.Pool, "compact", "rebuild the ledger's indexes")
 	case err != nil:
 		err = fmt.Errorf("compact: %w", err)
@@ -60,9 +61,16 @@ func runCompact(ctx context.Context, env Env, args []string) error {
 }
 
 func printCompacted(env Env, c ledger.Compacted, asJSON bool) error {
-	out := compactOutput{Tables: []compactTable{}, Dropped: c.Dropped}
+	out := compactOutput{Tables: []compactTable{}, Dropped: c.Dropped, ForSuperuser: c.ForSuperuser}
 	if out.Dropped == nil {
 		out.Dropped = []string{}
+	}
+	if out.ForSuperuser == nil {
+		out.ForSuperuser = []string{}
+	}
+	// Said on standard error, in JSON mode too: a person has a step to take.
+	for _, index := range c.ForSuperuser {
+		fmt.Fprintf(env.Stderr, "compact: %s is the invalid copy of a TOAST index an interrupted compact left, which only a superuser may drop: as one, run DROP INDEX CONCURRENTLY %s;\n", index, index)
 	}
 	for _, t := range c.Tables {
 		out.Tables = append(out.Tables, compactTable{Table: t.Table, BytesBefore: t.Before, BytesAfter: t.After})

@@ -19,10 +19,6 @@ import (
 	"github.com/onceplan/onceplan/migrations"
 )
 
-// sqlstateInsufficientPrivilege is PostgreSQL's answer to a statement the
-// role holds no privilege for.
-const sqlstateInsufficientPrivilege = "42501"
-
 // registerOwner is register for a command that connects as the schema's
 // owner, as migrate does (policy add, tool add).
 func (d *dbFlags) registerOwner(fs *flag.FlagSet, env Env) {
@@ -87,7 +83,7 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 		return nil
 	case errors.Is(err, onceplan.ErrConflict):
 		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
-	case errors.As(err, &pgErr) && pgErr.Code == sqlstateInsufficientPrivilege:
+	case errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege:
 		return notOwnerErr(ctx, d.Pool, "policy add", "register bump policies")
 	}
 	return fmt.Errorf("policy add: %w", err)
