@@ -6,12 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/onceplan/onceplan/internal/app"
+	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -40,24 +38,17 @@ func runCompact(ctx context.Context, env Env, args []string) error {
 	if err := parse(fs, env, args); err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
-	if err != nil {
-		return fmt.Errorf("compact: %w", err)
-	}
-	c, err := ledger.NewStore(d.Pool).CompactHotTables(ctx)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege:
-		err = notOwnerErr(ctx, d.Pool, "compact", "rebuild the ledger's indexes")
-	case err != nil:
-		err = fmt.Errorf("compact: %w", err)
-	default:
-		err = printCompacted(env, c, *asJSON)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return errors.Join(err, d.Close(closeCtx))
+	return withOwnerDB(ctx, env, db, "compact", func(pool onceplan.DB) error {
+		c, err := ledger.NewStore(pool).CompactHotTables(ctx)
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege:
+			return notOwnerErr(ctx, pool, "compact", "rebuild the ledger's indexes")
+		case err != nil:
+			return fmt.Errorf("compact: %w", err)
+		}
+		return printCompacted(env, c, *asJSON)
+	})
 }
 
 func printCompacted(env Env, c ledger.Compacted, asJSON bool) error {

@@ -27,6 +27,22 @@ func (d *dbFlags) registerOwner(fs *flag.FlagSet, env Env) {
 		"), as for migrate (default $DATABASE_URL; empty: the embedded default under --data-dir, as its owner)"
 }
 
+// withOwnerDB runs f on a short-lived pool of the schema's owner
+// (app.OpenOwnerDB), as withDB does on the application role's; command
+// names the command in an error opening it.
+func withOwnerDB(ctx context.Context, env Env, db dbFlags, command string, f func(pool onceplan.DB) error) error {
+	// Only warnings, as for the other scriptable commands (withDB).
+	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("%s: %w", command, err)
+	}
+	err = f(d.Pool)
+	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return errors.Join(err, d.Close(closeCtx))
+}
+
 func runPolicy(ctx context.Context, env Env, args []string) error {
 	return dispatch(ctx, env, "policy", []subcommand{
 		{"add", "register a bump policy, as the schema's owner role like migrate (policies are write-once)", runPolicyAdd},
@@ -58,25 +74,18 @@ func runPolicyAdd(ctx context.Context, env Env, args []string) error {
 	case desc == "":
 		return errors.New("policy add: --description is required (say what the policy bumps and when)")
 	}
-	// Only warnings, as for the other scriptable commands (withDB).
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
-	if err != nil {
-		return fmt.Errorf("policy add: %w", err)
-	}
-	who := cliActor()
-	err = ledger.NewStore(d.Pool).RegisterPolicy(ctx, *name, desc, who)
-	err = explainPolicyAdd(ctx, d, *name, err)
-	if err == nil {
-		fmt.Fprintf(env.Stdout, "registered bump policy %s (by %s)\n", *name, who)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return errors.Join(err, d.Close(closeCtx))
+	return withOwnerDB(ctx, env, db, "policy add", func(pool onceplan.DB) error {
+		who := cliActor()
+		err := explainPolicyAdd(ctx, pool, *name, ledger.NewStore(pool).RegisterPolicy(ctx, *name, desc, who))
+		if err == nil {
+			fmt.Fprintf(env.Stdout, "registered bump policy %s (by %s)\n", *name, who)
+		}
+		return err
+	})
 }
 
 // explainPolicyAdd turns RegisterPolicy's refusals into one sentence each.
-func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) error {
+func explainPolicyAdd(ctx context.Context, pool onceplan.DB, name string, err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -84,7 +93,7 @@ func explainPolicyAdd(ctx context.Context, d *app.DB, name string, err error) er
 	case errors.Is(err, onceplan.ErrConflict):
 		return fmt.Errorf("policy add: a bump policy named %q already exists, and policies are write-once: register the new one under another name", name)
 	case errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege:
-		return notOwnerErr(ctx, d.Pool, "policy add", "register bump policies")
+		return notOwnerErr(ctx, pool, "policy add", "register bump policies")
 	}
 	return fmt.Errorf("policy add: %w", err)
 }

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/onceplan/onceplan/internal/app"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/toolcall"
 )
@@ -52,23 +50,17 @@ func runToolAdd(ctx context.Context, env Env, args []string) error {
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("tool add: %s", flagSentence(err))
 	}
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d, err := app.OpenOwnerDB(ctx, app.DBOptions{URL: db.databaseURL, DataDir: db.dataDir, Logger: logger})
-	if err != nil {
-		return fmt.Errorf("tool add: %w", err)
-	}
-	pol, err := toolcall.Register(ctx, d.Pool, p)
-	switch {
-	case errors.Is(err, toolcall.ErrNotOwner):
-		err = notOwnerErr(ctx, d.Pool, "tool add", "register tools")
-	case err != nil:
-		err = fmt.Errorf("tool add: %w", err)
-	default:
+	return withOwnerDB(ctx, env, db, "tool add", func(pool onceplan.DB) error {
+		pol, err := toolcall.Register(ctx, pool, p)
+		switch {
+		case errors.Is(err, toolcall.ErrNotOwner):
+			return notOwnerErr(ctx, pool, "tool add", "register tools")
+		case err != nil:
+			return fmt.Errorf("tool add: %w", err)
+		}
 		fmt.Fprintf(env.Stdout, "registered tool %s: %s (by %s); calls begun from now on follow it\n", pol.Tool, pol.Summary(), pol.RegisteredBy)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return errors.Join(err, d.Close(closeCtx))
+		return nil
+	})
 }
 
 // flagSentence names a registration's field as its flag.
