@@ -327,7 +327,11 @@ func TestBatchCallOverQuotaIsSentAgainAsACall(t *testing.T) {
 	targets := e.targets(t, id)
 	rs.FailNext(1, 429, map[string]string{"Retry-After": "1"}, "")
 
-	wk := e.startWorker(t, []string{prov})
+	// No process dies here: an owner timeout a busy machine cannot
+	// outlast by accident, or maintenance takes the worker for dead and
+	// requeues the remainder in jobs that may hold one target, which go
+	// as single sends (exactly once still, but not the shape under test).
+	wk := e.startWorkerWith(t, []string{prov}, []string{"--owner-timeout", "30s"})
 	waitFor(t, 90*time.Second, "the campaign to complete", func() bool {
 		return e.campaignState(t, id) == approval.StateCompleted
 	}, wk)
