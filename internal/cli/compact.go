@@ -52,13 +52,8 @@ func runCompact(ctx context.Context, env Env, args []string) error {
 }
 
 func printCompacted(env Env, c ledger.Compacted, asJSON bool) error {
-	out := compactOutput{Tables: []compactTable{}, Dropped: c.Dropped, ForSuperuser: c.ForSuperuser}
-	if out.Dropped == nil {
-		out.Dropped = []string{}
-	}
-	if out.ForSuperuser == nil {
-		out.ForSuperuser = []string{}
-	}
+	// Empty lists, not null, in the JSON.
+	out := compactOutput{Tables: []compactTable{}, Dropped: append([]string{}, c.Dropped...), ForSuperuser: append([]string{}, c.ForSuperuser...)}
 	// Said on standard error, in JSON mode too: a person has a step to take.
 	for _, index := range c.ForSuperuser {
 		fmt.Fprintf(env.Stderr, "compact: %s is the invalid copy of a TOAST index an interrupted compact left, which only a superuser may drop: as one, run DROP INDEX CONCURRENTLY %s;\n", index, index)

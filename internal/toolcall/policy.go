@@ -264,7 +264,7 @@ func Register(ctx context.Context, db DB, p RegisterParams) (Policy, error) {
 		p.Tool, string(p.Recovery), probe, p.SettleWindow.Seconds(), p.DedupeWindow.Seconds(), p.ProbeRetention.Seconds(),
 		p.ApprovalRequired, strings.TrimSpace(p.Description), p.RegisteredBy))
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if errors.As(err, &pgErr) && pgErr.Code == ledger.SQLStateInsufficientPrivilege {
 		return Policy{}, fmt.Errorf("%w: %s", ErrNotOwner, pgErr.Message)
 	}
 	return pol, err

@@ -141,12 +141,15 @@ func benchHistory(ctx context.Context, pool *pgxpool.Pool, dbURL string, effects
 		return err
 	}
 	t = time.Now()
-	if _, err := store.CompactHotTables(ctx); err != nil {
+	compacted, err := store.CompactHotTables(ctx)
+	if err != nil {
 		return fmt.Errorf("history: compacting: %w", err)
 	}
 	compactTime := time.Since(t)
-	if err := pool.QueryRow(ctx, `SELECT pg_indexes_size('effect')`).Scan(&indexes); err != nil {
-		return err
+	for _, tb := range compacted.Tables {
+		if tb.Table == "effect" {
+			indexes = tb.After
+		}
 	}
 	fmt.Printf("  compacted (the hot tables' indexes rebuilt) in %s; the hot table's indexes now %s MB\n", compactTime.Round(time.Second), thousands(int(indexes>>20)))
 	for round := range historyRounds {
