@@ -1,3 +1,10 @@
+-- Refused (by the action check) once an alert has been recorded: the
+-- trail is write-once, and going down would have to drop those entries.
+ALTER TABLE campaign_event
+    DROP CONSTRAINT campaign_event_action_check,
+    ADD CONSTRAINT campaign_event_action_check CHECK (action IN ('create', 'edit', 'import', 'submit', 'approve', 'reject',
+        'freeze', 'start', 'pause', 'resume', 'cancel', 'complete', 'resolve', 'supersede', 'revoke', 'test_send'));
+
 GRANT INSERT ON effect_batch, effect_batch_member TO onceplan_app;
 
 DROP TRIGGER effect_response_own_of_member ON effect_response;

@@ -160,3 +160,11 @@ CREATE TRIGGER effect_response_own_of_member AFTER INSERT ON effect_response
 REVOKE INSERT ON effect_batch, effect_batch_member FROM onceplan_app;
 GRANT INSERT (provider, call_key, request, size, plan_id) ON effect_batch TO onceplan_app;
 GRANT INSERT (batch_id, position, effect_id) ON effect_batch_member TO onceplan_app;
+
+-- A person is told what recovery refused: an alert in the campaign's
+-- trail (approval.Service.Alert), announced to the operators with its
+-- reason (package notify).
+ALTER TABLE campaign_event
+    DROP CONSTRAINT campaign_event_action_check,
+    ADD CONSTRAINT campaign_event_action_check CHECK (action IN ('create', 'edit', 'import', 'submit', 'approve', 'reject',
+        'freeze', 'start', 'pause', 'resume', 'cancel', 'complete', 'resolve', 'supersede', 'revoke', 'test_send', 'alert'));

@@ -2024,7 +2024,7 @@ CREATE TABLE public.campaign_event (
     reason text DEFAULT ''::text NOT NULL,
     detail jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT campaign_event_action_check CHECK ((action = ANY (ARRAY['create'::text, 'edit'::text, 'import'::text, 'submit'::text, 'approve'::text, 'reject'::text, 'freeze'::text, 'start'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'complete'::text, 'resolve'::text, 'supersede'::text, 'revoke'::text, 'test_send'::text])))
+    CONSTRAINT campaign_event_action_check CHECK ((action = ANY (ARRAY['create'::text, 'edit'::text, 'import'::text, 'submit'::text, 'approve'::text, 'reject'::text, 'freeze'::text, 'start'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'complete'::text, 'resolve'::text, 'supersede'::text, 'revoke'::text, 'test_send'::text, 'alert'::text])))
 );
 
 
