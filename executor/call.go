@@ -201,8 +201,7 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 			reqs[i] = m.req
 			sent = append(sent, m)
 		}
-		b, err := prov.EncodeBatch(reqs)
-		return callKey(b.Key, won), b.Body, err
+		return encodeCall(prov, reqs, won)
 	})
 	if err != nil {
 		return Result{}, nil, nil, err
@@ -344,6 +343,18 @@ func (e *Executor) gateAfterWait(ctx context.Context, prov provider.Provider, ca
 		after = res.After
 	}
 	return Result{Action: Snooze, After: after, Outcome: "gate closed before the call"}, true, nil
+}
+
+// encodeCall is the call of the attempts won, whose requests are reqs (in
+// the same order): the bytes b encodes of them and the call's key
+// (callKey). performCall stores it with the claims; recovery derives it
+// again before it sends a call again (deriveCall).
+func encodeCall(b provider.Batcher, reqs []provider.Request, won []ledger.Effect) (key string, body []byte, err error) {
+	enc, err := b.EncodeBatch(reqs)
+	if err != nil {
+		return "", nil, err
+	}
+	return callKey(enc.Key, won), enc.Body, nil
 }
 
 // callKey is the service's key for a call of the attempts won (the
@@ -706,15 +717,15 @@ func (e *Executor) deriveCall(ctx context.Context, b provider.Batcher, c ledger.
 		req.Epoch = m.Epoch
 		reqs[i] = req
 	}
-	derived, err := b.EncodeBatch(reqs)
+	key, body, err := encodeCall(b, reqs, members)
 	if err != nil {
 		return "its attempts cannot be put into one call now: " + err.Error(), nil
 	}
-	if !bytes.Equal(derived.Body, c.Request) {
+	if !bytes.Equal(body, c.Request) {
 		return fmt.Sprintf("its stored request (%d bytes) is not the one its targets' frozen plan derives (%d bytes; they differ from byte %d)",
-			len(c.Request), len(derived.Body), firstDifference(derived.Body, c.Request)), nil
+			len(c.Request), len(body), firstDifference(body, c.Request)), nil
 	}
-	switch key := callKey(derived.Key, members); {
+	switch {
 	case key == c.Key:
 	case c.Key == "":
 		return fmt.Sprintf("it was stored without a key, and %s's calls take one (%s)", b.Name(), key), nil

@@ -88,8 +88,8 @@ type Requeuer interface {
 // operators, with the reason).
 type Alerter interface {
 	// Alert records a, once per campaign and subject: an alert of a
-	// subject already recorded records nothing.
-	Alert(ctx context.Context, a Alert) error
+	// subject already recorded records nothing (recorded false).
+	Alert(ctx context.Context, a Alert) (recorded bool, err error)
 }
 
 // Alert is what recovery refused, and why.
@@ -1186,16 +1186,21 @@ func turnNow(ctx context.Context, prov provider.Provider) (release func(), ok bo
 	}
 }
 
-// alert tells people what recovery refused: always in the log, and
-// through the Alerter when there is one.
+// alert tells people what recovery refused: through the Alerter when
+// there is one, once per subject, and in the log.
 func (e *Executor) alert(ctx context.Context, a Alert) error {
-	e.cfg.Logger.Warn("recovery refused: a person must decide", "campaign", a.CampaignID, "subject", a.Subject, "effects", a.Effects, "reason", a.Reason)
-	if e.cfg.Alerter == nil {
-		return nil
+	recorded := true
+	if e.cfg.Alerter != nil {
+		var err error
+		if recorded, err = e.cfg.Alerter.Alert(ctx, a); err != nil {
+			return fmt.Errorf("alerting campaign %s of %s: %w", a.CampaignID, a.Subject, err)
+		}
 	}
-	if err := e.cfg.Alerter.Alert(ctx, a); err != nil {
-		return fmt.Errorf("alerting campaign %s of %s: %w", a.CampaignID, a.Subject, err)
+	level := slog.LevelDebug // told before
+	if recorded {
+		level = slog.LevelWarn
 	}
+	e.cfg.Logger.Log(ctx, level, "recovery refused: a person must decide", "campaign", a.CampaignID, "subject", a.Subject, "effects", a.Effects, "reason", a.Reason)
 	return nil
 }
 

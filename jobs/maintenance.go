@@ -144,12 +144,11 @@ func (r *Runner) effects(ctx context.Context, sql string, args ...any) ([]ledger
 // Alert records what recovery refused in the campaign's trail, once per
 // subject, which the approval service announces to the operators
 // (executor.Alerter; approval.Service.Alert).
-func (r *Runner) Alert(ctx context.Context, a executor.Alert) error {
+func (r *Runner) Alert(ctx context.Context, a executor.Alert) (bool, error) {
 	if r.approval == nil {
-		return errors.New("jobs: alerts go through a started runner")
+		return false, errors.New("jobs: alerts go through a started runner")
 	}
-	_, err := r.approval.Alert(ctx, a.CampaignID, a.Subject, a.Reason, map[string]any{"effects": a.Effects})
-	return err
+	return r.approval.Alert(ctx, a.CampaignID, a.Subject, a.Reason, map[string]any{"effects": a.Effects})
 }
 
 func (r *Runner) recoverAll(ctx context.Context, effects []ledger.Effect) error {
