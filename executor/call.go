@@ -29,8 +29,9 @@ import (
 // every attempt's settle, by its own result, one commit
 // (ledger.AnswerCall). Each target keeps its own row and key, and its gate
 // is decided at the claim, as for a call of its own. A crash leaves at most
-// the call in hand in doubt, and recovery sends exactly its stored bytes
-// again under its key, or asks about each attempt by its effect id
+// the call in hand in doubt, and recovery sends it again under its key —
+// only the bytes its attempts' frozen plan derives, which must be the
+// stored ones (deriveCall) — or asks about each attempt by its effect id
 // (recoverCall).
 
 // performCalls is PerformRange for a provider that sends in batch calls:
@@ -530,6 +531,9 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 				prov.Name(), c.ID, len(members), recorded[pos].Reason)
 			return e.refuseCall(wctx, c, members, open, reason, log)
 		}
+		if reason, ok := e.refusedBefore(c.ID); ok {
+			return e.unknownAll(wctx, open, reason, log)
+		}
 		// A stored call is a record, not an authority: what is sent again
 		// is what the attempts' frozen plan derives, or nothing.
 		why, err := e.deriveCall(ctx, b, c, members)
@@ -774,7 +778,22 @@ func (e *Executor) refuseCall(ctx context.Context, c ledger.Call, members, open 
 			return Result{}, true, err
 		}
 	}
+	e.mu.Lock()
+	if len(e.refused) > 4096 { // the map only saves work; it bounds memory
+		clear(e.refused)
+	}
+	e.refused[c.ID] = reason
+	e.mu.Unlock()
 	return res, handled, nil
+}
+
+// refusedBefore is why this process's recovery refused call id before,
+// once its campaigns were alerted (refuseCall); ok false when it did not.
+func (e *Executor) refusedBefore(id int64) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	reason, ok := e.refused[id]
+	return reason, ok
 }
 
 // answered reports whether recovery settles an attempt in state from v, its

@@ -160,6 +160,11 @@ type Executor struct {
 
 	mu    sync.Mutex
 	plans map[int64]*cachedPlan
+	// refused are the batch calls this process's recovery refused, by id,
+	// with why, once the campaigns were alerted: a stored call and its
+	// plan never change, so neither does the verdict, and the next rounds
+	// that meet its attempts skip deriving it again.
+	refused map[int64]string
 	// draining: the process is stopping (Drain); a job carrying several
 	// targets starts no new one and hands the rest on.
 	draining atomic.Bool
@@ -205,6 +210,8 @@ func New(cfg Config) (*Executor, error) {
 		batch:  newBatcher(cfg.Pool, gate, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		plans:  map[int64]*cachedPlan{},
+
+		refused: map[int64]string{},
 	}
 	var err error
 	if e.crash, err = crashPointFromEnv(); err != nil {
@@ -1073,50 +1080,46 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 }
 
 // recoveryGate is the gate of a first claim, for recovery about to send
-// eff again: the campaign runs eff's plan (campaignGate: a pause or a
-// paused provider is a Snooze, to look again later) and the target's
-// address is not suppressed. When it is closed for good, why says what
-// closed it. cp is eff's plan.
+// eff again: the campaign runs the plan (cp: eff's, or the plan of the job
+// that found eff, another version of the same campaign with eff's key;
+// campaignGate: a pause or a paused provider is a Snooze, to look again
+// later) and the target's address is not suppressed. When it is closed
+// for good, why says what closed it.
 func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (res Result, open bool, why string, err error) {
-	if eff.PlanID != cp.plan.ID {
-		return Result{}, false, "", fmt.Errorf("effect %d is of plan %d, not %d", eff.ID, eff.PlanID, cp.plan.ID)
+	if res, open, why, err = e.runsForRecovery(ctx, prov, cp); err != nil || !open {
+		return res, open, why, err
 	}
-	res, open, why, _, err = e.gateOf(ctx, prov, []ledger.Effect{eff})
+	res, open, why, _, err = e.notSuppressed(ctx, []ledger.Effect{eff})
 	return res, open, why, err
 }
 
-// gateOf is recoveryGate for each of effs, every one judged against its
-// own plan (a call's attempts share one, but recovery reads no rule off a
-// stored call): open only when every one's gate is; otherwise the first
-// closed (a Snooze first: a paused campaign waits rather than closes),
-// with why and the attempt it closed for.
+// gateOf is the gate of a first claim for each of effs (a batch call's
+// attempts), every one judged against its own plan — a call's attempts
+// share one, but recovery reads no rule off a stored call: open only when
+// every one's gate is; otherwise the first closed (a Snooze first: a
+// paused campaign waits rather than closes), with why and the attempt it
+// closed for.
 func (e *Executor) gateOf(ctx context.Context, prov provider.Provider, effs []ledger.Effect) (res Result, open bool, why string, closed ledger.Effect, err error) {
-	queue := e.queueOf(prov.Name())
 	type verdict struct {
 		res  Result
 		open bool
+		why  string
 	}
 	byPlan := map[int64]verdict{}
 	var shut *ledger.Effect
-	var shutRes Result
+	var shutBy verdict
 	for i, eff := range effs {
 		v, seen := byPlan[eff.PlanID]
 		if !seen {
 			if eff.PlanID == 0 {
-				v = verdict{res: Result{Action: Complete, Outcome: "outside any plan"}}
+				v = verdict{res: Result{Action: Complete, Outcome: "outside any plan"}, why: "its attempt was made outside any plan"}
 			} else {
 				cp, err := e.planFor(ctx, eff.PlanID)
 				if err != nil {
 					return Result{}, false, "", eff, err
 				}
-				v.res, v.open, err = e.campaignGate(ctx, cp.plan, queue)
-				if err != nil {
+				if v.res, v.open, v.why, err = e.runsForRecovery(ctx, prov, cp); err != nil {
 					return Result{}, false, "", eff, err
-				}
-				// A completed campaign has nothing left to start, but its
-				// attempts in doubt are still its own to settle.
-				if !v.open && v.res.Outcome == "campaign "+string(approval.StateCompleted) {
-					v = verdict{open: true}
 				}
 			}
 			byPlan[eff.PlanID] = v
@@ -1125,12 +1128,36 @@ func (e *Executor) gateOf(ctx context.Context, prov provider.Provider, effs []le
 		case !v.open && v.res.Action == Snooze:
 			return v.res, false, "", eff, nil
 		case !v.open && shut == nil:
-			shut, shutRes = &effs[i], v.res
+			shut, shutBy = &effs[i], v
 		}
 	}
 	if shut != nil {
-		return shutRes, false, "the campaign's state changed (" + shutRes.Outcome + ")", *shut, nil
+		return shutBy.res, false, shutBy.why, *shut, nil
 	}
+	return e.notSuppressed(ctx, effs)
+}
+
+// runsForRecovery is campaignGate for recovery about to send an attempt
+// of cp's plan again: a completed campaign has nothing left to start, but
+// its attempts in doubt are still its own to settle. When it is closed for
+// good, why says what closed it.
+func (e *Executor) runsForRecovery(ctx context.Context, prov provider.Provider, cp *cachedPlan) (res Result, open bool, why string, err error) {
+	res, open, err = e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
+	switch {
+	case err != nil:
+		return res, false, "", err
+	case open || res.Outcome == "campaign "+string(approval.StateCompleted):
+		return Result{}, true, "", nil
+	case res.Action == Snooze:
+		return res, false, "", nil
+	}
+	return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
+}
+
+// notSuppressed says whether none of effs' target addresses is suppressed
+// now (target_suppression, the rule the claim applies): open, or the
+// first suppressed, with why.
+func (e *Executor) notSuppressed(ctx context.Context, effs []ledger.Effect) (res Result, open bool, why string, closed ledger.Effect, err error) {
 	plans, ordinals := make([]int64, len(effs)), make([]int32, len(effs))
 	for i, eff := range effs {
 		plans[i], ordinals[i] = eff.PlanID, int32(eff.Ordinal)
