@@ -73,3 +73,13 @@ func (e *Executor) GateOf(ctx context.Context, provider string, effs []ledger.Ef
 	_, open, why, closed, err := e.gateOf(ctx, prov, effs)
 	return open, why, closed, err
 }
+
+// GateAfterWait is what a batch call held by keepPace after its claim does
+// before the call: its attempts' gates again, and, if one closed, no call.
+func (e *Executor) GateAfterWait(ctx context.Context, provider string, call ledger.Call, effs []ledger.Effect) (Result, bool, error) {
+	prov, ok := e.cfg.Providers.Get(provider)
+	if !ok {
+		return Result{}, false, fmt.Errorf("provider %s not served", provider)
+	}
+	return e.gateAfterWait(ctx, prov, call, effs)
+}

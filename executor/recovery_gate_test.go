@@ -173,3 +173,44 @@ func (tb *table) another(t *testing.T, n int) *table {
 	other.plan = p
 	return &other
 }
+
+// TestBatchCallIsNotMadeWhenItsGateClosedWhileItWaited: a call held after
+// its claim for the provider's pacing checks its attempts' gates again
+// before it is made; an address suppressed meanwhile closes it: no call,
+// its attempts failed, not sent (their keys free for the job's next run,
+// which records the suppressed target as such and claims the other again),
+// the reason recorded as the call's answer, and the job snoozes.
+func TestBatchCallIsNotMadeWhenItsGateClosedWhileItWaited(t *testing.T) {
+	t.Parallel()
+	tb := newTable(t, 2)
+	admin := pgtest.NewPool(t, tb.urls.Admin)
+	rs := sink.NewResend(sink.ResendOpts{})
+	t.Cleanup(rs.Close)
+	_, e := tb.resendFor(t, rs, "rate=none&batch=2")
+	call, won, err := e.StoreCall(tb.ctx, tb.plan.ID, []int{1, 2}, "w/1/claimed")
+	require.NoError(t, err)
+
+	_, closed, err := e.GateAfterWait(tb.ctx, "outbox", call, won)
+	require.NoError(t, err)
+	require.False(t, closed, "nothing changed since the claim: the call is made")
+
+	_, _, err = suppression.Add(tb.ctx, admin, suppression.AddParams{Address: "person2@example.com", Reason: suppression.Complaint,
+		Source: suppression.FromActor, Actor: "ops@example.com"})
+	require.NoError(t, err)
+	res, closed, err := e.GateAfterWait(tb.ctx, "outbox", call, won)
+	require.NoError(t, err)
+	require.True(t, closed)
+	require.Equal(t, executor.Snooze, res.Action)
+	require.Zero(t, rs.Requests())
+	for _, eff := range won {
+		got, err := tb.store.Get(tb.ctx, eff.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.StateFailed, got.State)
+		require.Equal(t, ledger.FailureRetry, got.Failure)
+		require.Contains(t, got.Reason, "the address was suppressed")
+	}
+	answers, err := tb.store.CallAnswers(tb.ctx, call.ID)
+	require.NoError(t, err)
+	require.Len(t, answers, 1)
+	require.Contains(t, string(answers[0].Body), "not sent")
+}
