@@ -109,6 +109,8 @@ func (e Event) Summary() string {
 		return "Cancelled the campaign."
 	case ActionComplete:
 		return "The run completed: nothing is left to send."
+	case ActionAlert:
+		return "Recovery stopped and sent nothing: a person must decide (" + fmt.Sprint(d["subject"]) + ")."
 	case auth.ActionTestSend:
 		var ts TestSendResult
 		_ = json.Unmarshal(e.Detail, &ts)

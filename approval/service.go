@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -988,6 +989,35 @@ func (s *Service) RequeueTarget(ctx context.Context, p plan.Plan, ordinal, attem
 		}
 		return s.reopen(ctx, tx, nil, &c, "recovery found a target not sent and put it back on the queue", n)
 	})
+}
+
+// ActionAlert is recorded when the system refused to act on something it
+// found recorded, and left it to a person: recovery refusing to send again
+// a batch call that its plan does not derive, or one whose answer does not
+// match it. Package notify announces it to the operators, with the reason.
+const ActionAlert auth.Action = "alert"
+
+// Alert records, as the system, that something of campaign id needs a
+// person, saying why (reason), and announces it — once per subject: an
+// alert of a subject the campaign's trail already holds records nothing,
+// and recorded is false. detail is kept with it.
+func (s *Service) Alert(ctx context.Context, id, subject, reason string, detail map[string]any) (recorded bool, err error) {
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		c, err := LockCampaign(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		var seen bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM campaign_event
+			WHERE campaign_id = $1 AND action = $2 AND detail ->> 'subject' = $3)`, c.ID, string(ActionAlert), subject).Scan(&seen); err != nil || seen {
+			return err
+		}
+		d := map[string]any{"subject": subject}
+		maps.Copy(d, detail)
+		recorded = true
+		return s.event(ctx, tx, nil, c, ActionAlert, "", reason, d)
+	})
+	return recorded, err
 }
 
 // CompleteIfDone marks a running campaign completed when done (called with

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/plan"
 )
 
 // Batch calls (docs/ARCHITECTURE.md, "Batch sending"). A provider that
@@ -26,8 +29,9 @@ import (
 // every attempt's settle, by its own result, one commit
 // (ledger.AnswerCall). Each target keeps its own row and key, and its gate
 // is decided at the claim, as for a call of its own. A crash leaves at most
-// the call in hand in doubt, and recovery sends exactly its stored bytes
-// again under its key, or asks about each attempt by its effect id
+// the call in hand in doubt, and recovery sends it again under its key —
+// only the bytes its attempts' frozen plan derives, which must be the
+// stored ones (deriveCall) — or asks about each attempt by its effect id
 // (recoverCall).
 
 // performCalls is PerformRange for a provider that sends in batch calls:
@@ -198,8 +202,7 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 			reqs[i] = m.req
 			sent = append(sent, m)
 		}
-		b, err := prov.EncodeBatch(reqs)
-		return callKey(b.Key, won), b.Body, err
+		return encodeCall(prov, reqs, won)
 	})
 	if err != nil {
 		return Result{}, nil, nil, err
@@ -222,11 +225,23 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 		return Result{Action: Complete}, nil, left, nil
 	}
 	e.crash.at(pointAfterClaim)
-	keepPace(ctx, prov, turned)
 	for _, m := range sent {
 		one := j
 		one.Ordinal = m.ordinal
 		e.logClaimed(ctx, cp.plan, one, m.eff)
+	}
+	effs := make([]ledger.Effect, len(sent))
+	for i, m := range sent {
+		effs[i] = m.eff
+	}
+	if keepPace(ctx, prov, turned) {
+		// The claim checked the gate; a wait came since. The gate again,
+		// with nothing left to wait for before the call: a target
+		// suppressed, or a campaign paused or cancelled, meanwhile is not
+		// sent (docs/ARCHITECTURE.md, "The gate").
+		if res, sentNone, err := e.gateAfterWait(ctx, prov, call, effs); sentNone || err != nil {
+			return res, nil, left, err
+		}
 	}
 
 	began := time.Now()
@@ -243,10 +258,6 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 	} else {
 		e.crash.at(pointAfterSend)
 		vs = classifyBatch(prov, raw, len(sent))
-	}
-	effs := make([]ledger.Effect, len(sent))
-	for i, m := range sent {
-		effs[i] = m.eff
 	}
 	ps, results := e.judgeAll(effs, vs, !j.LastTry)
 	if _, err := e.ledger.AnswerCall(context.WithoutCancel(ctx), call.ID, ledger.ResponseSend, raw, call.Members, ps); err != nil {
@@ -280,16 +291,17 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 // and unevenly: calls sent the moment their claims commit would reach the
 // service closer together than their turns, and over its limit. Held
 // behind their turns by the same interval, they keep the turns' spacing.
-// It returns early when ctx ends (the send then finds ctx done).
-func keepPace(ctx context.Context, prov provider.Provider, turned time.Time) {
+// It returns early when ctx ends (the send then finds ctx done), and says
+// whether it waited.
+func keepPace(ctx context.Context, prov provider.Provider, turned time.Time) bool {
 	perSecond, _ := provider.RateOf(prov)
 	if perSecond <= 0 {
-		return
+		return false
 	}
 	lag := min(time.Duration(float64(time.Second)/perSecond), time.Second)
 	wait := time.Until(turned.Add(lag))
 	if wait <= 0 {
-		return
+		return false
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -297,6 +309,53 @@ func keepPace(ctx context.Context, prov provider.Provider, turned time.Time) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return true
+}
+
+// gateAfterWait checks the gate of a call's claimed attempts effs again
+// after a wait between their claim and the call (gateOf, each against its
+// own plan). When it closed meanwhile, the call is not made: every attempt
+// is failed, not sent (a temporary failure, so the key is free), with the
+// reason recorded as the call's answer, and the job snoozes — for the
+// pause, or at once, when its next run's claims record a suppressed
+// target as suppressed or find the campaign no longer running.
+func (e *Executor) gateAfterWait(ctx context.Context, prov provider.Provider, call ledger.Call, effs []ledger.Effect) (Result, bool, error) {
+	res, open, why, closed, err := e.gateOf(ctx, prov, effs)
+	if err != nil || open {
+		return Result{}, false, err
+	}
+	if why == "" {
+		why = res.Outcome
+	}
+	reason := fmt.Sprintf("not sent: while batch call %d waited for its turn, for target %d (key %s) %s", call.ID, closed.Ordinal, closed.Key, why)
+	ps := make([]ledger.SettleParams, len(effs))
+	for i, eff := range effs {
+		ps[i] = ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Failure: ledger.FailureRetry, Reason: reason}
+	}
+	if _, err := e.ledger.AnswerCall(context.WithoutCancel(ctx), call.ID, ledger.ResponseSend, []byte("onceplan: "+reason), call.Members, ps); err != nil {
+		return Result{}, true, err
+	}
+	for range ps {
+		metrics.Settled.WithLabelValues(prov.Name(), string(ledger.StateFailed)).Inc()
+	}
+	e.cfg.Logger.InfoContext(ctx, "a batch call's gate closed while it waited for its turn; it is not sent", "call", call.ID, "reason", reason)
+	after := time.Duration(0)
+	if res.Action == Snooze {
+		after = res.After
+	}
+	return Result{Action: Snooze, After: after, Outcome: "gate closed before the call"}, true, nil
+}
+
+// encodeCall is the call of the attempts won, whose requests are reqs (in
+// the same order): the bytes b encodes of them and the call's key
+// (callKey). performCall stores it with the claims; recovery derives it
+// again before it sends a call again (deriveCall).
+func encodeCall(b provider.Batcher, reqs []provider.Request, won []ledger.Effect) (key string, body []byte, err error) {
+	enc, err := b.EncodeBatch(reqs)
+	if err != nil {
+		return "", nil, err
+	}
+	return callKey(enc.Key, won), enc.Body, nil
 }
 
 // callKey is the service's key for a call of the attempts won (the
@@ -319,13 +378,14 @@ func callKey(provided string, won []ledger.Effect) string {
 
 // classifyBatch is prov.ClassifyBatch for a call of n attempts, made safe:
 // an answer it cannot classify (it panics, or gives another number of
-// verdicts) is unknown for each attempt, for a person to read in the
-// recorded raw answer.
+// verdicts) is unknown for each attempt and does not match the call
+// (Unmatched: recovery never sends the call again), for a person to read
+// in the recorded raw answer.
 func classifyBatch(prov provider.Batcher, raw []byte, n int) (vs []provider.Verdict) {
 	unknown := func(why string) []provider.Verdict {
 		vs := make([]provider.Verdict, n)
 		for i := range vs {
-			vs[i] = provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: why}
+			vs[i] = provider.Verdict{Outcome: provider.OutcomeUnknown, Unmatched: true, Reason: why}
 		}
 		return vs
 	}
@@ -379,13 +439,18 @@ func (e *Executor) settledAll(ctx context.Context, prov provider.Provider, ps []
 // recoverCall recovers attempt eff, which batch call c carried at position
 // pos (docs/ARCHITECTURE.md, "Batch sending"): the call's attempts share
 // one fate, so it settles every attempt of the call still open from the
-// call's recorded answer; or, with none, sends the call's stored bytes again
-// under its key while the provider's window is open and every open
-// attempt's gate still is — else each open attempt is unknown, for a
-// person, with the reason. A provider that can be asked about each attempt
-// by its effect id is asked about eff alone (handled false: recover goes on
-// with its probe).
-func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect, c ledger.Call, pos int) (res Result, handled bool, err error) {
+// call's recorded answer; or, with none, sends the call again under its key
+// while the provider's window is open — only the call its attempts' frozen
+// plan derives, byte for byte, and only while every open attempt's gate,
+// each judged against its own plan, still is, checked again after the wait
+// for the provider's turn and right before the send. Else each open
+// attempt is unknown, for a person, with the reason; a call whose stored
+// request or key is not what its plan derives, or whose answer does not
+// match it, is refused and a person is alerted. A provider that can be
+// asked about each attempt by its effect id is asked about eff alone
+// (handled false: recover goes on with its probe). mayWait says whether
+// it may wait for the provider's turn (recoveryTurn).
+func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect, c ledger.Call, pos int, mayWait bool) (res Result, handled bool, err error) {
 	members, err := e.ledger.Members(ctx, c)
 	if err != nil {
 		return Result{}, true, err
@@ -409,20 +474,21 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 	if err != nil {
 		return Result{}, true, err
 	}
+	var recorded []provider.Verdict
 	if n := len(answers); n > 0 && isBatcher {
 		last := answers[n-1]
-		vs := classifyBatch(b, last.Body, len(members))
-		if answered(vs[pos], members[pos].State) {
-			log.Info("recovering a batch call from its recorded answer", "outcome", string(vs[pos].Outcome))
+		recorded = classifyBatch(b, last.Body, len(members))
+		if answered(recorded[pos], members[pos].State) {
+			log.Info("recovering a batch call from its recorded answer", "outcome", string(recorded[pos].Outcome))
 			for i, m := range members {
-				if !answered(vs[i], m.State) {
+				if !answered(recorded[i], m.State) {
 					continue
 				}
 				var r Result
 				if m.State == ledger.StateUnknown {
-					r, err = e.resolveUnknown(wctx, cp, m, vs[i], "recovery:"+string(last.Kind))
+					r, err = e.resolveUnknown(wctx, cp, m, recorded[i], "recovery:"+string(last.Kind))
 				} else {
-					r, err = e.settle(wctx, prov, cp, m, vs[i])
+					r, err = e.settle(wctx, prov, cp, m, recorded[i])
 				}
 				if err != nil && !errors.Is(err, ledger.ErrIllegalTransition) {
 					return Result{}, true, err
@@ -457,22 +523,35 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 				return e.unknownAll(wctx, open, reason, log)
 			}
 		}
-		// And every open attempt's gate must still be open.
-		for _, m := range open {
-			r, ok, why, err := e.recoveryGate(ctx, prov, cp, m)
-			if err != nil {
-				return Result{}, true, err
-			}
-			if !ok && r.Action == Snooze {
-				return r, true, nil
-			}
-			if !ok {
-				reason := fmt.Sprintf("the worker %s stopped during batch call %d, and for target %d of that call (key %s) %s since: the call cannot be sent again under its key without it, so a person decides whether each of its %d messages was delivered",
-					eff.Owner, c.ID, m.Ordinal, m.Key, why, len(members))
-				return e.unknownAll(wctx, open, reason, log)
-			}
+		// The service answered the call, and its answer does not match
+		// it: sending it again cannot tell more (a repeat under its key is
+		// answered alike; without one it would be a second call).
+		if len(recorded) > 0 && recorded[pos].Unmatched {
+			reason := fmt.Sprintf("%s answered batch call %d of %d messages with an answer that does not match it (%s): which message was sent cannot be told, and sending the call again cannot tell, so it is not sent again; a person reads the recorded answer and decides whether each of its messages was delivered",
+				prov.Name(), c.ID, len(members), recorded[pos].Reason)
+			return e.refuseCall(wctx, c, members, open, reason, log)
 		}
-		release, ok, err := acquire(ctx, prov, time.Now())
+		if reason, ok := e.refusedBefore(c.ID); ok {
+			return e.unknownAll(wctx, open, reason, log)
+		}
+		// A stored call is a record, not an authority: what is sent again
+		// is what the attempts' frozen plan derives, or nothing.
+		why, err := e.deriveCall(ctx, b, c, members)
+		if err != nil {
+			return Result{}, true, err
+		}
+		if why != "" {
+			reason := fmt.Sprintf("batch call %d is not sent again: %s; a person decides whether each of its %d messages was delivered", c.ID, why, len(members))
+			return e.refuseCall(wctx, c, members, open, reason, log)
+		}
+		// Every open attempt's gate, each against its own plan: before
+		// the wait for a turn (no turn is spent on a closed gate) and
+		// again after it, with nothing left between the check and the
+		// send.
+		if r, stop, err := e.callGate(ctx, prov, c, eff, members, open, log); stop || err != nil {
+			return r, true, err
+		}
+		release, ok, err := e.recoveryTurn(ctx, prov, mayWait)
 		if err != nil {
 			return Result{}, true, err
 		}
@@ -480,7 +559,10 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, true, nil
 		}
 		defer release()
-		log.Info("recovering a batch call by sending its stored request again under its key", "attempts", len(members))
+		if r, stop, err := e.callGate(ctx, prov, c, eff, members, open, log); stop || err != nil {
+			return r, true, err
+		}
+		log.Info("recovering a batch call by sending its request again under its key", "attempts", len(members))
 		raw, err := b.SendBatch(ctx, provider.BatchRequest{Key: c.Key, Body: c.Request})
 		if err != nil {
 			return Result{Action: Retry, Err: err, Outcome: "recovery resend not sent"}, true, nil
@@ -560,6 +642,158 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 		}
 		return e.unknownAll(wctx, open, reason, log)
 	}
+}
+
+// callGate is the gate of a first claim for every open attempt of call c
+// that recovery is about to send again, each judged against its own plan
+// (recoveryGate): stop is true when the call is not to be sent now — a
+// Snooze while a campaign is paused, or every open attempt unknown, for a
+// person, when one's gate closed for good (the call cannot be sent again
+// under its key without it).
+func (e *Executor) callGate(ctx context.Context, prov provider.Provider, c ledger.Call, eff ledger.Effect, members, open []ledger.Effect, log *slog.Logger) (res Result, stop bool, err error) {
+	r, ok, why, closed, err := e.gateOf(ctx, prov, open)
+	if err != nil || ok {
+		return Result{}, err != nil, err
+	}
+	if r.Action == Snooze {
+		return r, true, nil
+	}
+	reason := fmt.Sprintf("the worker %s stopped during batch call %d, and for target %d of that call (key %s) %s since: the call cannot be sent again under its key without it, so a person decides whether each of its %d messages was delivered",
+		eff.Owner, c.ID, closed.Ordinal, closed.Key, why, len(members))
+	res, _, err = e.unknownAll(context.WithoutCancel(ctx), open, reason, log)
+	return res, true, err
+}
+
+// deriveCall says how call c, as stored, differs from the call its
+// attempts (members, by position) derive from their frozen plan — each
+// rendered from its plan's payload and its target's row as performCall
+// renders it, encoded by b (EncodeBatch), under the key callKey makes of
+// them — or "" when it does not: the same provider, one plan, each
+// attempt's key its target's, the same bytes and the same key. An
+// attempt outside any plan, or of another plan than the call's, is a
+// difference. An error is a failed read, to try again.
+func (e *Executor) deriveCall(ctx context.Context, b provider.Batcher, c ledger.Call, members []ledger.Effect) (string, error) {
+	if c.Provider != b.Name() {
+		return fmt.Sprintf("it was stored for provider %s, not %s", c.Provider, b.Name()), nil
+	}
+	for i, m := range members {
+		switch {
+		case m.PlanID == 0:
+			return fmt.Sprintf("its attempt at position %d (effect %d) was made outside any plan", i, m.ID), nil
+		case c.PlanID != 0 && m.PlanID != c.PlanID:
+			return fmt.Sprintf("it names plan %d, and its attempt at position %d (effect %d) is of plan %d", c.PlanID, i, m.ID, m.PlanID), nil
+		case i > 0 && m.PlanID != members[0].PlanID:
+			return fmt.Sprintf("it carries targets of two plans (%d and %d): a call carries one plan's", members[0].PlanID, m.PlanID), nil
+		}
+	}
+	cp, err := e.planFor(ctx, members[0].PlanID)
+	if err != nil {
+		return "", err
+	}
+	if cp.plan.Provider != b.Name() {
+		return fmt.Sprintf("its plan %d sends through provider %s, not %s", cp.plan.ID, cp.plan.Provider, b.Name()), nil
+	}
+	ordinals := make([]int32, len(members))
+	for i, m := range members {
+		ordinals[i] = int32(m.Ordinal)
+	}
+	read, err := plan.TargetsAt(ctx, e.cfg.Pool, cp.plan.ListID, ordinals)
+	if err != nil {
+		return "", err
+	}
+	byOrdinal := make(map[int]plan.Target, len(read))
+	for _, t := range read {
+		byOrdinal[t.Ordinal] = t
+	}
+	reqs := make([]provider.Request, len(members))
+	for i, m := range members {
+		t, ok := byOrdinal[m.Ordinal]
+		if !ok {
+			return fmt.Sprintf("its attempt at position %d names target %d, which plan %d does not have", i, m.Ordinal, cp.plan.ID), nil
+		}
+		if ledger.Key(t.Key) != m.Key {
+			return fmt.Sprintf("its attempt at position %d has key %s, not its target's (%s)", i, m.Key, t.Key), nil
+		}
+		req, _, err := e.render(ctx, cp, m.Ordinal, targetRes{to: t.Address, key: t.Key, vars: t.Vars}, "", 0)
+		if err != nil {
+			return "", err
+		}
+		req.Epoch = m.Epoch
+		reqs[i] = req
+	}
+	key, body, err := encodeCall(b, reqs, members)
+	if err != nil {
+		return "its attempts cannot be put into one call now: " + err.Error(), nil
+	}
+	if !bytes.Equal(body, c.Request) {
+		return fmt.Sprintf("its stored request (%d bytes) is not the one its targets' frozen plan derives (%d bytes; they differ from byte %d)",
+			len(c.Request), len(body), firstDifference(body, c.Request)), nil
+	}
+	switch {
+	case key == c.Key:
+	case c.Key == "":
+		return fmt.Sprintf("it was stored without a key, and %s's calls take one (%s)", b.Name(), key), nil
+	default:
+		return fmt.Sprintf("its stored key %q is not the one its attempts derive (%q)", c.Key, key), nil
+	}
+	return "", nil
+}
+
+// firstDifference is the offset of the first byte where a and b differ
+// (the shorter's length when one is the other's start).
+func firstDifference(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// refuseCall leaves call c's open attempts to a person, unknown with
+// reason, and alerts the campaigns its attempts belong to (Config.Alerter):
+// recovery found a call it will not send again, a record that does not
+// derive from the plan or an answer that does not match the call.
+func (e *Executor) refuseCall(ctx context.Context, c ledger.Call, members, open []ledger.Effect, reason string, log *slog.Logger) (Result, bool, error) {
+	res, handled, err := e.unknownAll(ctx, open, reason, log)
+	if err != nil {
+		return res, handled, err
+	}
+	ids := make([]int64, len(members))
+	campaigns := map[string]bool{}
+	for i, m := range members {
+		ids[i] = m.ID
+		if m.PlanID == 0 {
+			continue
+		}
+		mcp, err := e.planFor(ctx, m.PlanID)
+		if err != nil {
+			return Result{}, true, err
+		}
+		campaigns[mcp.plan.CampaignID] = true
+	}
+	for _, id := range slices.Sorted(maps.Keys(campaigns)) {
+		if err := e.alert(ctx, Alert{CampaignID: id, Subject: fmt.Sprintf("batch call %d", c.ID), Reason: reason, Effects: ids}); err != nil {
+			return Result{}, true, err
+		}
+	}
+	e.mu.Lock()
+	if len(e.refused) > 4096 { // the map only saves work; it bounds memory
+		clear(e.refused)
+	}
+	e.refused[c.ID] = reason
+	e.mu.Unlock()
+	return res, handled, nil
+}
+
+// refusedBefore is why this process's recovery refused call id before,
+// once its campaigns were alerted (refuseCall); ok false when it did not.
+func (e *Executor) refusedBefore(id int64) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	reason, ok := e.refused[id]
+	return reason, ok
 }
 
 // answered reports whether recovery settles an attempt in state from v, its

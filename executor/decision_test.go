@@ -118,13 +118,13 @@ func (q *queueCalls) RequeueTarget(context.Context, plan.Plan, int, int) error {
 
 // table is one campaign, running, whose targets the cases use one each.
 type table struct {
-	ctx      context.Context
-	urls     pgtest.URLs
-	svc      *approval.Service
-	store    *ledger.Store
-	operator auth.Actor
-	plan     plan.Plan
-	next     int
+	ctx                          context.Context
+	urls                         pgtest.URLs
+	svc                          *approval.Service
+	store                        *ledger.Store
+	proposer, approver, operator auth.Actor
+	plan                         plan.Plan
+	next                         int
 }
 
 func newTable(t *testing.T, targets int) *table {
@@ -139,27 +139,46 @@ func newTable(t *testing.T, targets int) *table {
 	user := func(email string, role auth.Role) auth.Actor {
 		return auth.Actor{UserID: pgtest.User(t, admin, pgtest.UserOpts{Email: email, Roles: []string{string(role)}}), Email: email, Roles: []auth.Role{role}}
 	}
-	proposer, approver := user("pat@example.com", auth.RoleProposer), user("amy@example.com", auth.RoleApprover)
-	operator := user("oli@example.com", auth.RoleOperator)
+	tb := &table{ctx: ctx, urls: urls, svc: svc, store: ledger.NewStore(app),
+		proposer: user("pat@example.com", auth.RoleProposer), approver: user("amy@example.com", auth.RoleApprover),
+		operator: user("oli@example.com", auth.RoleOperator)}
+	p, err := tb.planOf(t, tb.createRunning(t, "decisions", targets))
+	require.NoError(t, err)
+	tb.plan = p
+	return tb
+}
+
+// createRunning creates, approves and starts a campaign named name of n
+// targets (person1@example.com …) on provider outbox, and returns its id.
+func (tb *table) createRunning(t *testing.T, name string, n int) string {
+	t.Helper()
 	var csv strings.Builder
 	csv.WriteString("email\n")
-	for i := range targets {
+	for i := range n {
 		fmt.Fprintf(&csv, "person%d@example.com\n", i+1)
 	}
-	res, err := svc.Create(ctx, proposer, approval.CreateParams{
-		Name: "decisions", Provider: "outbox", Payload: plan.Payload{From: "a@example.com", Subject: "Hello", Text: "Hi"},
+	res, err := tb.svc.Create(tb.ctx, tb.proposer, approval.CreateParams{
+		Name: name, Provider: "outbox", Payload: plan.Payload{From: "a@example.com", Subject: "Hello", Text: "Hi"},
 		Targets: &approval.TargetsParams{Format: plan.FormatCSV, Body: strings.NewReader(csv.String())},
 	})
 	require.NoError(t, err)
-	sub, err := svc.Submit(ctx, proposer, res.Campaign.ID)
+	sub, err := tb.svc.Submit(tb.ctx, tb.proposer, res.Campaign.ID)
 	require.NoError(t, err)
-	_, err = svc.Approve(ctx, approver, res.Campaign.ID, sub.PlanHash)
+	_, err = tb.svc.Approve(tb.ctx, tb.approver, res.Campaign.ID, sub.PlanHash)
 	require.NoError(t, err)
-	started, err := svc.Start(ctx, operator, res.Campaign.ID)
+	_, err = tb.svc.Start(tb.ctx, tb.operator, res.Campaign.ID)
 	require.NoError(t, err)
-	p, err := plan.GetPlan(ctx, app, started.Campaign.PlanID)
-	require.NoError(t, err)
-	return &table{ctx: ctx, urls: urls, svc: svc, store: ledger.NewStore(app), operator: operator, plan: p}
+	return res.Campaign.ID
+}
+
+// planOf is campaign id's current plan.
+func (tb *table) planOf(t *testing.T, id string) (plan.Plan, error) {
+	t.Helper()
+	c, err := approval.GetCampaign(tb.ctx, pgtest.NewPool(t, tb.urls.App), id)
+	if err != nil {
+		return plan.Plan{}, err
+	}
+	return plan.GetPlan(tb.ctx, pgtest.NewPool(t, tb.urls.App), c.PlanID)
 }
 
 // executorFor makes an executor on the table's database whose one

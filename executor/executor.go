@@ -82,6 +82,28 @@ type Requeuer interface {
 	RequeueTarget(ctx context.Context, p plan.Plan, ordinal int, attempts int) error
 }
 
+// Alerter tells people that recovery refused to act on what it found
+// recorded, and left attempts to a person (package jobs records the alert
+// in the campaign's trail, which package notify announces to the
+// operators, with the reason).
+type Alerter interface {
+	// Alert records a, once per campaign and subject: an alert of a
+	// subject already recorded records nothing (recorded false).
+	Alert(ctx context.Context, a Alert) (recorded bool, err error)
+}
+
+// Alert is what recovery refused, and why.
+type Alert struct {
+	CampaignID string
+	// Subject names what was refused, the same every time recovery meets
+	// it ("batch call 12"): a person is told once.
+	Subject string
+	// Reason says, in words, what was refused and why.
+	Reason string
+	// Effects are the attempts concerned.
+	Effects []int64
+}
+
 // Defaults of Config.
 const (
 	// DefaultOwnerTimeout: a process silent this long is dead.
@@ -105,6 +127,9 @@ type Config struct {
 	PausedSnooze time.Duration
 	Pauser       QuotaPauser
 	Requeuer     Requeuer
+	// Alerter, when set, tells people what recovery refused (nil: the
+	// log only).
+	Alerter Alerter
 	// QueueOf names a provider's queue, so a paused queue stops the jobs
 	// already fetched from it too; nil means no such check.
 	QueueOf func(provider string) string
@@ -135,6 +160,11 @@ type Executor struct {
 
 	mu    sync.Mutex
 	plans map[int64]*cachedPlan
+	// refused are the batch calls this process's recovery refused, by id,
+	// with why, once the campaigns were alerted: a stored call and its
+	// plan never change, so neither does the verdict, and the next rounds
+	// that meet its attempts skip deriving it again.
+	refused map[int64]string
 	// draining: the process is stopping (Drain); a job carrying several
 	// targets starts no new one and hands the rest on.
 	draining atomic.Bool
@@ -180,6 +210,8 @@ func New(cfg Config) (*Executor, error) {
 		batch:  newBatcher(cfg.Pool, gate, cfg.Logger),
 		owner:  fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:])),
 		plans:  map[int64]*cachedPlan{},
+
+		refused: map[int64]string{},
 	}
 	var err error
 	if e.crash, err = crashPointFromEnv(); err != nil {
@@ -832,7 +864,9 @@ func (e *Executor) inDoubt(ctx context.Context, j Job, prov provider.Provider, c
 			}
 		}
 	}
-	r, err := e.recover(ctx, prov, cp, eff)
+	// A job's recovery waits for the provider's turn within the job's
+	// time, as its own send would.
+	r, err := e.recover(ctx, prov, cp, eff, true)
 	if err != nil {
 		return Result{}, err
 	}
@@ -858,7 +892,12 @@ func (e *Executor) ownerAlive(ctx context.Context, owner string) (bool, error) {
 
 // Recover settles an attempt left pending by a dead owner, or an unknown
 // one, as far as the provider's capabilities allow (see the package doc).
-// It is what maintenance calls for rows no job is looking at.
+// It is what maintenance calls for rows no job is looking at, and it never
+// waits for the provider's turn (docs/ARCHITECTURE.md, "Executing one
+// effect"): a recovery that would send again takes a turn only when one is
+// free now, and otherwise answers Snooze ("provider busy") for the next
+// round — so that no provider's schedule holds up a maintenance round, and
+// the other providers' recoveries and campaigns with it.
 func (e *Executor) Recover(ctx context.Context, eff ledger.Effect) (Result, error) {
 	if eff.PlanID == 0 {
 		return Result{Action: Complete, Outcome: "not a plan effect"}, nil
@@ -871,17 +910,20 @@ func (e *Executor) Recover(ctx context.Context, eff ledger.Effect) (Result, erro
 	if !ok {
 		return Result{}, fmt.Errorf("provider %q is not configured in this process", cp.plan.Provider)
 	}
-	return e.recover(ctx, prov, cp, eff)
+	return e.recover(ctx, prov, cp, eff, false)
 }
 
-func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (Result, error) {
-	// An attempt a batch call carried shares the call's fate.
+// recover is Recover; mayWait says whether it may wait for the provider's
+// turn before sending again (recoveryTurn).
+func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect, mayWait bool) (Result, error) {
+	// An attempt a batch call carried shares the call's fate: it is never
+	// sent again on its own.
 	c, pos, inCall, err := e.callOf(ctx, eff)
 	if err != nil {
 		return Result{}, err
 	}
 	if inCall {
-		res, handled, err := e.recoverCall(ctx, prov, cp, eff, c, pos)
+		res, handled, err := e.recoverCall(ctx, prov, cp, eff, c, pos, mayWait)
 		if handled || err != nil {
 			return res, err
 		}
@@ -919,34 +961,50 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 	// Recovery goes through the gate a first claim does (docs/
 	// ARCHITECTURE.md, "The gate"): nothing is sent again while the
 	// campaign is paused, and never once it no longer runs this plan or
-	// the address was suppressed since. A probe sends nothing.
-	resend, closed := caps.CanResend(first, now), ""
-	if resend {
+	// the address was suppressed since. A probe sends nothing. The gate
+	// is checked before the wait for the provider's turn (no turn is spent
+	// on a closed gate) and again after it, with nothing left to wait for
+	// between that check and the send.
+	resend, closed := caps.CanResend(first, now) && !inCall, ""
+	gateClosed := func() (Result, bool, error) {
 		res, open, why, err := e.recoveryGate(ctx, prov, cp, eff)
-		if err != nil {
+		switch {
+		case err != nil:
+			return Result{}, true, err
+		case !open && res.Action == Snooze:
+			return res, true, nil
+		case !open:
+			resend, closed = false, why
+		}
+		return Result{}, false, nil
+	}
+	if resend {
+		if res, stop, err := gateClosed(); stop {
+			return res, err
+		}
+	}
+	var req provider.Request
+	var release func()
+	if resend {
+		if req, _, err = e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch); err != nil {
 			return Result{}, err
 		}
-		if !open && res.Action == Snooze {
-			return res, nil
+		var ok bool
+		if release, ok, err = e.recoveryTurn(ctx, prov, mayWait); err != nil {
+			return Result{}, err
+		} else if !ok {
+			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
 		}
-		if !open {
-			resend, closed = false, why
+		defer release()
+		if res, stop, err := gateClosed(); stop {
+			return res, err
+		}
+		if !resend {
+			release()
 		}
 	}
 	switch {
 	case resend:
-		req, _, err := e.request(ctx, cp, eff.Ordinal, eff.Key, eff.Epoch)
-		if err != nil {
-			return Result{}, err
-		}
-		release, ok, err := acquire(ctx, prov, time.Now())
-		if err != nil {
-			return Result{}, err
-		}
-		if !ok {
-			return Result{Action: Snooze, After: busySnooze, Outcome: "provider busy"}, nil
-		}
-		defer release()
 		log.Info("recovering by sending again with the same effect id")
 		if eff.State == ledger.StatePending {
 			left, err := e.attemptsLeft(ctx, eff)
@@ -1022,28 +1080,155 @@ func (e *Executor) recover(ctx context.Context, prov provider.Provider, cp *cach
 }
 
 // recoveryGate is the gate of a first claim, for recovery about to send
-// eff again: the campaign runs its plan (campaignGate: a pause or a paused
-// provider is a Snooze, to look again later) and the target's address is
-// not suppressed. When it is closed for good, why says what closed it.
+// eff again: the campaign runs the plan (cp: eff's, or the plan of the job
+// that found eff, another version of the same campaign with eff's key;
+// campaignGate: a pause or a paused provider is a Snooze, to look again
+// later) and the target's address is not suppressed. When it is closed
+// for good, why says what closed it.
 func (e *Executor) recoveryGate(ctx context.Context, prov provider.Provider, cp *cachedPlan, eff ledger.Effect) (res Result, open bool, why string, err error) {
+	if res, open, why, err = e.runsForRecovery(ctx, prov, cp); err != nil || !open {
+		return res, open, why, err
+	}
+	res, open, why, _, err = e.notSuppressed(ctx, []ledger.Effect{eff})
+	return res, open, why, err
+}
+
+// gateOf is the gate of a first claim for each of effs (a batch call's
+// attempts), every one judged against its own plan — a call's attempts
+// share one, but recovery reads no rule off a stored call: open only when
+// every one's gate is; otherwise the first closed (a Snooze first: a
+// paused campaign waits rather than closes), with why and the attempt it
+// closed for.
+func (e *Executor) gateOf(ctx context.Context, prov provider.Provider, effs []ledger.Effect) (res Result, open bool, why string, closed ledger.Effect, err error) {
+	type verdict struct {
+		res  Result
+		open bool
+		why  string
+	}
+	byPlan := map[int64]verdict{}
+	var shut *ledger.Effect
+	var shutBy verdict
+	for i, eff := range effs {
+		v, seen := byPlan[eff.PlanID]
+		if !seen {
+			if eff.PlanID == 0 {
+				v = verdict{res: Result{Action: Complete, Outcome: "outside any plan"}, why: "its attempt was made outside any plan"}
+			} else {
+				cp, err := e.planFor(ctx, eff.PlanID)
+				if err != nil {
+					return Result{}, false, "", eff, err
+				}
+				if v.res, v.open, v.why, err = e.runsForRecovery(ctx, prov, cp); err != nil {
+					return Result{}, false, "", eff, err
+				}
+			}
+			byPlan[eff.PlanID] = v
+		}
+		switch {
+		case !v.open && v.res.Action == Snooze:
+			return v.res, false, "", eff, nil
+		case !v.open && shut == nil:
+			shut, shutBy = &effs[i], v
+		}
+	}
+	if shut != nil {
+		return shutBy.res, false, shutBy.why, *shut, nil
+	}
+	return e.notSuppressed(ctx, effs)
+}
+
+// runsForRecovery is campaignGate for recovery about to send an attempt
+// of cp's plan again: a completed campaign has nothing left to start, but
+// its attempts in doubt are still its own to settle. When it is closed for
+// good, why says what closed it.
+func (e *Executor) runsForRecovery(ctx context.Context, prov provider.Provider, cp *cachedPlan) (res Result, open bool, why string, err error) {
 	res, open, err = e.campaignGate(ctx, cp.plan, e.queueOf(prov.Name()))
-	if err != nil {
+	switch {
+	case err != nil:
 		return res, false, "", err
+	case open || res.Outcome == "campaign "+string(approval.StateCompleted):
+		return Result{}, true, "", nil
+	case res.Action == Snooze:
+		return res, false, "", nil
 	}
-	// A completed campaign has nothing left to start, but its attempts in
-	// doubt are still its own to settle.
-	if !open && res.Outcome != "campaign "+string(approval.StateCompleted) {
-		return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
+	return res, false, "the campaign's state changed (" + res.Outcome + ")", nil
+}
+
+// notSuppressed says whether none of effs' target addresses is suppressed
+// now (target_suppression, the rule the claim applies): open, or the
+// first suppressed, with why.
+func (e *Executor) notSuppressed(ctx context.Context, effs []ledger.Effect) (res Result, open bool, why string, closed ledger.Effect, err error) {
+	plans, ordinals := make([]int64, len(effs)), make([]int32, len(effs))
+	for i, eff := range effs {
+		plans[i], ordinals[i] = eff.PlanID, int32(eff.Ordinal)
 	}
-	var held *int64
-	if err := e.cfg.Pool.QueryRow(ctx, `SELECT suppression_id FROM target_suppression($1, $2)`,
-		eff.PlanID, eff.Ordinal).Scan(&held); err != nil {
-		return Result{}, false, "", err
+	var (
+		at   int
+		held int64
+	)
+	err = e.cfg.Pool.QueryRow(ctx, `
+		SELECT r.i, ts.suppression_id FROM unnest($1::bigint[], $2::int[]) WITH ORDINALITY AS r(plan_id, ordinal, i)
+		CROSS JOIN LATERAL target_suppression(r.plan_id, r.ordinal) ts
+		WHERE ts.suppression_id IS NOT NULL ORDER BY r.i LIMIT 1`, plans, ordinals).Scan(&at, &held)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{}, true, "", ledger.Effect{}, nil
 	}
-	if held != nil {
-		return Result{Action: Complete, Outcome: "suppressed"}, false, fmt.Sprintf("the address was suppressed (entry %d)", *held), nil
+	if err != nil {
+		return Result{}, false, "", ledger.Effect{}, err
 	}
-	return Result{}, true, "", nil
+	return Result{Action: Complete, Outcome: "suppressed"}, false, fmt.Sprintf("the address was suppressed (entry %d)", held), effs[at-1], nil
+}
+
+// recoveryTurn is what recovery about to send again takes from the
+// provider: a slot and a rate turn. With mayWait (a job's recovery) it
+// waits as a send does (acquire); without (maintenance) it takes them only
+// when they are free now (turnNow). ok false: none now; the recovery
+// snoozes and a later round or job tries again.
+func (e *Executor) recoveryTurn(ctx context.Context, prov provider.Provider, mayWait bool) (release func(), ok bool, err error) {
+	if mayWait {
+		return acquire(ctx, prov, time.Now())
+	}
+	return turnNow(ctx, prov)
+}
+
+// turnNowSlack is how long turnNow lets the provider take to hand over a
+// slot and a turn that are free now (a query, for a schedule kept in the
+// database): a turn further away than this is not taken.
+const turnNowSlack = 250 * time.Millisecond
+
+// turnNow is acquire for a caller that must not wait for the provider: a
+// slot and a rate turn free now (within turnNowSlack), or nothing taken
+// and ok false.
+func turnNow(ctx context.Context, prov provider.Provider) (release func(), ok bool, err error) {
+	wait, cancel := context.WithTimeout(ctx, turnNowSlack)
+	defer cancel()
+	release, err = prov.Acquire(wait)
+	switch {
+	case err == nil:
+		return sync.OnceFunc(release), true, nil
+	case ctx.Err() == nil:
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
+}
+
+// alert tells people what recovery refused: through the Alerter when
+// there is one, once per subject, and in the log.
+func (e *Executor) alert(ctx context.Context, a Alert) error {
+	recorded := true
+	if e.cfg.Alerter != nil {
+		var err error
+		if recorded, err = e.cfg.Alerter.Alert(ctx, a); err != nil {
+			return fmt.Errorf("alerting campaign %s of %s: %w", a.CampaignID, a.Subject, err)
+		}
+	}
+	level := slog.LevelDebug // told before
+	if recorded {
+		level = slog.LevelWarn
+	}
+	e.cfg.Logger.Log(ctx, level, "recovery refused: a person must decide", "campaign", a.CampaignID, "subject", a.Subject, "effects", a.Effects, "reason", a.Reason)
+	return nil
 }
 
 // resolveVerdict settles a pending row, or resolves an unknown one, from a

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/executor"
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 )
@@ -25,7 +26,12 @@ const recoveryBatch = 200
 // Maintain runs one maintenance round (on a started runner: Start gives
 // it the workflow). Every step is idempotent: two rounds at once (two
 // processes) cannot make a second effect, because the ledger decides every
-// claim and settle.
+// claim and settle. No step waits on a provider: a recovery that would
+// send again takes the provider's turn only when one is free now
+// (executor.Executor.Recover), and otherwise waits for a later round or for
+// the job that finds the attempt in doubt — so one provider's schedule
+// never holds up the round, nor the other providers' starts and
+// recoveries with it.
 func (r *Runner) Maintain(ctx context.Context) error {
 	if r.approval == nil {
 		return errors.New("jobs: maintenance runs on a started runner")
@@ -133,6 +139,16 @@ func (r *Runner) effects(ctx context.Context, sql string, args ...any) ([]ledger
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// Alert records what recovery refused in the campaign's trail, once per
+// subject, which the approval service announces to the operators
+// (executor.Alerter; approval.Service.Alert).
+func (r *Runner) Alert(ctx context.Context, a executor.Alert) (bool, error) {
+	if r.approval == nil {
+		return false, errors.New("jobs: alerts go through a started runner")
+	}
+	return r.approval.Alert(ctx, a.CampaignID, a.Subject, a.Reason, map[string]any{"effects": a.Effects})
 }
 
 func (r *Runner) recoverAll(ctx context.Context, effects []ledger.Effect) error {

@@ -67,7 +67,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if !cfg.InsertOnly {
 		exec, err := executor.New(executor.Config{
 			Pool: cfg.Pool, Providers: cfg.Providers, Logger: cfg.Logger,
-			OwnerTimeout: cfg.OwnerTimeout, PausedSnooze: cfg.PausedSnooze, Pauser: r, Requeuer: r, QueueOf: QueueFor,
+			OwnerTimeout: cfg.OwnerTimeout, PausedSnooze: cfg.PausedSnooze, Pauser: r, Requeuer: r, Alerter: r, QueueOf: QueueFor,
 			PublicURL: cfg.PublicURL, MaxAttempts: cfg.MaxAttempts,
 		})
 		if err != nil {

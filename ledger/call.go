@@ -19,13 +19,21 @@ import (
 // bytes again under the same key, or asks about each attempt by its own
 // effect id; its one raw answer commits, as received, with each attempt's
 // settle (AnswerCall). PostgreSQL refuses a call that carries an attempt of
-// another transaction (one that may have been sent already), and an
-// attempt in two calls (migration 0033).
+// another transaction (one that may have been sent already), an attempt in
+// two calls (migration 0033), an attempt of another plan than the call's,
+// a provider that is not its plan's, an attempt added by another
+// transaction than the call's, a call with fewer or more attempts than its
+// size, and a send or resend answer of its own for an attempt a call
+// carried (migration 0036). The stored request and key stay records:
+// recovery derives them again before it sends a call again.
 
 // Call is a batch call as stored.
 type Call struct {
 	ID       int64
 	Provider string
+	// PlanID is the plan whose targets it carries (0 for a call stored
+	// before migration 0036).
+	PlanID int64
 	// Key is the service's idempotency key for the call ("" when it takes
 	// none).
 	Key string
@@ -45,10 +53,15 @@ type Compose func(won []Effect) (key string, request []byte, err error)
 // gated, suppressed targets recorded), and, in the same commit, stores the
 // call that carries the attempts it won: compose turns them (in reqs'
 // order) into the request, which is stored with its members in that order.
-// It returns the call (ID 0 and no members when nothing was won; compose
-// is then not called) and the attempts won, in reqs' order. A request not
-// won takes the one-row path (ClaimOne), which says why.
+// Every request is a target of one plan, sent through provider, that
+// plan's. It returns the call (ID 0 and no members when nothing was won;
+// compose is then not called) and the attempts won, in reqs' order. A
+// request not won takes the one-row path (ClaimOne), which says why.
 func (s *Store) ClaimCall(ctx context.Context, provider string, reqs []ClaimRequest, gate Gate, compose Compose) (Call, []Effect, error) {
+	planID, err := planOfCall(reqs)
+	if err != nil {
+		return Call{}, nil, err
+	}
 	args, err := claimArgs(reqs)
 	if err != nil {
 		return Call{}, nil, err
@@ -72,12 +85,12 @@ func (s *Store) ClaimCall(ctx context.Context, provider string, reqs []ClaimRequ
 		if err != nil {
 			return err
 		}
-		call = Call{Provider: provider, Key: key, Request: body, Members: make([]int64, len(won))}
+		call = Call{Provider: provider, PlanID: planID, Key: key, Request: body, Members: make([]int64, len(won))}
 		for i, e := range won {
 			call.Members[i] = e.ID
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO effect_batch (provider, call_key, request, size) VALUES ($1, $2, $3, $4) RETURNING id, created_at`,
-			provider, key, body, len(won)).Scan(&call.ID, &call.CreatedAt); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO effect_batch (provider, plan_id, call_key, request, size) VALUES ($1, $2, $3, $4, $5) RETURNING id, created_at`,
+			provider, planID, key, body, len(won)).Scan(&call.ID, &call.CreatedAt); err != nil {
 			return translate(err)
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO effect_batch_member (batch_id, position, effect_id)
@@ -89,6 +102,21 @@ func (s *Store) ClaimCall(ctx context.Context, provider string, reqs []ClaimRequ
 		return Call{}, nil, err
 	}
 	return call, won, nil
+}
+
+// planOfCall is the plan whose targets reqs are: a call carries one plan's
+// targets (migration 0036 refuses any other).
+func planOfCall(reqs []ClaimRequest) (int64, error) {
+	if len(reqs) == 0 {
+		return 0, fmt.Errorf("a batch call carries at least one target: %w", onceplan.ErrInvalid)
+	}
+	p := reqs[0].PlanID
+	for _, r := range reqs {
+		if r.PlanID == 0 || r.PlanID != p {
+			return 0, fmt.Errorf("a batch call carries targets of one plan, not of plans %d and %d: %w", p, r.PlanID, onceplan.ErrInvalid)
+		}
+	}
+	return p, nil
 }
 
 // inOrder is the attempts effs that reqs won (their key, owner and job), in
@@ -114,10 +142,10 @@ func (s *Store) CallOf(ctx context.Context, effectID int64) (Call, int, error) {
 	var call Call
 	var pos int
 	err := s.db.QueryRow(ctx, `
-		SELECT b.id, b.provider, b.call_key, b.request, b.created_at, m.position,
+		SELECT b.id, b.provider, coalesce(b.plan_id, 0), b.call_key, b.request, b.created_at, m.position,
 		       (SELECT array_agg(a.effect_id ORDER BY a.position) FROM effect_batch_member a WHERE a.batch_id = b.id)
 		FROM effect_batch_member m JOIN effect_batch b ON b.id = m.batch_id
-		WHERE m.effect_id = $1`, effectID).Scan(&call.ID, &call.Provider, &call.Key, &call.Request, &call.CreatedAt, &pos, &call.Members)
+		WHERE m.effect_id = $1`, effectID).Scan(&call.ID, &call.Provider, &call.PlanID, &call.Key, &call.Request, &call.CreatedAt, &pos, &call.Members)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Call{}, 0, fmt.Errorf("effect %d was not sent in a batch call: %w", effectID, onceplan.ErrNotFound)
 	}

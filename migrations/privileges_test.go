@@ -228,7 +228,8 @@ func TestAppRolePrivileges(t *testing.T) {
 	want := map[string]string{
 		// The ledger (UPDATE of effect: the outcome columns only, below).
 		// Bump policies are the owner's to register (onceplan policy add).
-		"effect": append_, "effect_response": append_, "effect_batch": append_, "effect_batch_member": append_, "effect_batch_response": append_, "effect_bump": append_, "bump_policy": read,
+		// A batch call and its attempts: some columns only, below.
+		"effect": append_, "effect_response": append_, "effect_batch": read, "effect_batch_member": read, "effect_batch_response": append_, "effect_bump": append_, "bump_policy": read,
 		// The archive: written only by archive_campaign(), as the owner.
 		"effect_archive": read, "effect_response_archive": read, "effect_batch_archive": read, "effect_batch_member_archive": read,
 		"effect_batch_response_archive": read, "effect_bump_archive": read, "campaign_archive": read,
@@ -305,6 +306,9 @@ func TestAppRolePrivileges(t *testing.T) {
 	// application cannot name another's (migration 0014).
 	require.Equal(t, []string{"key", "line", "list_id", "ordinal", "target", "vars"}, columns("target", "INSERT"))
 	require.Equal(t, []string{"campaign_id", "created_by", "digest", "id", "target_count"}, columns("target_list", "INSERT"))
+	// So do a batch call's and its attempts' rows (migration 0036).
+	require.Equal(t, []string{"call_key", "plan_id", "provider", "request", "size"}, columns("effect_batch", "INSERT"))
+	require.Equal(t, []string{"batch_id", "effect_id", "position"}, columns("effect_batch_member", "INSERT"))
 	// A tool's policy: only its first use, whose every other column is the
 	// default (no recovery, no approval); an attempt: only its lease.
 	require.Equal(t, []string{"registered_by", "tool"}, columns("tool_policy", "INSERT"))

@@ -495,25 +495,90 @@ $$;
 
 
 --
+-- Name: effect_batch_complete(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_batch_complete() RETURNS trigger
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    n int;
+BEGIN
+    SELECT count(*) INTO n FROM effect_batch_member m WHERE m.batch_id = NEW.id;
+    IF n <> NEW.size THEN
+        RAISE EXCEPTION 'batch call %: it carries % attempts, not its size %', NEW.id, n, NEW.size
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NULL;
+END $$;
+
+
+--
+-- Name: effect_batch_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_batch_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    planned text;
+BEGIN
+    NEW.created_at := now();
+    NEW.created_xact := pg_current_xact_id();
+    IF NEW.plan_id IS NULL THEN
+        RAISE EXCEPTION 'batch call: it names the plan whose targets it carries'
+            USING ERRCODE = 'OP004';
+    END IF;
+    SELECT p.provider INTO planned FROM plan p WHERE p.id = NEW.plan_id;
+    IF planned IS DISTINCT FROM NEW.provider THEN
+        RAISE EXCEPTION 'batch call: plan % sends through provider %, not %', NEW.plan_id, coalesce(planned, '(no such plan)'), NEW.provider
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
 -- Name: effect_batch_member_insert(); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.effect_batch_member_insert() RETURNS trigger
     LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
     AS $$
 DECLARE
     st effect_state;
     born timestamptz;
+    attempt_plan bigint;
+    call_plan bigint;
     n int;
 BEGIN
-    SELECT e.state, e.created_at INTO st, born FROM effect e WHERE e.id = NEW.effect_id;
+    NEW.batch_xact := pg_current_xact_id();
+    -- Said here in words; the foreign key is the rule, checked against the
+    -- latest committed rows whatever the snapshot.
+    IF NOT EXISTS (SELECT 1 FROM effect_batch b WHERE b.id = NEW.batch_id AND b.created_xact = NEW.batch_xact) THEN
+        RAISE EXCEPTION 'batch call %: its attempts are written with the call, in its transaction, and by no other', NEW.batch_id
+            USING ERRCODE = 'OP004';
+    END IF;
+    SELECT e.state, e.created_at, e.plan_id INTO st, born, attempt_plan FROM effect e WHERE e.id = NEW.effect_id;
     IF st IS DISTINCT FROM 'pending' OR born IS DISTINCT FROM now() THEN
         RAISE EXCEPTION 'effect %: a batch call carries only attempts claimed in its own transaction, while pending', NEW.effect_id
             USING ERRCODE = 'OP004';
     END IF;
-    SELECT b.size INTO n FROM effect_batch b WHERE b.id = NEW.batch_id;
+    SELECT b.size, b.plan_id INTO n, call_plan FROM effect_batch b WHERE b.id = NEW.batch_id;
     IF NEW.position >= n THEN
         RAISE EXCEPTION 'batch call %: position % is past its % attempts', NEW.batch_id, NEW.position, n
+            USING ERRCODE = 'OP004';
+    END IF;
+    IF attempt_plan IS NULL OR attempt_plan IS DISTINCT FROM call_plan THEN
+        RAISE EXCEPTION 'effect %: batch call % carries targets of plan % only, and this attempt is %', NEW.effect_id, NEW.batch_id,
+            coalesce(call_plan::text, '(none)'), coalesce('of plan ' || attempt_plan, 'outside any plan')
+            USING ERRCODE = 'OP004';
+    END IF;
+    IF EXISTS (SELECT 1 FROM effect_response r
+               WHERE r.effect_id = NEW.effect_id AND r.batch_response_id IS NULL AND r.kind IN ('send', 'resend')) THEN
+        RAISE EXCEPTION 'effect %: it has an answer of its own, so no batch call carries it', NEW.effect_id
             USING ERRCODE = 'OP004';
     END IF;
     RETURN NEW;
@@ -710,6 +775,29 @@ BEGIN
             USING ERRCODE = 'OP004';
     END IF;
     RETURN NEW;
+END $$;
+
+
+--
+-- Name: effect_response_own_of_member(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_response_own_of_member() RETURNS trigger
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    member bigint;
+BEGIN
+    SELECT n.effect_id INTO member FROM new_responses n
+    JOIN effect_batch_member m ON m.effect_id = n.effect_id
+    WHERE n.batch_response_id IS NULL AND n.kind IN ('send', 'resend')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'effect %: a batch call carried it, so it is answered by its call''s answer only', member
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NULL;
 END $$;
 
 
@@ -1936,7 +2024,7 @@ CREATE TABLE public.campaign_event (
     reason text DEFAULT ''::text NOT NULL,
     detail jsonb,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT campaign_event_action_check CHECK ((action = ANY (ARRAY['create'::text, 'edit'::text, 'import'::text, 'submit'::text, 'approve'::text, 'reject'::text, 'freeze'::text, 'start'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'complete'::text, 'resolve'::text, 'supersede'::text, 'revoke'::text, 'test_send'::text])))
+    CONSTRAINT campaign_event_action_check CHECK ((action = ANY (ARRAY['create'::text, 'edit'::text, 'import'::text, 'submit'::text, 'approve'::text, 'reject'::text, 'freeze'::text, 'start'::text, 'pause'::text, 'resume'::text, 'cancel'::text, 'complete'::text, 'resolve'::text, 'supersede'::text, 'revoke'::text, 'test_send'::text, 'alert'::text])))
 );
 
 
@@ -2051,6 +2139,8 @@ CREATE TABLE public.effect_batch (
     request bytea NOT NULL,
     size integer NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    plan_id bigint,
+    created_xact xid8 DEFAULT pg_current_xact_id() NOT NULL,
     CONSTRAINT effect_batch_provider_check CHECK ((provider <> ''::text)),
     CONSTRAINT effect_batch_size_check CHECK (((size >= 1) AND (size <= 500)))
 );
@@ -2067,6 +2157,8 @@ CREATE TABLE public.effect_batch_archive (
     request bytea NOT NULL,
     size integer NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    plan_id bigint,
+    created_xact xid8,
     CONSTRAINT effect_batch_provider_check CHECK ((provider <> ''::text)),
     CONSTRAINT effect_batch_size_check CHECK (((size >= 1) AND (size <= 500)))
 );
@@ -2094,6 +2186,7 @@ CREATE TABLE public.effect_batch_member (
     batch_id bigint NOT NULL,
     "position" integer NOT NULL,
     effect_id bigint NOT NULL,
+    batch_xact xid8 DEFAULT pg_current_xact_id() NOT NULL,
     CONSTRAINT effect_batch_member_position_check CHECK (("position" >= 0))
 );
 
@@ -2106,6 +2199,7 @@ CREATE TABLE public.effect_batch_member_archive (
     batch_id bigint NOT NULL,
     "position" integer NOT NULL,
     effect_id bigint NOT NULL,
+    batch_xact xid8,
     CONSTRAINT effect_batch_member_position_check CHECK (("position" >= 0))
 );
 
@@ -3264,6 +3358,14 @@ ALTER TABLE ONLY public.effect_batch_response
 
 
 --
+-- Name: effect_batch effect_batch_written_once; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch
+    ADD CONSTRAINT effect_batch_written_once UNIQUE (id, created_xact);
+
+
+--
 -- Name: effect_bump_archive effect_bump_archive_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4227,10 +4329,17 @@ CREATE TRIGGER effect_batch_archive_write_once BEFORE DELETE OR UPDATE ON public
 
 
 --
--- Name: effect_batch effect_batch_created_at; Type: TRIGGER; Schema: public; Owner: -
+-- Name: effect_batch effect_batch_complete; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER effect_batch_created_at BEFORE INSERT ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.onceplan_db_created_at();
+CREATE CONSTRAINT TRIGGER effect_batch_complete AFTER INSERT ON public.effect_batch DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.effect_batch_complete();
+
+
+--
+-- Name: effect_batch effect_batch_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_batch_insert BEFORE INSERT ON public.effect_batch FOR EACH ROW EXECUTE FUNCTION public.effect_batch_insert();
 
 
 --
@@ -4462,6 +4571,13 @@ CREATE TRIGGER effect_response_no_truncate BEFORE TRUNCATE ON public.effect_resp
 --
 
 CREATE TRIGGER effect_response_of_batch BEFORE INSERT ON public.effect_response FOR EACH ROW WHEN ((new.batch_response_id IS NOT NULL)) EXECUTE FUNCTION public.effect_response_of_batch();
+
+
+--
+-- Name: effect_response effect_response_own_of_member; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_response_own_of_member AFTER INSERT ON public.effect_response REFERENCING NEW TABLE AS new_responses FOR EACH STATEMENT EXECUTE FUNCTION public.effect_response_own_of_member();
 
 
 --
@@ -5150,6 +5266,22 @@ ALTER TABLE ONLY public.effect_batch_member
 
 
 --
+-- Name: effect_batch_member effect_batch_member_of_call; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch_member
+    ADD CONSTRAINT effect_batch_member_of_call FOREIGN KEY (batch_id, batch_xact) REFERENCES public.effect_batch(id, created_xact);
+
+
+--
+-- Name: effect_batch effect_batch_plan_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.effect_batch
+    ADD CONSTRAINT effect_batch_plan_id_fkey FOREIGN KEY (plan_id) REFERENCES public.plan(id);
+
+
+--
 -- Name: effect_batch_response effect_batch_response_batch_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -5805,7 +5937,42 @@ GRANT SELECT ON TABLE public.effect_archive TO onceplan_app;
 -- Name: TABLE effect_batch; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_batch TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch.provider; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(provider) ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch.call_key; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(call_key) ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch.request; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(request) ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch.size; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(size) ON TABLE public.effect_batch TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch.plan_id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(plan_id) ON TABLE public.effect_batch TO onceplan_app;
 
 
 --
@@ -5826,7 +5993,28 @@ GRANT USAGE ON SEQUENCE public.effect_batch_id_seq TO onceplan_app;
 -- Name: TABLE effect_batch_member; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.effect_batch_member TO onceplan_app;
+GRANT SELECT ON TABLE public.effect_batch_member TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch_member.batch_id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(batch_id) ON TABLE public.effect_batch_member TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch_member."position"; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT("position") ON TABLE public.effect_batch_member TO onceplan_app;
+
+
+--
+-- Name: COLUMN effect_batch_member.effect_id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(effect_id) ON TABLE public.effect_batch_member TO onceplan_app;
 
 
 --

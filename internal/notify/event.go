@@ -22,7 +22,9 @@ const (
 	// EventRejected: an approver sent a draft back.
 	EventRejected Event = "rejected"
 	// EventAttention: targets of a campaign are unknown, stranded or
-	// failed, and need a person (batched per campaign).
+	// failed, and need a person (batched per campaign); or recovery
+	// refused to send something and left it to a person (an alert in the
+	// campaign's trail, with its reason, at once).
 	EventAttention Event = "attention"
 	// EventCompleted: a campaign has nothing left to run.
 	EventCompleted Event = "completed"
@@ -38,6 +40,9 @@ var eventOfAction = map[auth.Action]Event{
 	auth.ActionFreeze:       EventApproved,
 	auth.ActionReject:       EventRejected,
 	approval.ActionComplete: EventCompleted,
+	// Recovery refused to send something and left it to a person: the
+	// operators are told at once, with the reason (not batched).
+	approval.ActionAlert: EventAttention,
 }
 
 // EventOf is the event a campaign trail action announces, if any.

@@ -3,6 +3,7 @@ package notify
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -308,6 +309,26 @@ func (s *Service) message(ctx context.Context, src Source) (message, bool, error
 		}
 		maps.Copy(m.fields, map[string]any{"target_count": sub.TargetCount, "proposer": who(byID, sub.ProposedBy),
 			"rejected_by": who(byID, ev.ActorID), "reason": ev.Reason, "url": link})
+	case EventAttention:
+		// An alert (approval.ActionAlert): what recovery refused, and why.
+		for _, u := range users {
+			if !u.Disabled() && EventAttention.For(u.Actor()) {
+				m.users = append(m.users, u)
+			}
+		}
+		m.why = "you are an operator"
+		var d map[string]any
+		_ = json.Unmarshal(ev.Detail, &d)
+		subject, _ := d["subject"].(string)
+		link := base + "/run?state=unknown"
+		m.subject = fmt.Sprintf("Attention: %s: recovery stopped and sent nothing", quoted(c.Name))
+		m.paras = []string{
+			fmt.Sprintf("Recovery of the campaign %s refused to send again what it found recorded, and sent nothing:", quoted(c.Name)),
+			oneLine(ev.Reason),
+			"The targets concerned are unknown: check the provider, then resolve each as delivered or not delivered: " + link,
+		}
+		maps.Copy(m.fields, map[string]any{"state": string(c.State), "alert": subject, "reason": ev.Reason,
+			"url": link, "must_act": emails(m.users)})
 	case EventCompleted:
 		run, err := approval.RunBefore(ctx, db, c.ID, ev.CreatedAt)
 		if err != nil {

@@ -311,7 +311,7 @@ func TestClassifyResendBatch(t *testing.T) {
 		return out
 	}
 	unknown := func(body, why string) []provider.Verdict {
-		return all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "Resend answered HTTP 200 OK: " + body + " (" + why + " for a batch of 3 emails: which was sent cannot be told)"}, 3)
+		return all(provider.Verdict{Outcome: provider.OutcomeUnknown, Unmatched: true, Reason: "Resend answered HTTP 200 OK: " + body + " (" + why + " for a batch of 3 emails: which was sent cannot be told)"}, 3)
 	}
 	for _, c := range []struct {
 		raw  []byte
@@ -479,9 +479,9 @@ func TestClassifyPostmarkBatch(t *testing.T) {
 				{Outcome: provider.OutcomeFailed, Retryable: true, Reason: `Postmark answered HTTP 200 OK for this message of the batch: {"ErrorCode":100,"Message":"maintenance"} (Postmark is under maintenance)`},
 				{Outcome: provider.OutcomeUnknown, Reason: `Postmark answered HTTP 200 OK for this message of the batch: {"ErrorCode":0,"Message":"OK"} (no ErrorCode 0 and MessageID: accepted or not, the probe will tell)`}}},
 		{framed("200 OK", nil, `[{"ErrorCode":0,"MessageID":"a"},{"ErrorCode":0,"MessageID":"b"}]`),
-			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: `Postmark answered HTTP 200 OK: [{"ErrorCode":0,"MessageID":"a"},{"ErrorCode":0,"MessageID":"b"}] (2 results for a batch of 3 messages: which was sent cannot be told; the probe will tell)`}, 3)},
+			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Unmatched: true, Reason: `Postmark answered HTTP 200 OK: [{"ErrorCode":0,"MessageID":"a"},{"ErrorCode":0,"MessageID":"b"}] (2 results for a batch of 3 messages: which was sent cannot be told; the probe will tell)`}, 3)},
 		{framed("200 OK", nil, `{"ErrorCode":0,"Message":"OK","MessageID":"x"}`),
-			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: `Postmark answered HTTP 200 OK: {"ErrorCode":0,"Message":"OK","MessageID":"x"} (not a list of results for a batch of 3 messages: which was sent cannot be told; the probe will tell)`}, 3)},
+			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Unmatched: true, Reason: `Postmark answered HTTP 200 OK: {"ErrorCode":0,"Message":"OK","MessageID":"x"} (not a list of results for a batch of 3 messages: which was sent cannot be told; the probe will tell)`}, 3)},
 		{framed("422 Unprocessable Entity", nil, `{"ErrorCode":300,"Message":"Invalid email request"}`),
 			all(provider.Verdict{Outcome: provider.OutcomeFailed, Reason: `Postmark answered HTTP 422 Unprocessable Entity: {"ErrorCode":300,"Message":"Invalid email request"} (invalid email request)`}, 3)},
 		{framed("429 Too Many Requests", map[string]string{"Retry-After": "4"}, ``),

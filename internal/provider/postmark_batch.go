@@ -63,7 +63,7 @@ func (p *postmarkProvider) ClassifyBatch(raw []byte, n int) []Verdict {
 //     ErrorCode → failed for good; ErrorCode 429 → quota; neither →
 //     unknown, the probe will tell);
 //   - a 2xx whose body is not an array of n results → unknown for every
-//     message (nothing is guessed; the probe will tell);
+//     message, Unmatched (nothing is guessed; the probe will tell);
 //   - any other answer is the whole call's, the same for every message,
 //     as ClassifyPostmark says of it (429 quota, 401 and 422 with an
 //     ErrorCode failed, 5xx and a transport error after writing unknown, a
@@ -82,7 +82,7 @@ func ClassifyPostmarkBatch(raw []byte, n int) []Verdict {
 		if results != nil {
 			got = strconv.Itoa(len(results)) + " results"
 		}
-		return sameVerdicts(Verdict{Outcome: OutcomeUnknown, Reason: "Postmark answered HTTP " + oneLine(f.status) + bodySnippet(f.body) +
+		return sameVerdicts(Verdict{Outcome: OutcomeUnknown, Unmatched: true, Reason: "Postmark answered HTTP " + oneLine(f.status) + bodySnippet(f.body) +
 			" (" + got + " for a batch of " + strconv.Itoa(n) + " messages: which was sent cannot be told; the probe will tell)"}, n)
 	}
 	out := make([]Verdict, n)

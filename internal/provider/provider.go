@@ -97,6 +97,14 @@ type Verdict struct {
 	// off from a short pause while quota answers keep coming (package
 	// jobs) instead of resting a flat DefaultQuotaRetryAfter.
 	RetryAfter time.Duration
+	// Unmatched marks an unknown verdict on a batch call's answer that
+	// cannot be matched to the call's effects (more or fewer results than
+	// effects, one position twice): the service answered the call, so
+	// sending the call again cannot tell what became of each effect — a
+	// repeat under its key is answered alike, and without a key it would
+	// be a second call. Recovery never sends such a call again; a person
+	// reads the recorded answer.
+	Unmatched bool
 }
 
 // Capabilities say how a provider lets recovery settle an attempt whose

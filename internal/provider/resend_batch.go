@@ -66,8 +66,8 @@ func (p *resendProvider) ClassifyBatch(raw []byte, n int) []Verdict {
 //     errors → failed for good, with its message; the others take the ids
 //     in order → done, receipt the id (else "HTTP <code>", as
 //     ClassifyResend's);
-//   - a 2xx that does not add up → unknown for every email: which email
-//     is which cannot be told, and nothing is guessed;
+//   - a 2xx that does not add up → unknown for every email, Unmatched:
+//     which email is which cannot be told, and nothing is guessed;
 //   - any other answer is the whole call's, the same for every email, by
 //     ClassifyResend's rules (429 quota, 409 retry_later, 408 and a
 //     transport error before writing failed and retryable, other 4xx
@@ -84,7 +84,7 @@ func ClassifyResendBatch(raw []byte, n int) []Verdict {
 	}
 	obj := jsonObject(f.body)
 	doesNotAddUp := func(why string) []Verdict {
-		return sameVerdicts(Verdict{Outcome: OutcomeUnknown, Reason: resendSaid(f, obj) +
+		return sameVerdicts(Verdict{Outcome: OutcomeUnknown, Unmatched: true, Reason: resendSaid(f, obj) +
 			" (" + why + " for a batch of " + strconv.Itoa(n) + " emails: which was sent cannot be told)"}, n)
 	}
 	var data, errs []json.RawMessage
