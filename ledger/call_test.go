@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/pgtest"
@@ -150,9 +151,9 @@ func TestBatchCallRulesAsTheAppRole(t *testing.T) {
 	var answerID int64
 	require.NoError(t, admin.QueryRow(ctx, `SELECT id FROM effect_batch_response WHERE batch_id = $1`, call.ID).Scan(&answerID))
 
-	refused := func(code, what string, sql string, args ...any) {
+	refusedTo := func(pool *pgxpool.Pool, code, what string, sql string, args ...any) {
 		t.Helper()
-		err := pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, `INSERT INTO effect_batch (provider, call_key, request, size) VALUES ('mail', '', 'x', 2)`)
 			require.NoError(t, err, "the app role may store a call")
 			_, err = tx.Exec(ctx, sql, args...)
@@ -160,15 +161,28 @@ func TestBatchCallRulesAsTheAppRole(t *testing.T) {
 		})
 		requireSQLState(t, err, code, what)
 	}
+	refused := func(code, what string, sql string, args ...any) {
+		t.Helper()
+		refusedTo(app, code, what, sql, args...)
+	}
+	// An attempt outside any plan the application role may not write at
+	// all (migration 0037: it is a tool call's, after its intent); the
+	// call's rules on one hold for the owner too.
+	owner := pgtest.NewPool(t, urls.Owner)
+	refusedByCall := func(code, what string, sql string, args ...any) {
+		t.Helper()
+		refused("OP007", what+", as the application role", sql, args...)
+		refusedTo(owner, code, what, sql, args...)
+	}
 	refused("OP004", "an attempt of an earlier transaction",
 		`INSERT INTO effect_batch_member (batch_id, position, effect_id) VALUES (currval(pg_get_serial_sequence('effect_batch', 'id')), 0, $1)`, earlier.Effect.ID)
-	refused("23505", "an attempt in two calls", `
+	refusedByCall("23505", "an attempt in two calls", `
 		WITH e AS (INSERT INTO effect (key, owner) VALUES ($1, 'w1') RETURNING id),
 		     first AS (INSERT INTO effect_batch_member (batch_id, position, effect_id)
 		               SELECT currval(pg_get_serial_sequence('effect_batch', 'id')), 0, id FROM e RETURNING effect_id),
 		     second AS (INSERT INTO effect_batch (provider, call_key, request, size) VALUES ('mail', '', 'y', 1) RETURNING id)
 		INSERT INTO effect_batch_member (batch_id, position, effect_id) SELECT second.id, 0, first.effect_id FROM first, second`, string(newKey(t)))
-	refused("OP004", "a position past the call's size", `
+	refusedByCall("OP004", "a position past the call's size", `
 		WITH e AS (INSERT INTO effect (key, owner) VALUES ($1, 'w1') RETURNING id)
 		INSERT INTO effect_batch_member (batch_id, position, effect_id)
 		SELECT currval(pg_get_serial_sequence('effect_batch', 'id')), 2, id FROM e`, string(newKey(t)))
