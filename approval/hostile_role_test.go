@@ -189,10 +189,11 @@ func TestHostileTargetAddedToFrozenList(t *testing.T) {
 }
 
 // Finding 1, second half: an attempt made outside any plan, on a planned
-// key, moved through unknown to done with a resolver. The ledger accepts
-// effects outside plans (one-off effects), so this one is not refused;
-// the rule is that it never counts as the target's effect: the audit
-// counts the target missing and says why, and the target list shows it.
+// key, moved through unknown to done with a resolver. The application
+// role may not write it (an attempt outside any plan is a tool call's,
+// migration 0037); the owner may, and one may be there from before: it
+// never counts as the target's effect: the audit counts the target
+// missing and says why, and the target list shows it.
 func TestHostileEffectOutsideThePlanNeverCounts(t *testing.T) {
 	t.Parallel()
 	h := setupHostile(t)
@@ -201,7 +202,11 @@ func TestHostileEffectOutsideThePlanNeverCounts(t *testing.T) {
 	require.NoError(t, err)
 	var key string
 	require.NoError(t, h.admin.QueryRow(h.ctx, `SELECT key FROM target WHERE list_id = $1 AND ordinal = 2`, p.ListID).Scan(&key))
-	store := ledger.NewStore(h.app)
+	_, err = ledger.NewStore(h.app).Claim(h.ctx, ledger.ClaimParams{Key: ledger.Key(key), Owner: "mallory"})
+	var refused *pgconn.PgError
+	require.ErrorAs(t, err, &refused, "refused to the application role")
+	require.Equal(t, "OP007", refused.Code, refused.Message)
+	store := ledger.NewStore(h.admin)
 	cl, err := store.Claim(h.ctx, ledger.ClaimParams{Key: ledger.Key(key), Owner: "mallory"})
 	require.NoError(t, err)
 	_, err = store.Settle(h.ctx, ledger.SettleParams{EffectID: cl.Effect.ID, State: ledger.StateUnknown, Reason: "forged"})

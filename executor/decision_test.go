@@ -306,7 +306,9 @@ func TestDecisionsOnAHeldKey(t *testing.T) {
 		{name: "done by this plan", setup: func(t *testing.T, o int, k ledger.Key) { settleDone(t, tb.dead(t, o, k, ledger.StatePending, "")) },
 			p: &scripted{}, action: executor.Complete, state: ledger.StateDone, attempts: 1, outcome: "already done"},
 		{name: "done outside any plan", setup: func(t *testing.T, _ int, k ledger.Key) {
-			c, err := tb.store.Claim(tb.ctx, ledger.ClaimParams{Key: k, Owner: "elsewhere"})
+			// Written as the owner: the server writes no attempt outside
+			// any plan but a tool call's (migration 0037).
+			c, err := ledger.NewStore(pgtest.NewPool(t, tb.urls.Owner)).Claim(tb.ctx, ledger.ClaimParams{Key: k, Owner: "elsewhere"})
 			require.NoError(t, err)
 			settleDone(t, c.Effect)
 		}, p: &scripted{}, action: executor.Complete, state: ledger.StateDone, attempts: 1, outcome: "held outside the plan"},

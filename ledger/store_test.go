@@ -280,7 +280,9 @@ func TestClaimRejectsMalformedKeys(t *testing.T) {
 func TestSettleFindsTheResponseByIndex(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	cfg, err := pgxpool.ParseConfig(pgtest.Database(t).App)
+	// As the owner: an attempt outside any plan, the server writes only a
+	// tool call's (migration 0037), and the settle's plan is the same.
+	cfg, err := pgxpool.ParseConfig(pgtest.Database(t).Owner)
 	require.NoError(t, err)
 	cfg.MaxConns = 1 // one session: one PL/pgSQL plan cache
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/internal/pgtest"
+	"github.com/onceplan/onceplan/internal/toolcall"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/migrations"
 )
@@ -179,15 +180,39 @@ func TestAppRoleLedgerWork(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	urls := pgtest.Database(t)
-	store := ledger.NewStore(pgtest.NewPool(t, urls.App))
 
 	// Policies are registered by the owner (onceplan policy add), and used
 	// by the application.
 	require.NoError(t, ledger.NewStore(pgtest.NewPool(t, urls.Owner)).RegisterPolicy(ctx, "monthly", "a new invoice every month", "test"))
-	done, unknown := newKey(t), newKey(t)
-
-	c, err := store.Claim(ctx, ledger.ClaimParams{Key: done, Owner: "w1"})
+	// An attempt outside any plan is a tool call's, claimed in the
+	// transaction that records its attempt, after its intent (migration
+	// 0037), as package toolcall does.
+	app := pgtest.NewPool(t, urls.App)
+	user := pgtest.User(t, app, pgtest.UserOpts{Email: "ann@example.com", Roles: []string{"proposer"}})
+	_, err := app.Exec(ctx, `INSERT INTO tool_policy (tool, registered_by) VALUES ('invoice.send', 'agent:ann@example.com')`)
 	require.NoError(t, err)
+	claim := func(event, owner string) (ledger.Key, ledger.Claim) {
+		key, identity, err := toolcall.KeyOf(user, ledger.KeyInput{Event: event, Tool: "invoice.send",
+			Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
+		require.NoError(t, err)
+		var c ledger.Claim
+		require.NoError(t, pgx.BeginFunc(ctx, app, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user)
+				VALUES ($1, $2, 'invoice.send', $3, '{}', 'agent:ann@example.com', $4)`, string(key), string(identity), event, user); err != nil {
+				return err
+			}
+			if c, err = ledger.NewStore(tx).Claim(ctx, ledger.ClaimParams{Key: key, Owner: owner}); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO tool_attempt (effect_id, key, policy_id, holder, lease_until)
+				VALUES ($1, $2, 0, $3, now() + interval '1 minute')`, c.Effect.ID, string(key), owner)
+			return err
+		}))
+		return key, c
+	}
+
+	store := ledger.NewStore(app)
+	done, c := claim("invoice-1", "w1")
 	require.Equal(t, ledger.ClaimWon, c.Outcome)
 	_, err = store.RecordResponse(ctx, c.Effect.ID, ledger.ResponseSend, []byte("250 ok"))
 	require.NoError(t, err)
@@ -199,8 +224,7 @@ func TestAppRoleLedgerWork(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, epoch)
 
-	c, err = store.Claim(ctx, ledger.ClaimParams{Key: unknown, Owner: "w2"})
-	require.NoError(t, err)
+	unknown, c := claim("invoice-2", "w2")
 	_, err = store.Settle(ctx, ledger.SettleParams{EffectID: c.Effect.ID, State: ledger.StateUnknown, Reason: "worker died"})
 	require.NoError(t, err)
 	e, err := store.Resolve(ctx, ledger.ResolveParams{Key: unknown, Outcome: ledger.NotDelivered, Actor: "user:ann@example.com", Reason: "not in the relay's log"})

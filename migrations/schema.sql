@@ -826,6 +826,24 @@ $$;
 
 
 --
+-- Name: effect_single_intent(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_single_intent() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM tool_call c WHERE c.key = NEW.key)
+       AND NOT pg_has_role(current_user, 'onceplan_owner', 'USAGE') THEN
+        RAISE EXCEPTION 'effect refused: an attempt outside any plan is a tool call''s, written after its intent, and key % has no tool call', NEW.key
+            USING ERRCODE = 'OP007';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: effect_tool_attempt(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1526,6 +1544,25 @@ $$;
 
 
 --
+-- Name: tool_approval_request_principal(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tool_approval_request_principal() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NOT tool_identity_principal(NEW.identity, NEW.requested_by_user)
+       AND NOT EXISTS (SELECT 1 FROM tool_call c WHERE c.key = NEW.key AND c.created_by_user = NEW.requested_by_user) THEN
+        RAISE EXCEPTION 'tool approval request refused: key % is not a call of user %, who asks for it: a call''s identity names its user (principal)',
+            NEW.key, NEW.requested_by_user
+            USING ERRCODE = 'OP007';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: tool_args_digest(jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1565,7 +1602,7 @@ BEGIN
         RAISE EXCEPTION 'tool attempt refused: this transaction is %, whose snapshot may predate the tool''s policy in force; attempts are recorded at READ COMMITTED', current_setting('transaction_isolation')
             USING ERRCODE = 'OP007';
     END IF;
-    SELECT tool, args_digest INTO c FROM tool_call WHERE key = NEW.key;
+    SELECT tool, args_digest, created_by_user INTO c FROM tool_call WHERE key = NEW.key;
     -- The policy in force when this commits, whatever the statement said:
     -- no registration of the tool commits before this transaction ends,
     -- and the read after the lock sees every one that committed before.
@@ -1579,10 +1616,10 @@ BEGIN
         NEW.approval_id := (
             SELECT a.request_id FROM tool_approval_request r JOIN tool_approval a ON a.request_id = r.id
             WHERE r.key = NEW.key AND r.args_digest = c.args_digest AND a.args_digest = c.args_digest
-              AND a.decision = 'approved'
+              AND a.decision = 'approved' AND r.requested_by_user = c.created_by_user
             ORDER BY a.request_id LIMIT 1);
         IF NEW.approval_id IS NULL THEN
-            RAISE EXCEPTION 'tool attempt refused: tool % requires a person''s approval of exactly these args (digest %), and there is none', c.tool, c.args_digest
+            RAISE EXCEPTION 'tool attempt refused: tool % requires a person''s approval of exactly these args (digest %), asked for by the call''s own user, and there is none', c.tool, c.args_digest
                 USING ERRCODE = 'OP007';
         END IF;
     ELSE
@@ -1708,6 +1745,18 @@ CREATE FUNCTION public.tool_first_call_at(attempt_id bigint) RETURNS timestamp w
     LANGUAGE sql STABLE
     AS $$
     SELECT min(f.created_at) FROM effect e JOIN effect f ON f.key = e.key AND f.epoch = e.epoch WHERE e.id = attempt_id
+$$;
+
+
+--
+-- Name: tool_identity_principal(text, bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.tool_identity_principal(identity text, owner bigint) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(jsonb_typeof(identity::jsonb -> 'principal') = 'number'
+                    AND identity::jsonb ->> 'principal' = owner::text, false)
 $$;
 
 
@@ -3702,6 +3751,14 @@ ALTER TABLE ONLY public.tool_call
 
 
 --
+-- Name: tool_call tool_call_principal; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.tool_call
+    ADD CONSTRAINT tool_call_principal CHECK (public.tool_identity_principal(identity, created_by_user)) NOT VALID;
+
+
+--
 -- Name: tool_call tool_call_single_space; Type: CHECK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4595,6 +4652,13 @@ CREATE TRIGGER effect_response_write_once BEFORE UPDATE ON public.effect_respons
 
 
 --
+-- Name: effect effect_single_intent; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_single_intent BEFORE INSERT ON public.effect FOR EACH ROW WHEN ((new.plan_id IS NULL)) EXECUTE FUNCTION public.effect_single_intent();
+
+
+--
 -- Name: effect effect_tool_attempt; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -4949,6 +5013,13 @@ CREATE TRIGGER tool_approval_request_created_at BEFORE INSERT ON public.tool_app
 --
 
 CREATE TRIGGER tool_approval_request_no_truncate BEFORE TRUNCATE ON public.tool_approval_request FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: tool_approval_request tool_approval_request_principal; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER tool_approval_request_principal BEFORE INSERT ON public.tool_approval_request FOR EACH ROW EXECUTE FUNCTION public.tool_approval_request_principal();
 
 
 --

@@ -29,26 +29,26 @@ func TestToolCallCreatorAndEvidenceAsAppRole(t *testing.T) {
 	annID, bobID := strconv.FormatInt(ann, 10), strconv.FormatInt(bob, 10)
 	s.ok(`INSERT INTO tool_policy (tool, registered_by) VALUES ('crm.set', 'agent:ann@example.com')`)
 
-	call := func(event, createdBy, user string) (string, string) {
-		key, canonical, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
+	call := func(event, createdBy string, principal int64, user string) (string, string) {
+		key, canonical, err := toolcall.KeyOf(principal, ledger.KeyInput{Event: event, Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 		require.NoError(t, err)
 		return string(key), `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user) VALUES (` +
 			q(string(key)) + `, ` + q(string(canonical)) + `, 'crm.set', ` + q(event) + `, '{}', ` + q(createdBy) + `, ` + user + `)`
 	}
 
-	// 1. Filed under the user created_by names, or under nobody (then
-	// only operators and admins read it); never under someone else, and
-	// never moved.
-	_, asBob := call("run-0", "agent:ann@example.com", bobID)
+	// 1. Filed under the user created_by names; never under someone
+	// else, never under nobody (migration 0037: a call's identity names
+	// its user), and never moved.
+	_, asBob := call("run-0", "agent:ann@example.com", bob, bobID)
 	s.refused("OP007", asBob)
-	_, unknownUser := call("run-0", "agent:ann@example.com", "424242")
+	_, unknownUser := call("run-0", "agent:ann@example.com", 424242, "424242")
 	s.refused("OP007", unknownUser)
-	key, asAnn := call("run-1", "agent:ann@example.com", annID)
+	key, asAnn := call("run-1", "agent:ann@example.com", ann, annID)
 	s.ok(asAnn)
-	_, personal := call("run-2", "user:ann@example.com", annID)
+	_, personal := call("run-2", "user:ann@example.com", ann, annID)
 	s.ok(personal)
-	_, nobody := call("run-3", "agent:ann@example.com", "NULL")
-	s.ok(nobody)
+	_, nobody := call("run-3", "agent:ann@example.com", ann, "NULL")
+	s.refused("23514", nobody)
 	requireRefused(t, s.app, `UPDATE tool_call SET created_by_user = `+bobID+` WHERE key = `+q(key))
 
 	// An attempt that became unknown (the lease ended, recovery decided).

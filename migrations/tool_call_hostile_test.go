@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -44,6 +45,8 @@ type toolHostile struct {
 	proposer auth.Actor
 	approver auth.Actor
 	operator auth.Actor
+	// mallory is the user the attacks' calls are filed under (holdKey).
+	mallory auth.Actor
 }
 
 func newToolHostile(t *testing.T) *toolHostile {
@@ -63,6 +66,7 @@ func newToolHostile(t *testing.T) *toolHostile {
 	h.proposer = user("pat@example.com", auth.RoleProposer)
 	h.approver = user("amy@example.com", auth.RoleApprover)
 	h.operator = user("oli@example.com", auth.RoleOperator)
+	h.mallory = user("mallory@example.com", auth.RoleProposer)
 	return h
 }
 
@@ -171,8 +175,18 @@ func (h *toolHostile) commit(t *testing.T, stmts ...string) {
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // holdKey is the server's begin in plain SQL: the call's intent on key
-// (with identity), its pending ledger row and its attempt with a lease.
+// (with identity), filed under mallory (newToolHostile), its pending
+// ledger row and its attempt with a lease.
 func holdKey(tool, event, key, identity string) []string {
+	stmts := holdKeyThen(tool, event, key, identity)
+	stmts[1] = `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user) VALUES (` + quote(key) + `, ` + quote(identity) + `, ` +
+		quote(tool) + `, ` + quote(event) + `, '{}', 'agent:mallory@example.com', (SELECT id FROM app_user WHERE email = 'mallory@example.com'))`
+	return stmts
+}
+
+// holdKeyThen is holdKey as the server wrote it before migration 0028,
+// which recorded the call's user.
+func holdKeyThen(tool, event, key, identity string) []string {
 	return []string{
 		`INSERT INTO tool_policy (tool, registered_by) VALUES (` + quote(tool) + `, 'agent:mallory@example.com') ON CONFLICT DO NOTHING`,
 		`INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (` + quote(key) + `, ` + quote(identity) + `, ` +
@@ -246,10 +260,12 @@ func TestSingleEffectKeysAreNeverCampaignKeys(t *testing.T) {
 	t.Parallel()
 	h := newToolHostile(t)
 	id, targets := h.campaign(t, true, "ann@example.com")
-	key, identity, err := toolcall.KeyOf(ledger.KeyInput{Event: id, Tool: "email.send", Target: ledger.Target{Kind: ledger.TargetEmail, Value: " Ann@Example.com "}})
+	key, identity, err := toolcall.KeyOf(h.mallory.UserID, ledger.KeyInput{Event: id, Tool: "email.send", Target: ledger.Target{Kind: ledger.TargetEmail, Value: " Ann@Example.com "}})
 	require.NoError(t, err)
 	require.NotEqual(t, targets[0].key, string(key))
-	require.Equal(t, strings.Replace(targets[0].identity, `,"target"`, `,"space":"single","target"`, 1), string(identity))
+	want := strings.Replace(targets[0].identity, `,"target"`, `,"space":"single","target"`, 1)
+	want = strings.Replace(want, `,"scope"`, `,"principal":`+strconv.FormatInt(h.mallory.UserID, 10)+`,"scope"`, 1)
+	require.Equal(t, want, string(identity))
 	var inDB string
 	require.NoError(t, h.admin.QueryRow(h.ctx, `SELECT tool_key_of($1)`, string(identity)).Scan(&inDB))
 	require.Equal(t, string(key), inDB)
@@ -274,7 +290,7 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 	// As the server wrote them then: ann's failed, bob's in doubt (its
 	// lease ended), cy's done.
 	then := func(c string, tg campaignTarget, state string) {
-		stmts := holdKey("email.send", c, tg.key, tg.identity)[1:]
+		stmts := holdKeyThen("email.send", c, tg.key, tg.identity)[1:]
 		stmts[2] = strings.Replace(stmts[2], "now() + interval '1 minute'", "now() - interval '1 second'", 1)
 		switch state {
 		case "failed":
@@ -300,8 +316,9 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 	h.refused(t, []string{"OP008"}, `UPDATE tool_attempt SET lease_id = gen_random_uuid(), holder = 'agent:mallory@example.com',
 		lease_until = now() + interval '1 minute', takeovers = takeovers + 1 WHERE key = `+quote(before[1].key))
 
-	// Nor through the service: a runtime retrying ann's call is refused.
-	agent := auth.Actor{UserID: h.proposer.UserID, Email: h.proposer.Email, Roles: h.proposer.Roles, Agent: true}
+	// Nor through the service: a runtime of the user who began ann's call
+	// retrying it is refused.
+	agent := auth.Actor{UserID: h.mallory.UserID, Email: h.mallory.Email, Roles: h.mallory.Roles, Agent: true}
 	svc := toolcall.NewService(h.app, toolcall.Options{})
 	res, err := svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "ann@example.com"}}, Args: []byte(`{}`)})
@@ -310,9 +327,19 @@ func TestHostileLegacyToolCallOnACampaignTarget(t *testing.T) {
 	res, err = svc.Begin(h.ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
 		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{}`)})
 	require.ErrorIs(t, err, onceplan.ErrForbidden, "%+v", res)
+	// Another user's identical operation is never handed the old call
+	// (migration 0037): it is their own, under a key of their own.
+	other := auth.Actor{UserID: h.proposer.UserID, Email: h.proposer.Email, Roles: h.proposer.Roles, Agent: true}
+	contents := h.contents(t)
+	res, err = svc.Begin(h.ctx, other, toolcall.BeginParams{Identity: ledger.KeyInput{Event: frozen, Tool: "email.send",
+		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{}`)})
+	require.NoError(t, err)
+	require.Equal(t, toolcall.Perform, res.Outcome)
+	require.NotEqual(t, before[1].key, string(res.Status.Key))
+	require.Equal(t, contents["plan"], h.contents(t)["plan"])
 
 	// The draft holding cy's key is not frozen.
-	contents := h.contents(t)
+	contents = h.contents(t)
 	sub, err := h.svc.Submit(h.ctx, h.proposer, draft)
 	require.NoError(t, err)
 	_, err = h.svc.Approve(h.ctx, h.approver, draft, sub.PlanHash)

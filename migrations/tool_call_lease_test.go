@@ -23,7 +23,7 @@ func TestHostileLeaseMovedBackwards(t *testing.T) {
 	h := newToolHostile(t)
 	_, err := h.owner.Exec(h.ctx, `INSERT INTO tool_policy (tool, recovery, first_use, registered_by) VALUES ('crm.set', 'dedupe', false, 'admin')`)
 	require.NoError(t, err)
-	key, identity, err := toolcall.KeyOf(ledger.KeyInput{Event: "run-1", Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
+	key, identity, err := toolcall.KeyOf(h.mallory.UserID, ledger.KeyInput{Event: "run-1", Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 	require.NoError(t, err)
 	h.commit(t, holdKey("crm.set", "run-1", string(key), string(identity))[1:]...)
 	q := quote(string(key))
@@ -49,7 +49,7 @@ func TestHostileLeaseMovedBackwards(t *testing.T) {
 
 	// A lease that really ended: no heartbeat revives it, and a takeover
 	// (a new lease that counts) is allowed.
-	short, shortIdentity, err := toolcall.KeyOf(ledger.KeyInput{Event: "run-2", Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
+	short, shortIdentity, err := toolcall.KeyOf(h.mallory.UserID, ledger.KeyInput{Event: "run-2", Tool: "crm.set", Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 	require.NoError(t, err)
 	stmts := holdKey("crm.set", "run-2", string(short), string(shortIdentity))[1:]
 	stmts[2] = strings.Replace(stmts[2], "interval '1 minute'", "interval '200 milliseconds'", 1)

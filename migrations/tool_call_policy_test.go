@@ -21,7 +21,7 @@ func (h *toolHostile) firstUse(t *testing.T, tool, event string) (string, string
 	t.Helper()
 	_, err := h.app.Exec(h.ctx, `INSERT INTO tool_policy (tool, registered_by) VALUES ($1, 'agent:pat@example.com') ON CONFLICT DO NOTHING`, tool)
 	require.NoError(t, err)
-	key, identity, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "vendor-7"}})
+	key, identity, err := toolcall.KeyOf(h.mallory.UserID, ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "vendor-7"}})
 	require.NoError(t, err)
 	return string(key), string(identity)
 }

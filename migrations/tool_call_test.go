@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,18 +72,20 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	s := toolSQL{t: t, app: pgtest.NewPool(t, urls.App)}
 	ctx := t.Context()
 
-	// A key and its identity, as toolcall writes them.
+	// Users: the requester, an approver, a viewer.
+	var req int64
+	require.NoError(t, owner.QueryRow(ctx, `INSERT INTO app_user (email, roles) VALUES ('req@example.com', '{proposer,approver}') RETURNING id`).Scan(&req))
+	_, err := owner.Exec(ctx, `INSERT INTO app_user (email, roles) VALUES ('appr@example.com', '{approver}'), ('view@example.com', '{viewer}')`)
+	require.NoError(t, err)
+	reqID := strconv.FormatInt(req, 10)
+
+	// A key and its identity, as toolcall writes them for the requester.
 	identity := func(event, tool string) (string, string) {
-		key, canonical, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
+		key, canonical, err := toolcall.KeyOf(req, ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-1"}})
 		require.NoError(t, err)
 		return string(key), string(canonical)
 	}
 	q := func(s string) string { return "'" + s + "'" }
-
-	// Users: the requester, an approver, a viewer.
-	_, err := owner.Exec(ctx, `INSERT INTO app_user (email, roles) VALUES ('req@example.com', '{proposer,approver}'),
-		('appr@example.com', '{approver}'), ('view@example.com', '{viewer}')`)
-	require.NoError(t, err)
 
 	// 1. The server registers a tool only as its first use: the default
 	// of every other column (no recovery, no approval). A recovery, an
@@ -124,7 +127,7 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	other, _ := identity("run-2", "crm.set")
 	s.refused("23514", `INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (`+q(other)+`, `+q(id)+`, 'crm.set', 'run-1', '{}', 'x')`)
 	s.refused("23514", `INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (`+q(key)+`, `+q(id)+`, 'other.tool', 'run-1', '{}', 'x')`)
-	bind := `INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (` + q(key) + `, ` + q(id) + `, 'crm.set', 'run-1', '{"v": "A"}', 'agent:req@example.com')`
+	bind := `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user) VALUES (` + q(key) + `, ` + q(id) + `, 'crm.set', 'run-1', '{"v": "A"}', 'agent:req@example.com', ` + reqID + `)`
 	claim := func(k string) string {
 		return `INSERT INTO effect (key, owner) VALUES (` + q(k) + `, 'agent:req@example.com')`
 	}
@@ -153,7 +156,7 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	// A lease is never moved back (TestHostileLeaseMovedBackwards).
 	s.refused("OP007", `UPDATE tool_attempt SET lease_until = now() - interval '1 second' WHERE key = `+q(key))
 	dkey, did := identity("run-1", "dedupe.set")
-	s.ok(`INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (`+q(dkey)+`, `+q(did)+`, 'dedupe.set', 'run-1', '{}', 'a')`,
+	s.ok(`INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user) VALUES (`+q(dkey)+`, `+q(did)+`, 'dedupe.set', 'run-1', '{}', 'agent:req@example.com', `+reqID+`)`,
 		claim(dkey), strings.Replace(attempt(dkey), "interval '1 minute'", "interval '300 milliseconds'", 1))
 	s.refused("OP007", takeover(dkey))
 	s.refused("OP007", `UPDATE tool_attempt SET lease_id = gen_random_uuid() WHERE key = `+q(dkey)) // a lease without counting it
@@ -171,7 +174,7 @@ func TestToolCallRulesAsAppRole(t *testing.T) {
 	// approval of exactly the bound args, by someone who holds the role
 	// and did not begin the call.
 	pkey, pid := identity("run-1", "pay.send")
-	payCall := `INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES (` + q(pkey) + `, ` + q(pid) + `, 'pay.send', 'run-1', '{"cents": 500}', 'agent:req@example.com')`
+	payCall := `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user) VALUES (` + q(pkey) + `, ` + q(pid) + `, 'pay.send', 'run-1', '{"cents": 500}', 'agent:req@example.com', ` + reqID + `)`
 	s.refused("OP007", payCall, claim(pkey), attempt(pkey))
 	s.ok(`INSERT INTO tool_approval_request (key, identity, tool, event, args, policy_id, requested_by, requested_by_user)
 		SELECT ` + q(pkey) + `, ` + q(pid) + `, 'pay.send', 'run-1', '{"cents": 500}', tool_policy_current('pay.send'), 'agent:req@example.com', id

@@ -55,9 +55,14 @@ func toolEventViews(events []toolcall.Event) []view.ToolEventRow {
 	return out
 }
 
+// handleToolCalls lists what the signed-in person may read of the single
+// effects (toolcall.Reader): the rows, counts, approvals and trail each
+// filtered by the one read rule, so a call they may not open is not
+// listed either.
 func (s *Server) handleToolCalls(c echo.Context) error {
 	ctx := c.Request().Context()
 	svc := s.tools()
+	a := mustActor(c)
 	p := view.ToolCallsPage{Page: s.page(c, "Tool calls", "tool-calls"), States: toolStates,
 		Tool: strings.TrimSpace(c.QueryParam("tool")), Event: strings.TrimSpace(c.QueryParam("event")), State: c.QueryParam("state")}
 	if p.State != "" && !slices.Contains(toolStates, p.State) {
@@ -70,7 +75,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 	for _, pol := range policies {
 		p.Tools = append(p.Tools, toolPolicyView(pol))
 	}
-	counts, err := svc.Counts(ctx, p.Tool, p.Event, p.Event != "")
+	counts, err := svc.Counts(ctx, a, p.Tool, p.Event, p.Event != "")
 	if err != nil {
 		return err
 	}
@@ -82,7 +87,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 		row.ByState[string(n.State)] += n.N
 		row.Total += n.N
 	}
-	waiting, err := svc.Requests(ctx, toolcall.RequestFilter{Waiting: true})
+	waiting, err := svc.Requests(ctx, a, toolcall.RequestFilter{Waiting: true})
 	if err != nil {
 		return err
 	}
@@ -90,7 +95,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 		p.Waiting = append(p.Waiting, view.ToolApprovalRow{ID: r.ID, Tool: r.Tool, Event: r.Event, Target: r.Target.Value,
 			ArgsDigest: r.ArgsDigest, RequestedBy: r.RequestedBy, CreatedAt: r.CreatedAt})
 	}
-	unknowns, err := svc.List(ctx, toolcall.ListFilter{State: toolcall.State(ledger.StateUnknown)})
+	unknowns, err := svc.List(ctx, a, toolcall.ListFilter{State: toolcall.State(ledger.StateUnknown)})
 	if err != nil {
 		return err
 	}
@@ -98,7 +103,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 		p.Unknowns = append(p.Unknowns, toolRowView(r))
 	}
 	if p.State != "awaiting_approval" {
-		rows, err := svc.List(ctx, toolcall.ListFilter{Tool: p.Tool, Event: p.Event, State: toolcall.State(p.State)})
+		rows, err := svc.List(ctx, a, toolcall.ListFilter{Tool: p.Tool, Event: p.Event, State: toolcall.State(p.State)})
 		if err != nil {
 			return err
 		}
@@ -107,7 +112,7 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 		}
 	}
 	if p.Tool != "" && p.Event != "" {
-		events, err := svc.Events(ctx, toolcall.EventFilter{Tool: p.Tool, Event: p.Event})
+		events, err := svc.Events(ctx, a, toolcall.EventFilter{Tool: p.Tool, Event: p.Event})
 		if err != nil {
 			return err
 		}
@@ -116,13 +121,14 @@ func (s *Server) handleToolCalls(c echo.Context) error {
 	return s.render(c, http.StatusOK, view.ToolCalls(p))
 }
 
-// requestOf reads the approval request the route names.
+// requestOf reads the approval request the route names, as the signed-in
+// person may read it (404 otherwise, as for an id nobody used).
 func (s *Server) requestOf(c echo.Context) (toolcall.Request, error) {
 	id, err := strconv.ParseInt(c.Param("rid"), 10, 64)
 	if err != nil {
 		return toolcall.Request{}, echo.NewHTTPError(http.StatusNotFound, "no such approval request")
 	}
-	return s.tools().GetRequest(c.Request().Context(), id)
+	return s.tools().GetRequestFor(c.Request().Context(), mustActor(c), id)
 }
 
 // prettyJSON indents a JSON document for reading.
@@ -203,11 +209,13 @@ func (s *Server) handleToolCall(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	svc := s.tools()
-	st, err := svc.Get(ctx, key)
+	a := mustActor(c)
+	// The API's read (GET /api/v1/effects/{key}): 404 to whoever may not
+	// read the call, as for a key nobody began.
+	st, err := svc.GetFor(ctx, a, key)
 	if err != nil {
 		return err
 	}
-	a := mustActor(c)
 	state := string(st.State)
 	if state == "" {
 		state = "new"
@@ -222,7 +230,7 @@ func (s *Server) handleToolCall(c echo.Context) error {
 		CanRevoke: (st.State == toolcall.State(ledger.StateDone) || st.State == toolcall.State(ledger.StateStranded)) &&
 			auth.Authorize(a, auth.ActionRevoke) == nil,
 	}
-	events, err := svc.Events(ctx, toolcall.EventFilter{Key: key})
+	events, err := svc.Events(ctx, a, toolcall.EventFilter{Key: key})
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,8 @@ import (
 // for a person and the calls by tool and state; an approver approves the
 // exact args on the request's page (not the user the call was begun
 // for); an operator resolves an unknown on the call's page; every
-// decision is in the tool's and event's audit trail.
+// decision is in the tool's and event's audit trail. (Who reads which:
+// TestToolCallReadsAreTheAPIs.)
 func TestToolCallPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -50,7 +51,7 @@ func TestToolCallPages(t *testing.T) {
 	})
 
 	op, ap := b.as["operator"], b.as["approver"]
-	d := parse(t, b.as["viewer"].get("/tool-calls"))
+	d := parse(t, op.get("/tool-calls"))
 	require.Equal(t, 1, tid(d, "tool-approval-waiting").Length())
 	require.Equal(t, 1, tid(d, "tool-unknown-list").Find(`[data-testid="tool-call"][data-state="unknown"]`).Length())
 	require.Equal(t, "1", tid(d, "tool-counts").Find(`[data-tool="payment.send"] [data-state="awaiting_approval"]`).Text())
@@ -80,10 +81,10 @@ func TestToolCallPages(t *testing.T) {
 
 	// The unknown's page: a person resolves it.
 	callURL := "/tool-calls/effects/" + url.PathEscape(string(lost.Status.Key))
-	d = parse(t, b.as["viewer"].get(callURL))
+	d = parse(t, b.as["proposer"].get(callURL))
 	require.Equal(t, "unknown", tid(d, "tool-call-detail").AttrOr("data-state", ""))
 	require.Contains(t, tid(d, "tool-call-next").Text(), "Resolve it from the outside system's evidence")
-	require.Equal(t, 0, tid(d, "tool-resolve-form").Length(), "a viewer reads; an operator resolves")
+	require.Equal(t, 0, tid(d, "tool-resolve-form").Length(), "the call's user reads; an operator resolves")
 	d = parse(t, op.get(callURL))
 	require.Equal(t, 1, tid(d, "tool-resolve-form").Length())
 	require.Equal(t, http.StatusBadRequest, op.post(callURL+"/resolve", url.Values{"outcome": {"not_delivered"}}).Code)
@@ -94,11 +95,11 @@ func TestToolCallPages(t *testing.T) {
 	require.Equal(t, toolcall.Perform, begin("crm.note", "run-3", `{"text": "hello"}`, time.Minute).Outcome, "not delivered: the next begin performs it")
 
 	// The audit of the tool and event.
-	d = parse(t, b.as["viewer"].get("/tool-calls?tool=payment.send&event=invoice-42"))
+	d = parse(t, b.as["proposer"].get("/tool-calls?tool=payment.send&event=invoice-42"))
 	var actions []string
 	tid(d, "tool-trail").Find(`[data-testid="tool-trail-entry"]`).Each(func(_ int, s *goquery.Selection) { actions = append(actions, s.AttrOr("data-action", "")) })
 	require.Equal(t, []string{"request_approval", "approve", "begin"}, actions)
-	d = parse(t, b.as["viewer"].get("/tool-calls?tool=crm.note&event=run-3"))
+	d = parse(t, op.get("/tool-calls?tool=crm.note&event=run-3"))
 	actions = nil
 	tid(d, "tool-trail").Find(`[data-testid="tool-trail-entry"]`).Each(func(_ int, s *goquery.Selection) { actions = append(actions, s.AttrOr("data-action", "")) })
 	require.Equal(t, []string{"begin", "recover", "resolve", "begin"}, actions)

@@ -149,10 +149,13 @@ type world struct {
 	urls     pgtest.URLs
 	agent    string // token
 	operator string // token
-	sinks    map[string]*sink.Webhook
-	records  map[string]string // tool → its sink's record file
-	logsMu   sync.Mutex
-	logs     strings.Builder
+	// agentUser is the user the agent's token belongs to: its calls are
+	// that user's, and their keys name them.
+	agentUser int64
+	sinks     map[string]*sink.Webhook
+	records   map[string]string // tool → its sink's record file
+	logsMu    sync.Mutex
+	logs      strings.Builder
 }
 
 var servingURL = regexp.MustCompile(`"url":"(http://[^"]+)"`)
@@ -183,7 +186,7 @@ func newWorld(t *testing.T) *world {
 		require.NoError(t, err, "%s", out)
 	}
 	pool := pgtest.NewPool(t, w.urls.App)
-	pgtest.User(t, pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer"}})
+	w.agentUser = pgtest.User(t, pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer"}})
 	_, err := auth.CreateUser(t.Context(), pool, auth.NewUser{Email: "oli@example.com", Roles: []auth.Role{auth.RoleOperator}, Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	w.agent, _, err = auth.CreateToken(t.Context(), pool, "owner@example.com", "ts agent", true)
@@ -522,7 +525,7 @@ func (w *world) recoverRun(tool, point string, i int) error {
 
 // keyOf is the call's key, as the server computes it.
 func (w *world) keyOf(tool, event string) (string, error) {
-	k, _, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
+	k, _, err := toolcall.KeyOf(w.agentUser, ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
 	return string(k), err
 }
 

@@ -147,16 +147,19 @@ func toolAgentMain() int {
 // operator's token, and the outside systems: one that deduplicates by
 // Idempotency-Key, one that does not (both answer probes).
 type toolWorld struct {
-	url      string
-	agent    string // token
-	operator string // token
-	session  string // the operator's web session, to read the pages a person reads
-	dedupe   *sink.Webhook
-	plain    *sink.Webhook
-	records  map[string]string // tool → its sink's record file
-	sinks    map[string]*sink.Webhook
-	logsMu   sync.Mutex
-	logs     strings.Builder
+	url   string
+	agent string // token
+	// agentUser is the user the agent's token belongs to, whose calls its
+	// calls are (their keys name that user).
+	agentUser int64
+	operator  string // token
+	session   string // the operator's web session, to read the pages a person reads
+	dedupe    *sink.Webhook
+	plain     *sink.Webhook
+	records   map[string]string // tool → its sink's record file
+	sinks     map[string]*sink.Webhook
+	logsMu    sync.Mutex
+	logs      strings.Builder
 }
 
 var servingURL = regexp.MustCompile(`"url":"(http://[^"]+)"`)
@@ -196,7 +199,7 @@ func newToolWorld(t *testing.T) *toolWorld {
 		require.NoError(t, err, "%s", out)
 	}
 	pool := pgtest.NewPool(t, urls.App)
-	pgtest.User(t, pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer"}})
+	w.agentUser = pgtest.User(t, pool, pgtest.UserOpts{Email: "owner@example.com", Roles: []string{"proposer"}})
 	_, err := auth.CreateUser(t.Context(), pool, auth.NewUser{Email: "oli@example.com", Roles: []auth.Role{auth.RoleOperator}, Password: "correct horse battery staple"})
 	require.NoError(t, err)
 	w.session, _, err = auth.Login(t.Context(), pool, "oli@example.com", "correct horse battery staple", auth.LoginMeta{})
@@ -359,8 +362,9 @@ func (w *toolWorld) apiOnce(method, path, token string, body any) (int, map[stri
 	return res.StatusCode, out, err
 }
 
-func toolKey(tool, event string) ledger.Key {
-	k, _, err := toolcall.KeyOf(ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
+// toolKey is the key of the agent's call, as the server computes it.
+func (w *toolWorld) toolKey(tool, event string) ledger.Key {
+	k, _, err := toolcall.KeyOf(w.agentUser, ledger.KeyInput{Event: event, Tool: tool, Target: ledger.Target{Kind: ledger.TargetSubject, Value: "acct-" + event}})
 	if err != nil {
 		panic(err)
 	}
@@ -371,7 +375,7 @@ func toolKey(tool, event string) ledger.Key {
 // as the tool's recovery says, and check the outside system's file.
 func (w *toolWorld) recoverRun(tool, point string, i int) error {
 	event := fmt.Sprintf("%s/%s/%d", tool, point, i)
-	key := toolKey(tool, event)
+	key := w.toolKey(tool, event)
 	r, err := w.runAgent(tool, event, point)
 	if err != nil {
 		return err
@@ -524,7 +528,7 @@ func TestToolCallUnknownResolvedByPerson(t *testing.T) {
 		want           int
 	}{{crashAfterCall, "delivered", 1}, {crashBodyStarted, "not_delivered", 1}} {
 		event := "resolve/" + tc.point
-		key := toolKey("crash.none", event)
+		key := w.toolKey("crash.none", event)
 		r, err := w.runAgent("crash.none", event, tc.point)
 		require.NoError(t, err)
 		require.True(t, r.killed)
@@ -560,7 +564,7 @@ func TestToolCallUnknownResolvedByPerson(t *testing.T) {
 // the outside system counts exactly one effect.
 func (w *toolWorld) pastTheWindow(tool, window string, i int) error {
 	event := fmt.Sprintf("%s/%d", tool, i)
-	key := toolKey(tool, event)
+	key := w.toolKey(tool, event)
 	r, err := w.runAgent(tool, event, crashAfterCall)
 	if err != nil {
 		return err

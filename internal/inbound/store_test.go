@@ -53,7 +53,9 @@ func setup(t *testing.T) bundle {
 	require.NoError(t, err)
 	b := bundle{ctx: ctx, app: app, admin: admin, campaignID: created.Campaign.ID}
 	require.NoError(t, admin.QueryRow(ctx, `SELECT key FROM target WHERE target = 'ann@example.com'`).Scan(&b.key))
-	store := ledger.NewStore(app)
+	// The sent effect the bounces name, written as the superuser: outside
+	// any plan, the server writes only a tool call's (migration 0037).
+	store := ledger.NewStore(admin)
 	c, err := store.Claim(ctx, ledger.ClaimParams{Key: ledger.Key(b.key), Owner: "w1"})
 	require.NoError(t, err)
 	_, err = store.RecordResponse(ctx, c.Effect.ID, ledger.ResponseSend, []byte("200 ok"))

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/onceplan/onceplan/clients/go/toolclient"
+	"github.com/onceplan/onceplan/internal/toolcall"
 )
 
 // The single-effect tools (package toolcall): an agent performs its own
@@ -31,7 +31,7 @@ type BeginInput struct {
 	Scope       string         `json:"scope,omitempty" jsonschema:"an optional extra discriminator; part of the call's identity"`
 	Args        map[string]any `json:"args" jsonschema:"exactly the input you will call the tool with; stored and hashed, never part of the key"`
 	Recovery    string         `json:"recovery,omitempty" jsonschema:"the tool's recovery as you know it (dedupe, probe or none); it must match what an admin registered"`
-	LeaseSecs   int            `json:"lease_seconds,omitempty" jsonschema:"how long you have to settle (1 to 3600, default 60)"`
+	LeaseSecs   int64          `json:"lease_seconds,omitempty" jsonschema:"how long you have to settle (1 to 3600, default 60)"`
 }
 
 // SettleInput is effect_settle's input.
@@ -108,8 +108,14 @@ func (t *tools) effectBegin(ctx context.Context, _ *mcp.CallToolRequest, in Begi
 	if in.Args == nil {
 		args = map[string]any{}
 	}
+	// The number is checked as the API checks it, before it becomes a
+	// duration: a lease that wrapped around would be another lease.
+	lease, err := toolcall.LeaseOf(in.LeaseSecs)
+	if err != nil {
+		return nil, nil, err
+	}
 	eff, status, err := t.effects().Begin(ctx, toolclient.Intent{Event: in.Event, Tool: in.Tool, Target: toolclient.Target{Kind: kind, Value: in.Target},
-		AmountMinor: in.AmountMinor, Scope: in.Scope, Args: args, Recovery: in.Recovery, Lease: time.Duration(in.LeaseSecs) * time.Second})
+		AmountMinor: in.AmountMinor, Scope: in.Scope, Args: args, Recovery: in.Recovery, Lease: lease})
 	if err != nil {
 		return nil, nil, effectError(err)
 	}

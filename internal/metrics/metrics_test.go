@@ -50,14 +50,18 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string, labels map[strin
 // at every scrape.
 func TestLedgerCountIsTakenAtMostEvery30s(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.AppPool(t)
+	urls := pgtest.Database(t)
+	pool := pgtest.NewPool(t, urls.App)
 	col := &dbCollector{pool: pool, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(col)
+	// Attempts outside any plan, written as the owner (the server writes
+	// only a tool call's, after its intent: migration 0037).
+	owner := pgtest.NewPool(t, urls.Owner)
 	claim := func() {
 		var b [32]byte
 		rand.Read(b[:])
-		_, err := pool.Exec(t.Context(), `INSERT INTO effect (key, owner) VALUES ($1, 'metrics test')`, "v1:"+hex.EncodeToString(b[:]))
+		_, err := owner.Exec(t.Context(), `INSERT INTO effect (key, owner) VALUES ($1, 'metrics test')`, "v1:"+hex.EncodeToString(b[:]))
 		require.NoError(t, err)
 	}
 	pending := map[string]string{"provider": "", "state": "pending"}

@@ -106,11 +106,27 @@ func scanRequest(row pgx.Row) (Request, int64, error) {
 	return r, policyID, nil
 }
 
-// GetRequest reads approval request id.
-func (s *Service) GetRequest(ctx context.Context, id int64) (Request, error) {
+// GetRequestFor reads approval request id as a reads it: not found when
+// there is none, and also when a may not read it (Request.MayRead), so
+// that nobody learns which calls other users ask to make.
+func (s *Service) GetRequestFor(ctx context.Context, a auth.Actor, id int64) (Request, error) {
+	r, err := s.getRequest(ctx, id)
+	if err == nil && !r.MayRead(a) {
+		return Request{}, errNoRequest(id)
+	}
+	return r, err
+}
+
+// errNoRequest: there is no approval request id (that the reader may read).
+func errNoRequest(id int64) error {
+	return fmt.Errorf("%w: there is no tool call approval request %d", onceplan.ErrNotFound, id)
+}
+
+// getRequest reads approval request id.
+func (s *Service) getRequest(ctx context.Context, id int64) (Request, error) {
 	r, policyID, err := scanRequest(s.pool.QueryRow(ctx, requestSelect+` WHERE r.id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Request{}, fmt.Errorf("%w: there is no tool call approval request %d", onceplan.ErrNotFound, id)
+		return Request{}, errNoRequest(id)
 	}
 	if err != nil {
 		return Request{}, err
@@ -138,7 +154,7 @@ func (s *Service) Decide(ctx context.Context, a auth.Actor, id int64, digest str
 	if !approve && reason == "" {
 		return Request{}, &onceplan.FieldError{Field: "reason", Reason: "is required: say why the call must not be made"}
 	}
-	r, err := s.GetRequest(ctx, id)
+	r, err := s.GetRequestFor(ctx, a, id)
 	if err != nil {
 		return Request{}, err
 	}
@@ -161,7 +177,7 @@ func (s *Service) Decide(ctx context.Context, a auth.Actor, id int64, digest str
 	if err != nil {
 		return Request{}, err
 	}
-	return s.GetRequest(ctx, id)
+	return s.getRequest(ctx, id)
 }
 
 // decisionRefusal says why PostgreSQL refused a decision.
@@ -189,15 +205,17 @@ type RequestFilter struct {
 	Limit   int
 }
 
-// Requests lists approval requests, newest first.
-func (s *Service) Requests(ctx context.Context, f RequestFilter) ([]Request, error) {
+// Requests lists the approval requests a may read (Request.MayRead),
+// newest first.
+func (s *Service) Requests(ctx context.Context, a auth.Actor, f RequestFilter) ([]Request, error) {
 	if f.Limit <= 0 || f.Limit > 500 {
 		f.Limit = 100
 	}
 	rows, err := s.pool.Query(ctx, requestSelect+`
-		WHERE NOT $1 OR (NOT EXISTS (SELECT 1 FROM tool_approval a WHERE a.request_id = r.id)
-		                 AND NOT EXISTS (SELECT 1 FROM tool_call c WHERE c.key = r.key AND c.args_digest <> r.args_digest))
-		ORDER BY r.id DESC LIMIT $2`, f.Waiting, f.Limit)
+		WHERE (NOT $1 OR (NOT EXISTS (SELECT 1 FROM tool_approval a WHERE a.request_id = r.id)
+		                  AND NOT EXISTS (SELECT 1 FROM tool_call c WHERE c.key = r.key AND c.args_digest <> r.args_digest)))
+		  AND `+requestReadable("r.requested_by_user", 3)+`
+		ORDER BY r.id DESC LIMIT $2`, append([]any{f.Waiting, f.Limit}, ReaderOf(a).requestArgs()...)...)
 	if err != nil {
 		return nil, err
 	}

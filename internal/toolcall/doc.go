@@ -2,10 +2,12 @@
 // one at a time, through the same ledger as campaigns.
 //
 // A call is named by its identity — the event (the run's or trigger's
-// stable occurrence id), the tool, the target, an amount and a scope —
-// whose v1 key in the single effects' own key space ([KeyOf]) is the
-// call's key: never a campaign target's, whatever the identity names
-// (docs/ARCHITECTURE.md, "Single agent effects"). Its args (the
+// stable occurrence id), the tool, the target, an amount and a scope,
+// and the user it is begun for (an agent token's user) — whose v1 key in
+// the single effects' own key space ([KeyOf]) is the call's key: never a
+// campaign target's, whatever the identity names, and never another
+// user's call (docs/ARCHITECTURE.md, "Single agent effects"). Who may
+// read a call is one rule, [Reader], which every door asks. Its args (the
 // JSON the tool is called with) are stored and hashed beside the key,
 // never part of it: a retry with the same identity and other args is
 // refused (422, [ErrArgsMismatch]), so "set A, set B, restore A" under one

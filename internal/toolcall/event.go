@@ -86,16 +86,22 @@ type EventFilter struct {
 	Limit       int
 }
 
-// Events reads the trail of single effects.
-func (s *Service) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+// Events reads the trail of the single effects a may read (Reader.Call:
+// of the call's user, or, before the call has an intent, of the user who
+// asked for its approval).
+func (s *Service) Events(ctx context.Context, a auth.Actor, f EventFilter) ([]Event, error) {
 	if f.Limit <= 0 || f.Limit > 1000 {
 		f.Limit = 200
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, key, tool, event, action, actor, via_agent, coalesce(effect_id, 0), coalesce(state::text, ''), reason, detail, created_at
-		FROM tool_call_event
-		WHERE ($1 = '' OR tool = $1) AND ($2 = '' OR event = $2) AND ($3 = '' OR key = $3)
-		ORDER BY id LIMIT $4`, f.Tool, f.Event, string(f.Key), f.Limit)
+		SELECT e.id, e.key, e.tool, e.event, e.action, e.actor, e.via_agent, coalesce(e.effect_id, 0), coalesce(e.state::text, ''),
+		       e.reason, e.detail, e.created_at
+		FROM tool_call_event e
+		LEFT JOIN tool_call c ON c.key = e.key
+		WHERE ($1 = '' OR e.tool = $1) AND ($2 = '' OR e.event = $2) AND ($3 = '' OR e.key = $3)
+		  AND (`+callReadable("c.created_by_user", 5)+` OR (c.key IS NULL AND EXISTS (
+			SELECT 1 FROM tool_approval_request r WHERE r.key = e.key AND `+callReadable("r.requested_by_user", 5)+`)))
+		ORDER BY e.id LIMIT $4`, append([]any{f.Tool, f.Event, string(f.Key), f.Limit}, ReaderOf(a).callArgs()...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -90,12 +90,12 @@ func TestBeginFindsCallsBegunBeforeTheKeySpace(t *testing.T) {
 	require.Equal(t, 2, attempts(oldKey("failed")))
 
 	for _, event := range []string{"in-flight", "done", "failed"} {
-		newKey, _, err := toolcall.KeyOf(identity(event))
+		newKey, _, err := toolcall.KeyOf(b.agent.UserID, identity(event))
 		require.NoError(t, err)
 		require.Zero(t, attempts(newKey), "%s: nothing under the new key", event)
 	}
 	fresh := b.begin(t, "crm.set", "after", `{"v":1}`, time.Minute)
-	want, _, err := toolcall.KeyOf(identity("after"))
+	want, _, err := toolcall.KeyOf(b.agent.UserID, identity("after"))
 	require.NoError(t, err)
 	require.Equal(t, want, fresh.Status.Key)
 	require.NotEqual(t, oldKey("after"), fresh.Status.Key)

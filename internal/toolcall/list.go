@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/ledger"
 )
 
@@ -36,8 +37,9 @@ type ListFilter struct {
 	Limit       int
 }
 
-// List reads single effects, by the same FROM as Status.
-func (s *Service) List(ctx context.Context, f ListFilter) ([]Row, error) {
+// List reads the single effects a may read (Reader.Call), by the same
+// FROM as Status.
+func (s *Service) List(ctx context.Context, a auth.Actor, f ListFilter) ([]Row, error) {
 	if f.Limit <= 0 || f.Limit > 1000 {
 		f.Limit = 100
 	}
@@ -48,7 +50,9 @@ func (s *Service) List(ctx context.Context, f ListFilter) ([]Row, error) {
 		latestAttemptFrom+`
 		LEFT JOIN tool_policy p ON p.id = a.policy_id
 		WHERE ($1 = '' OR c.tool = $1) AND ($2 = '' OR c.event = $2) AND ($3 = '' OR coalesce(x.state::text, '') = $3)
-		ORDER BY coalesce(x.updated_at, c.created_at) DESC, c.key LIMIT $4`, f.Tool, f.Event, string(f.State), f.Limit)
+		  AND `+callReadable("c.created_by_user", 5)+`
+		ORDER BY coalesce(x.updated_at, c.created_at) DESC, c.key LIMIT $4`,
+		append([]any{f.Tool, f.Event, string(f.State), f.Limit}, ReaderOf(a).callArgs()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -83,11 +87,13 @@ type Count struct {
 	N     int
 }
 
-// Counts counts single effects per tool and state — and per event too
-// when perEvent — of tool and event ("" for any): the audit per tool and
-// event. Calls awaiting a person's approval count as StateAwaitingApproval
-// (one per key), beside the states of the ledger.
-func (s *Service) Counts(ctx context.Context, tool, event string, perEvent bool) ([]Count, error) {
+// Counts counts the single effects a may read per tool and state — and
+// per event too when perEvent — of tool and event ("" for any): the audit
+// per tool and event. Calls awaiting a person's approval count as
+// StateAwaitingApproval (one per key, of the requests a may read: they
+// are what an approver decides on), beside the states of the ledger (of
+// the calls a may read).
+func (s *Service) Counts(ctx context.Context, a auth.Actor, tool, event string, perEvent bool) ([]Count, error) {
 	eventCol := "''"
 	if perEvent {
 		eventCol = "event"
@@ -95,14 +101,15 @@ func (s *Service) Counts(ctx context.Context, tool, event string, perEvent bool)
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`
 		SELECT tool, %[1]s, state, count(*) FROM (
 			SELECT c.tool, c.event, coalesce(x.state::text, '') AS state`+latestAttemptFrom+`
-			WHERE ($1 = '' OR c.tool = $1) AND ($2 = '' OR c.event = $2)
+			WHERE ($1 = '' OR c.tool = $1) AND ($2 = '' OR c.event = $2) AND `+callReadable("c.created_by_user", 3)+`
 			UNION ALL
 			SELECT w.tool, w.event, 'awaiting_approval' FROM (
 				SELECT DISTINCT r.key, r.tool, r.event FROM tool_approval_request r
 				WHERE ($1 = '' OR r.tool = $1) AND ($2 = '' OR r.event = $2)
 				  AND NOT EXISTS (SELECT 1 FROM tool_approval d WHERE d.request_id = r.id)
-				  AND NOT EXISTS (SELECT 1 FROM tool_call k WHERE k.key = r.key)) w
-		) t GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`, eventCol), tool, event)
+				  AND NOT EXISTS (SELECT 1 FROM tool_call k WHERE k.key = r.key)
+				  AND `+requestReadable("r.requested_by_user", 3)+`) w
+		) t GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`, eventCol), append([]any{tool, event}, ReaderOf(a).requestArgs()...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -150,24 +151,33 @@ var ErrLease = fmt.Errorf("%w: not the current lease", onceplan.ErrConflict)
 // validated is a begin's checked input.
 type validated struct {
 	key      ledger.Key
-	identity string // canonical JSON, with "space":"single" (KeyOf)
+	identity string // canonical JSON, with the principal and "space":"single" (KeyOf)
 	in       ledger.KeyInput
 	args     []byte
 	lease    time.Duration
-	// legacyKey is the key a call of this identity got before single
-	// effects had a key space of their own (migration 0026): the v1 key
-	// of the canonical JSON without the space member. legacy: the call
-	// was begun then, and keeps that key.
-	legacyKey      ledger.Key
-	legacyIdentity string
-	legacy         bool
+	// earlier are the keys a call of this identity got before single
+	// effects were their users' own (migration 0037: the v1 key of the
+	// identity without the principal) and before they had a key space of
+	// their own (migration 0026: without the space member either), with
+	// those identities. legacy: the call was begun then, by the same
+	// user, and keeps that key (keyInUse).
+	earlier []earlierKey
+	legacy  bool
+}
+
+// earlierKey is a key, and its identity, that a call was begun under
+// before migration 0026 or 0037 changed the identity of calls.
+type earlierKey struct {
+	key      ledger.Key
+	identity string
 }
 
 // keyFields are the fields a key input's error may name, as the API's
 // request names them.
 var keyFields = []string{"event", "tool", "target", "amount_minor", "scope"}
 
-func (p BeginParams) validate() (validated, error) {
+// validate checks p as the call of principal (a user's id).
+func (p BeginParams) validate(principal int64) (validated, error) {
 	if err := ValidateTool(p.Identity.Tool); err != nil {
 		return validated{}, err
 	}
@@ -193,7 +203,11 @@ func (p BeginParams) validate() (validated, error) {
 	if err := json.Unmarshal(canonical, &in); err != nil {
 		return validated{}, err
 	}
-	identity, err := singleIdentity(canonical)
+	identity, err := singleIdentity(canonical, principal)
+	if err != nil {
+		return validated{}, err
+	}
+	spaced, err := spacedIdentity(canonical)
 	if err != nil {
 		return validated{}, err
 	}
@@ -216,23 +230,42 @@ func (p BeginParams) validate() (validated, error) {
 		return validated{}, err
 	}
 	return validated{key: keyOfIdentity(identity), identity: string(identity), in: in, args: args, lease: lease,
-		legacyKey: keyOfIdentity(canonical), legacyIdentity: string(canonical)}, nil
+		earlier: []earlierKey{
+			{key: keyOfIdentity(spaced), identity: string(spaced)},
+			{key: keyOfIdentity(canonical), identity: string(canonical)},
+		}}, nil
 }
 
-// keyInUse switches v to the key its call was begun under before single
-// effects had a key space of their own, when an intent is recorded under
-// that key and none under the new one: a runtime retrying such a call
-// across the upgrade finds it, and never performs it a second time. No
-// intent is ever written under a legacy key again (migration 0026), so
-// the answer cannot change between two begins.
-func (s *Service) keyInUse(ctx context.Context, v validated) (validated, error) {
-	var current, legacy bool
-	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tool_call WHERE key = $1), EXISTS (SELECT 1 FROM tool_call WHERE key = $2)`,
-		string(v.key), string(v.legacyKey)).Scan(&current, &legacy); err != nil {
+// keyInUse switches v to a key its call was begun under before calls
+// were their users' own (migration 0037) or had a key space of their own
+// (migration 0026), when an intent is recorded under that key for this
+// very user (principal) and none under the current key: a runtime
+// retrying such a call across an upgrade finds it, and never performs it
+// a second time. A call begun then by another user, or by nobody known
+// (created_by_user NULL), is never handed to this user's begin: it is
+// another user's call. No intent is ever written under an earlier key
+// again (migrations 0026 and 0037), so the answer cannot change between
+// two begins.
+func (s *Service) keyInUse(ctx context.Context, v validated, principal int64) (validated, error) {
+	earlier := make([]string, len(v.earlier))
+	for i, e := range v.earlier {
+		earlier[i] = string(e.key)
+	}
+	var key string
+	err := s.pool.QueryRow(ctx, `SELECT key FROM tool_call
+		WHERE key = $1 OR (key = ANY($2) AND created_by_user = $3)
+		ORDER BY key = $1 DESC, array_position($2, key) LIMIT 1`,
+		string(v.key), earlier, principal).Scan(&key)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return v, nil
+	case err != nil:
 		return v, err
 	}
-	if legacy && !current {
-		v.key, v.identity, v.legacy = v.legacyKey, v.legacyIdentity, true
+	for _, e := range v.earlier {
+		if string(e.key) == key {
+			v.key, v.identity, v.legacy = e.key, e.identity, true
+		}
 	}
 	return v, nil
 }
@@ -244,9 +277,31 @@ func leaseOrDefault(d time.Duration) (time.Duration, error) {
 		d = DefaultLease
 	}
 	if d < MinLease || d > MaxLease {
-		return 0, &onceplan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be between %d and %d seconds", int(MinLease/time.Second), int(MaxLease/time.Second))}
+		return 0, leaseSecondsError(fmt.Sprint(d.Seconds()))
 	}
 	return d, nil
+}
+
+// LeaseOf is the lease a request's lease_seconds names (0: DefaultLease):
+// every door that takes a lease as a number of seconds (the API's begin
+// and heartbeat, MCP's effect_begin) converts it here, checking the
+// number itself before it becomes a duration, so that no number wraps
+// around into another lease. Out of range: a field error naming
+// lease_seconds.
+func LeaseOf(seconds int64) (time.Duration, error) {
+	if seconds == 0 {
+		return DefaultLease, nil
+	}
+	if seconds < int64(MinLease/time.Second) || seconds > int64(MaxLease/time.Second) {
+		return 0, leaseSecondsError(strconv.FormatInt(seconds, 10))
+	}
+	return time.Duration(seconds) * time.Second, nil
+}
+
+// leaseSecondsError refuses a lease of given seconds.
+func leaseSecondsError(given string) error {
+	return &onceplan.FieldError{Field: "lease_seconds", Reason: fmt.Sprintf("must be a whole number of seconds from %d to %d (0 or absent: the default, %d), not %s",
+		int(MinLease/time.Second), int(MaxLease/time.Second), int(DefaultLease/time.Second), given)}
 }
 
 // policyFor is the tool's policy in force, registering its first use, and
@@ -284,11 +339,14 @@ func (s *Service) Begin(ctx context.Context, a auth.Actor, p BeginParams) (Begin
 	if err := auth.Authorize(a, auth.ActionPerform); err != nil {
 		return BeginResult{}, err
 	}
-	v, err := p.validate()
+	if a.UserID == 0 {
+		return BeginResult{}, fmt.Errorf("%w: a tool call belongs to the user who begins it, and %s names none", onceplan.ErrForbidden, a)
+	}
+	v, err := p.validate(a.UserID)
 	if err != nil {
 		return BeginResult{}, err
 	}
-	if v, err = s.keyInUse(ctx, v); err != nil {
+	if v, err = s.keyInUse(ctx, v, a.UserID); err != nil {
 		return BeginResult{}, err
 	}
 	_, registered, err := s.policyFor(ctx, a, v, p)
@@ -395,6 +453,13 @@ func (s *Service) begin(ctx context.Context, a auth.Actor, v validated, digest s
 			st, err := s.requestApproval(ctx, a, v, pol, digest)
 			return BeginResult{Outcome: AwaitingApproval, Status: st}, false, err
 		}
+		if st.ApprovalAskedBy != a.UserID {
+			// Only a call begun before calls were their users' own can
+			// meet another user's request (migration 0037), whose
+			// approval PostgreSQL does not let this call perform.
+			return BeginResult{}, false, fmt.Errorf("%w: the approval of these args on key %s was asked for by another user, before calls were their users' own, and approves that user's call only: begin this call with a new event id to ask for an approval of your own",
+				onceplan.ErrForbidden, v.key)
+		}
 	}
 	return s.claim(ctx, a, v, digest)
 }
@@ -406,10 +471,11 @@ func (s *Service) claim(ctx context.Context, a auth.Actor, v validated, digest s
 	var won bool
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// A legacy call's intent is there already, and PostgreSQL refuses
-		// an identity without the space member (migration 0026).
+		// an identity without the space and principal members (migrations
+		// 0026 and 0037).
 		if !v.legacy {
 			if _, err := tx.Exec(ctx, `INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user)
-				VALUES ($1, $2, $3, $4, $5::jsonb, $6, nullif($7, 0)) ON CONFLICT (key) DO NOTHING`,
+				VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) ON CONFLICT (key) DO NOTHING`,
 				string(v.key), v.identity, v.in.Tool, v.in.Event, string(v.args), a.String(), a.UserID); err != nil {
 				return err
 			}

@@ -73,7 +73,7 @@ func TestBeginRefusesBadInput(t *testing.T) {
 		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set"}, Args: []byte(`{}`)}, "target", "target kind is empty"},
 		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}}, "args", "is required"},
 		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{"a":`)}, "args", "not valid JSON"},
-		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{}`), Lease: time.Millisecond}, "lease_seconds", "between 1 and 3600"},
+		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{}`), Lease: time.Millisecond}, "lease_seconds", "from 1 to 3600"},
 		{toolcall.BeginParams{Identity: ledger.KeyInput{Event: "e", Tool: "crm.set", Target: target}, Args: []byte(`{}`), Recovery: toolcall.RecoveryDedupe}, "recovery",
 			"tool crm.set is not registered, and a tool's first use registers it with no recovery and no approval"},
 	} {
@@ -117,7 +117,7 @@ func TestLeaseFencing(t *testing.T) {
 	await.Until(t, time.Minute, "a begin after the lease ran out taking the attempt over", func() bool {
 		return b.begin(t, "crm.dedupe", "run-1", `{"v":1}`, time.Minute).Outcome != toolcall.InDoubt
 	})
-	now, err := b.svc.Get(b.ctx, first.Status.Key)
+	now, err := b.svc.GetFor(b.ctx, b.oper, first.Status.Key)
 	require.NoError(t, err)
 	require.Equal(t, 1, now.Takeovers)
 	require.NotEqual(t, first.Status.LeaseID, now.LeaseID)
@@ -171,7 +171,7 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 		require.NoError(t, err)
 		return n == 1
 	})
-	st, err := b.svc.Get(b.ctx, first.Status.Key)
+	st, err := b.svc.GetFor(b.ctx, b.oper, first.Status.Key)
 	require.NoError(t, err)
 	require.Equal(t, toolcall.State(ledger.StateUnknown), st.State)
 	require.Contains(t, st.Reason, "a person resolves it")
@@ -188,7 +188,7 @@ func TestLateSettleOfAnUnknown(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, toolcall.AlreadyDone, b.begin(t, "crm.none", "run-1", `{}`, time.Minute).Outcome)
 
-	events, err := b.svc.Events(b.ctx, toolcall.EventFilter{Tool: "crm.none", Event: "run-1"})
+	events, err := b.svc.Events(b.ctx, b.oper, toolcall.EventFilter{Tool: "crm.none", Event: "run-1"})
 	require.NoError(t, err)
 	var actions []string
 	for _, e := range events {
@@ -210,13 +210,13 @@ func TestHeartbeatOnlyExtends(t *testing.T) {
 
 	short := b.begin(t, "crm.none", "run-2", `{}`, time.Second)
 	await.Until(t, 10*time.Second, "the short lease to end", func() bool {
-		st, err := b.svc.Get(b.ctx, short.Status.Key)
+		st, err := b.svc.GetFor(b.ctx, b.oper, short.Status.Key)
 		return err == nil && st.LeaseExpired
 	})
 	_, err = b.svc.Heartbeat(b.ctx, b.agent, short.Status.Key, short.Status.LeaseID, time.Minute)
 	require.ErrorIs(t, err, onceplan.ErrConflict)
 	require.Contains(t, err.Error(), "no heartbeat revives it")
-	st, err = b.svc.Get(b.ctx, short.Status.Key)
+	st, err = b.svc.GetFor(b.ctx, b.oper, short.Status.Key)
 	require.NoError(t, err)
 	require.True(t, st.LeaseExpired, "still ended")
 }
@@ -251,11 +251,11 @@ func TestRecoverDuePastTheWindow(t *testing.T) {
 		await.Until(t, 20*time.Second, tc.tool+": maintenance's recovery to act on the ended lease", func() bool {
 			_, err := b.svc.RecoverDue(b.ctx, 10)
 			require.NoError(t, err)
-			st, err := b.svc.Get(b.ctx, first.Status.Key)
+			st, err := b.svc.GetFor(b.ctx, b.oper, first.Status.Key)
 			require.NoError(t, err)
 			return st.State != toolcall.State(ledger.StatePending)
 		})
-		st, err := b.svc.Get(b.ctx, first.Status.Key)
+		st, err := b.svc.GetFor(b.ctx, b.oper, first.Status.Key)
 		require.NoError(t, err)
 		require.Equal(t, toolcall.State(ledger.StateUnknown), st.State, tc.tool)
 		require.Contains(t, st.Reason, tc.reason)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/ledger"
 )
@@ -71,17 +70,21 @@ type Status struct {
 	Raw       []byte
 	RawKind   ledger.ResponseKind
 	UpdatedAt time.Time
-	// CreatedBy is the user the call was begun for (0: not known, a call
-	// begun before it was recorded): they may read it (MayRead).
+	// CreatedBy is the user the call was begun for, whose call it is (0:
+	// not known, a call begun before it was recorded): they may read it
+	// (Reader.Call).
 	CreatedBy int64
 
 	// Policy is the attempt's (the policy it was begun under), else the
 	// tool's policy in force.
 	Policy Policy
 	// ApprovalID is the approval request of ArgsDigest, when the tool
-	// requires approval; ApprovedBy names who approved it.
-	ApprovalID int64
-	ApprovedBy string
+	// requires approval; ApprovedBy names who approved it, and
+	// ApprovalAskedBy is the user who asked for it: it approves that
+	// user's call only.
+	ApprovalID      int64
+	ApprovedBy      string
+	ApprovalAskedBy int64
 	// RejectReason is the person's reason (StateRejected).
 	RejectReason string
 
@@ -123,16 +126,6 @@ func (s Status) KeyFree() bool {
 	return false
 }
 
-// MayRead reports whether a may read the call: the user it was begun
-// (or its approval requested) for, with any of their tokens (the agent
-// token that began it among them), and operators and admins with their
-// own tokens (an agent token reads its own user's calls only, whatever
-// roles the user holds: it acts for one person's runs, and another
-// user's args are not its business). Nobody else learns that it exists.
-func (s Status) MayRead(a auth.Actor) bool {
-	return (!a.Agent && a.Has(auth.RoleOperator)) || (s.CreatedBy != 0 && s.CreatedBy == a.UserID)
-}
-
 // InDoubt reports whether the effect may or may not have happened and
 // nobody may perform it now: pending or unknown.
 func (s Status) InDoubt() bool {
@@ -162,10 +155,11 @@ SELECT c.identity, c.args, c.args_digest, cur.epoch,
        x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
        coalesce(greatest(0, floor(extract(epoch FROM a.lease_until - now())))::int, 0), coalesce(c.created_by_user, 0),
-       coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''),
+       coalesce(a.takeovers, 0), coalesce(a.policy_id, 0), coalesce(a.approval_id, 0), coalesce(u.email, ''), coalesce(ar.requested_by_user, 0),
        r.body, coalesce(r.kind, ''),
        (SELECT min(f.created_at) FROM effect_attempt() f WHERE f.key = c.key AND f.epoch = cur.epoch), now()` + latestAttemptFrom + `
 LEFT JOIN tool_approval ap ON ap.request_id = a.approval_id
+LEFT JOIN tool_approval_request ar ON ar.id = a.approval_id
 LEFT JOIN user_identity() u ON u.id = ap.decided_by
 LEFT JOIN LATERAL effect_latest_response(x.id) r ON true
 WHERE c.key = $1`
@@ -188,11 +182,6 @@ func (st *Status) setIdentity(canonical string) error {
 	return nil
 }
 
-// Get is the status of key: ErrNoEffect when no call was begun with it.
-func (s *Service) Get(ctx context.Context, key ledger.Key) (Status, error) {
-	return getStatus(ctx, s.pool, key, "")
-}
-
 // ErrNoEffect: no single effect has the key.
 var ErrNoEffect = fmt.Errorf("%w: no single effect", onceplan.ErrNotFound)
 
@@ -213,7 +202,7 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
 		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
-		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.LeaseSeconds, &st.CreatedBy, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &raw, &rawKind,
+		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.LeaseSeconds, &st.CreatedBy, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &st.ApprovalAskedBy, &raw, &rawKind,
 		&firstCall, &st.Now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -286,14 +275,14 @@ func requestStatus(ctx context.Context, db DB, key ledger.Key, digest string) (S
 func (st *Status) setApproval(ctx context.Context, db DB, digest string) error {
 	var decision, reason, by string
 	err := db.QueryRow(ctx, `
-		SELECT r.id, coalesce(a.decision, ''), coalesce(a.reason, ''), coalesce(u.email, '')
+		SELECT r.id, r.requested_by_user, coalesce(a.decision, ''), coalesce(a.reason, ''), coalesce(u.email, '')
 		FROM tool_approval_request r
 		LEFT JOIN tool_approval a ON a.request_id = r.id
 		LEFT JOIN user_identity() u ON u.id = a.decided_by
-		WHERE r.key = $1 AND r.args_digest = $2`, string(st.Key), digest).Scan(&st.ApprovalID, &decision, &reason, &by)
+		WHERE r.key = $1 AND r.args_digest = $2`, string(st.Key), digest).Scan(&st.ApprovalID, &st.ApprovalAskedBy, &decision, &reason, &by)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		st.ApprovalID = 0
+		st.ApprovalID, st.ApprovalAskedBy = 0, 0
 		st.State = StateNew
 		return nil
 	case err != nil:

@@ -43,7 +43,7 @@ type beginRequest struct {
 	Args         json.RawMessage `json:"args"`
 	Recovery     string          `json:"recovery"`
 	ProbeURL     string          `json:"probe_url"`
-	LeaseSeconds int             `json:"lease_seconds"`
+	LeaseSeconds int64           `json:"lease_seconds"`
 }
 
 // effectAnswer is every single-effect answer: the key's status (Status),
@@ -192,9 +192,6 @@ func retryAfter(c echo.Context, v effectAnswer) {
 	}
 }
 
-// errNegativeLease refuses a negative lease_seconds (0: the default).
-var errNegativeLease = &bodyError{Status: http.StatusBadRequest, Code: "invalid", Field: "lease_seconds", Message: "lease_seconds must be positive"}
-
 // beginStatus is each begin outcome's HTTP status.
 var beginStatus = map[toolcall.Outcome]int{
 	toolcall.Perform:          http.StatusCreated,
@@ -208,12 +205,13 @@ func (a *API) beginEffect(c echo.Context, actor auth.Actor) error {
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
 	}
-	if req.LeaseSeconds < 0 {
-		return a.fail(c, errNegativeLease)
+	lease, err := toolcall.LeaseOf(req.LeaseSeconds)
+	if err != nil {
+		return a.fail(c, err)
 	}
 	res, err := a.tools.Begin(c.Request().Context(), actor, toolcall.BeginParams{
 		Identity: ledger.KeyInput{Event: req.Event, Tool: req.Tool, Target: req.Target, AmountMinor: req.AmountMinor, Scope: req.Scope},
-		Args:     req.Args, Recovery: toolcall.Recovery(req.Recovery), ProbeURL: req.ProbeURL, Lease: time.Duration(req.LeaseSeconds) * time.Second,
+		Args:     req.Args, Recovery: toolcall.Recovery(req.Recovery), ProbeURL: req.ProbeURL, Lease: lease,
 	})
 	var mismatch *toolcall.ArgsMismatchError
 	if errors.As(err, &mismatch) {
@@ -337,7 +335,7 @@ func (a *API) settleEffect(c echo.Context, actor auth.Actor) error {
 // heartbeatRequest is POST /effects/{key}/heartbeat's body.
 type heartbeatRequest struct {
 	Lease        string `json:"lease"`
-	LeaseSeconds int    `json:"lease_seconds"`
+	LeaseSeconds int64  `json:"lease_seconds"`
 }
 
 func (a *API) heartbeatEffect(c echo.Context, actor auth.Actor) error {
@@ -349,10 +347,11 @@ func (a *API) heartbeatEffect(c echo.Context, actor auth.Actor) error {
 	if err := a.decode(c, &req); err != nil {
 		return a.fail(c, err)
 	}
-	if req.LeaseSeconds < 0 {
-		return a.fail(c, errNegativeLease)
+	lease, err := toolcall.LeaseOf(req.LeaseSeconds)
+	if err != nil {
+		return a.fail(c, err)
 	}
-	st, err := a.tools.Heartbeat(c.Request().Context(), actor, key, req.Lease, time.Duration(req.LeaseSeconds)*time.Second)
+	st, err := a.tools.Heartbeat(c.Request().Context(), actor, key, req.Lease, lease)
 	if err != nil {
 		return a.fail(c, err)
 	}

@@ -69,7 +69,7 @@ func TestEffectBeginSettleReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "no recovery, no approval (registered on first use)", pol.Summary())
 
-	again := s.begin("proposer", "run-1/step-1", "crm.set_status", "customer-17", map[string]any{"status": "gold"})
+	again := s.begin("agent", "run-1/step-1", "crm.set_status", "customer-17", map[string]any{"status": "gold"})
 	require.Equal(t, http.StatusConflict, again.status, again.raw)
 	require.Equal(t, "pending", again.body["state"])
 	require.Nil(t, again.body["lease"], "only the holder gets the lease")
