@@ -239,7 +239,7 @@ BEGIN
             USING ERRCODE = 'OP002';
     END IF;
     IF st = 'completed' THEN
-        SELECT count(*), min(o.target) INTO open_count, open_first FROM target_open(running_plan) o;
+        SELECT count(*), (array_agg(o.target ORDER BY o.ordinal))[1] INTO open_count, open_first FROM target_open(running_plan) o;
         IF open_count > 0 THEN
             RAISE EXCEPTION 'campaign %: it is completed, but % of its targets (% among them) % nothing final yet (never tried, to be sent again, or bumped since); resume it to send them, and archive it once it completes',
                 NEW.campaign_id, open_count, open_first, CASE WHEN open_count = 1 THEN 'has' ELSE 'have' END
