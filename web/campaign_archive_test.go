@@ -57,6 +57,9 @@ func TestArchivedCampaignTakesNoAction(t *testing.T) {
 	for ordinal := 1; ordinal <= 3; ordinal++ {
 		b.effect(p, ordinal, ledger.StateDone, `{"ok":true}`)
 	}
+	// Its jobs ran to the end, as workers would have run them (none runs here).
+	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'onceplan_effect'`)
+	require.NoError(t, err)
 	completed, err := b.svc.CompleteIfDone(ctx, c.ID, func(context.Context, pgx.Tx, approval.Campaign) (bool, error) { return true, nil })
 	require.NoError(t, err)
 	require.True(t, completed)

@@ -26,7 +26,9 @@ func TestPushedPaceStillSends(t *testing.T) {
 	stands := map[string]*sink.Resend{}
 	var providers []string
 	for name, turn := range map[string]string{"pushed": "now() + interval '2 hours'", "forever": "'infinity'"} {
-		rs := sink.NewResend(sink.ResendOpts{})
+		// The stand-in keeps the account's limit, and the provider's
+		// rate= is that limit: paced through the database.
+		rs := sink.NewResend(sink.ResendOpts{Limit: sink.RateLimit{PerSecond: 5, Burst: 10}})
 		t.Cleanup(rs.Close)
 		stands[name] = rs
 		providers = append(providers, name+"="+rs.URL())
@@ -47,6 +49,11 @@ func TestPushedPaceStillSends(t *testing.T) {
 		for to, c := range counts {
 			require.Equal(t, 1, c, "%s: emails to %s", name, to)
 		}
+		require.Zero(t, rs.RateLimited(), "%s: requests the service refused for its rate limit", name)
 		e.requireHolds(t, ids[name])
 	}
+	// And the schedules go on from now: neither turn is hours ahead.
+	var ahead bool
+	require.NoError(t, admin.QueryRow(e.ctx, `SELECT bool_or(last_at > now() + interval '1 minute') FROM provider_pace`).Scan(&ahead))
+	require.False(t, ahead, "a turn still lies far ahead")
 }

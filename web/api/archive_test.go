@@ -64,6 +64,9 @@ func TestArchivedCampaignRefusesEveryAction(t *testing.T) {
 		_, err = store.Settle(ctx, ledger.SettleParams{EffectID: c.Effect.ID, State: ledger.StateDone, Receipt: fmt.Sprintf("r-%d", i)})
 		require.NoError(t, err)
 	}
+	// Its jobs ran to the end, as workers would have run them (none runs here).
+	_, err := s.pool.Exec(ctx, `UPDATE river_job SET state = 'completed', finalized_at = now() WHERE kind = 'onceplan_effect'`)
+	require.NoError(t, err)
 	completed, err := s.svc.CompleteIfDone(ctx, id, func(context.Context, pgx.Tx, approval.Campaign) (bool, error) { return true, nil })
 	require.NoError(t, err)
 	require.True(t, completed)
