@@ -15,6 +15,7 @@ import (
 	"github.com/onceplan/onceplan/internal/audit/audittest"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
+	"github.com/onceplan/onceplan/migrations"
 )
 
 // The archive decides "finished" from the ledger (docs/ARCHITECTURE.md,
@@ -206,4 +207,47 @@ func TestArchiveTakesAttemptsOutsideAnyPlan(t *testing.T) {
 	require.Len(t, history, 1)
 	require.Equal(t, ledger.StateDone, history[0].State)
 	require.Equal(t, "forged", history[0].Receipt)
+}
+
+// TestArchiveRefusesACampaignALegacyToolCallHolds: in a database from
+// before single effects had a key space of their own (written at migration
+// 0025), a tool call holds the key of a target a campaign never tried; the
+// campaign is then finished. That attempt is its tool call's (the call's
+// record and trail point at it), so it does not move: the archive is
+// refused, naming the key, and nothing moves. (No call begun since can
+// hold a campaign's key.)
+func TestArchiveRefusesACampaignALegacyToolCallHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	urls := pgtest.Database(t)
+	admin, owner, app := pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.Owner), pgtest.NewPool(t, urls.App)
+	s, err := audittest.Seed(ctx, admin, 1000)
+	require.NoError(t, err)
+	require.NoError(t, audittest.Finish(ctx, admin, s))
+	key := targetKey(t, ctx, admin, s.PlanID, 7)
+	identity, err := ledger.CanonicalJSON(ledger.KeyInput{Event: s.CampaignID, Tool: "email.send",
+		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "person7@example.com"}})
+	require.NoError(t, err)
+
+	_, err = migrations.DownTo(ctx, owner, 25)
+	require.NoError(t, err)
+	require.Nil(t, attackAt(t, ctx, app, pgx.ReadCommitted,
+		`INSERT INTO tool_policy (tool, registered_by) VALUES ('email.send', 'agent:ann@example.com') ON CONFLICT DO NOTHING`,
+		fmt.Sprintf(`INSERT INTO tool_call (key, identity, tool, event, args, created_by) VALUES ('%s', '%s', 'email.send', '%s', '{}', 'agent:ann@example.com')`,
+			key, identity, s.CampaignID),
+		fmt.Sprintf(`INSERT INTO effect (key, owner) VALUES ('%s', 'agent:ann@example.com')`, key),
+		fmt.Sprintf(`INSERT INTO tool_attempt (effect_id, key, policy_id, holder, lease_until)
+			SELECT id, key, 0, 'agent:ann@example.com', now() + interval '1 minute' FROM effect WHERE key = '%s'`, key),
+		fmt.Sprintf(`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect WHERE key = '%s'`, key),
+		fmt.Sprintf(`UPDATE effect SET state = 'done', receipt = 'agent-1' WHERE key = '%s'`, key)))
+	_, err = migrations.Up(ctx, owner)
+	require.NoError(t, err)
+	hot, _ := hotAttempts(t, ctx, admin, s.PlanID)
+
+	_, err = ledger.NewStore(app).ArchiveCampaign(ctx, s.CampaignID, "ops@example.com")
+	require.ErrorIs(t, err, ledger.ErrIllegalTransition)
+	require.ErrorContains(t, err, "the key "+key+" of one of its targets is held by a tool call begun before single effects had a key space of their own")
+	left, archived := hotAttempts(t, ctx, admin, s.PlanID)
+	require.Equal(t, hot, left, "nothing moved")
+	require.Zero(t, archived)
 }
