@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/plan"
@@ -183,6 +184,19 @@ func ListCampaigns(ctx context.Context, db onceplan.DB, limit int) ([]Campaign, 
 // PostgreSQL refuses illegal edges anyway).
 func SetState(ctx context.Context, tx pgx.Tx, id string, to State) error {
 	_, err := tx.Exec(ctx, `UPDATE campaign SET state = $2 WHERE id = $1`, id, string(to))
+	return campaignRuleErr(err)
+}
+
+// campaignRuleErr words PostgreSQL's refusal of a change to a campaign's
+// row (SQLSTATE OP002: an illegal transition, or a change to an archived
+// campaign, migrations 0014 and 0034) as a conflict. The service checks
+// the lifecycle before it writes, so this is the database's backstop
+// speaking: a change committed meanwhile, such as an archive.
+func campaignRuleErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "OP002" {
+		return fmt.Errorf("%w: %s", onceplan.ErrConflict, pgErr.Message)
+	}
 	return err
 }
 
@@ -263,7 +277,7 @@ func NewVersion(ctx context.Context, tx pgx.Tx, campaignID string, version int, 
 		return 0, err
 	}
 	_, err = tx.Exec(ctx, `UPDATE campaign SET version = $2 WHERE id = $1`, campaignID, next)
-	return next, err
+	return next, campaignRuleErr(err)
 }
 
 func validUUID(s string) bool {

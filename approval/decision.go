@@ -287,6 +287,11 @@ func submitStep(version, targets int) NextStep {
 // serves its provider (sv): never empty — when nobody needs to act, one
 // StepNone says why. now is the clock (a scheduled start).
 func NextSteps(c Campaign, d Decision, k Counts, sv Serving, now time.Time) []NextStep {
+	if c.ArchivedAt != nil {
+		// No action is taken on an archived campaign (archivedError).
+		return []NextStep{{Kind: StepNone, What: fmt.Sprintf(
+			"Nothing: the campaign is archived (%d of %d targets done) and never runs again; a clone of it sends anew.", k.Done, k.Planned)}}
+	}
 	var steps []NextStep
 	switch c.State {
 	case StateDraft:

@@ -74,10 +74,22 @@ func stateAllows(c Campaign, action auth.Action) error {
 	if !ok {
 		return fmt.Errorf("%w: unknown action %q", onceplan.ErrConflict, action)
 	}
+	if c.ArchivedAt != nil {
+		return archivedError(c)
+	}
 	if !slices.Contains(e.from, c.State) {
 		return fmt.Errorf("%w: campaign %s is %s; %s needs it %s", onceplan.ErrConflict, c.ID, label(c.State), action, joinStates(e.from))
 	}
 	return nil
+}
+
+// archivedError refuses every action on an archived campaign: its ledger
+// rows are in the archive, and it never runs or changes again
+// (docs/ARCHITECTURE.md, "The archive"; PostgreSQL's backstop:
+// campaign_archived_final). A clone of it is a campaign of its own.
+func archivedError(c Campaign) error {
+	return fmt.Errorf("%w: campaign %s was archived on %s, and an archived campaign never runs or changes again; clone it to send it anew",
+		onceplan.ErrConflict, c.ID, c.ArchivedAt.UTC().Format("2006-01-02 15:04 UTC"))
 }
 
 // act runs a person's action on a campaign: the role (auth.Authorize), then,

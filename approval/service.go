@@ -392,6 +392,9 @@ func (s *Service) editable(ctx context.Context, tx pgx.Tx, a auth.Actor, id stri
 		return c, err
 	}
 	if err := stateAllows(c, action); err != nil {
+		if c.ArchivedAt != nil {
+			return c, err
+		}
 		return c, fmt.Errorf("%w: campaign %s is %s and can no longer be edited", onceplan.ErrConflict, c.ID, label(c.State))
 	}
 	switch c.State {
@@ -753,6 +756,9 @@ func (s *Service) Start(ctx context.Context, a auth.Actor, id string) (Result, e
 		c, err := LockCampaign(ctx, tx, id)
 		if err != nil {
 			return err
+		}
+		if c.ArchivedAt != nil {
+			return archivedError(c)
 		}
 		switch c.State {
 		case StateApproved:

@@ -280,9 +280,9 @@ func TestAppRolePrivileges(t *testing.T) {
 		// The keys of the calls begun before single effects had a key
 		// space of their own (migration 0026): a closed set.
 		"tool_call_legacy_key": read,
-		// The providers' shared pacing: turns given, moved only forward
-		// (a trigger), never deleted.
-		"provider_pace": edit,
+		// The providers' shared pacing: written only by
+		// provider_pace_take(), as the owner.
+		"provider_pace": read,
 		// A list is inserted (some columns only, below) and deleted whole;
 		// its targets are inserted (some columns only) and never deleted.
 		"target_list": "DELETE, SELECT", "target": read,

@@ -113,6 +113,7 @@ DECLARE
     plans bigint[];
     want campaign_archive;
     n bigint;
+    tool_key text;
 BEGIN
     PERFORM pg_advisory_xact_lock(onceplan_archive_lock());
     PERFORM 1 FROM campaign c WHERE c.id = campaign FOR UPDATE;
@@ -123,20 +124,22 @@ BEGIN
         RAISE EXCEPTION 'campaign %: it is archived already', campaign USING ERRCODE = 'OP002';
     END IF;
     SELECT coalesce(array_agg(p.id), '{}') INTO plans FROM plan p WHERE p.campaign_id = campaign;
-    -- A campaign's attempts are all hot or all archived (readers of one
-    -- campaign read one of the two): an attempt outside any plan on one of
-    -- its keys would stay behind.
-    IF EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
-               JOIN effect e ON e.key = t.key AND e.plan_id IS NULL
-               WHERE p.id = ANY (plans)) THEN
-        RAISE EXCEPTION 'campaign %: an attempt outside any plan was made on one of its keys, and would stay behind', campaign
-            USING ERRCODE = 'OP002';
-    END IF;
 
     CREATE TEMP TABLE archiving_effect (id bigint PRIMARY KEY) ON COMMIT DROP;
     CREATE TEMP TABLE archiving_batch (id bigint PRIMARY KEY) ON COMMIT DROP;
     CREATE TEMP TABLE archiving_key (key text PRIMARY KEY) ON COMMIT DROP;
     INSERT INTO archiving_effect SELECT e.id FROM effect e WHERE e.plan_id = ANY (plans);
+    -- A campaign's keys are its own, and so are the attempts at them: those
+    -- outside any plan go with it (the partial index effect_outside_plan).
+    INSERT INTO archiving_effect SELECT DISTINCT e.id FROM plan p JOIN target t ON t.list_id = p.list_id
+        JOIN effect e ON e.key = t.key AND e.plan_id IS NULL WHERE p.id = ANY (plans)
+    ON CONFLICT DO NOTHING;
+    SELECT e.key INTO tool_key FROM archiving_effect x JOIN effect e ON e.id = x.id
+        JOIN tool_attempt a ON a.effect_id = e.id LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'campaign %: the key % of one of its targets is held by a tool call begun before single effects had a key space of their own; that call''s record would be cut from its attempt', campaign, tool_key
+            USING ERRCODE = 'OP002';
+    END IF;
     INSERT INTO archiving_batch SELECT DISTINCT m.batch_id FROM effect_batch_member m JOIN archiving_effect x ON x.id = m.effect_id;
     INSERT INTO archiving_key SELECT DISTINCT b.key FROM effect_bump b
         JOIN target t ON t.key = b.key JOIN plan p ON p.list_id = t.list_id WHERE p.id = ANY (plans);
@@ -175,7 +178,9 @@ BEGIN
     WITH gone AS (DELETE FROM effect e USING archiving_effect x WHERE e.id = x.id RETURNING e.*)
     INSERT INTO effect_archive SELECT * FROM gone;
     GET DIAGNOSTICS n = ROW_COUNT;
-    IF n <> want.attempts OR EXISTS (SELECT 1 FROM effect e WHERE e.plan_id = ANY (plans)) THEN
+    IF n <> want.attempts OR EXISTS (SELECT 1 FROM effect e WHERE e.plan_id = ANY (plans))
+       OR EXISTS (SELECT 1 FROM plan p JOIN target t ON t.list_id = p.list_id
+                  JOIN effect e ON e.key = t.key AND e.plan_id IS NULL WHERE p.id = ANY (plans)) THEN
         RAISE EXCEPTION 'campaign %: its attempts changed while it was archived; archive it again', campaign
             USING ERRCODE = 'OP002';
     END IF;
@@ -213,9 +218,16 @@ CREATE FUNCTION public.campaign_archive_insert() RETURNS trigger
     AS $$
 DECLARE
     st text;
+    running_plan bigint;
     open_state effect_state;
+    open_count bigint;
+    open_first text;
 BEGIN
-    SELECT c.state INTO st FROM campaign c WHERE c.id = NEW.campaign_id FOR UPDATE;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'campaign %: a campaign is archived at READ COMMITTED only, where every check reads the latest rows (this transaction is %)', NEW.campaign_id, upper(current_setting('transaction_isolation'))
+            USING ERRCODE = 'OP002';
+    END IF;
+    SELECT c.state, c.plan_id INTO st, running_plan FROM campaign c WHERE c.id = NEW.campaign_id FOR UPDATE;
     IF st IS NULL OR st NOT IN ('completed', 'cancelled') THEN
         RAISE EXCEPTION 'campaign %: it is %; only a completed or cancelled campaign is archived', NEW.campaign_id, coalesce(replace(st, '_', ' '), 'missing')
             USING ERRCODE = 'OP002';
@@ -225,6 +237,14 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'campaign %: it still has % attempts; they are settled or resolved before it is archived', NEW.campaign_id, open_state
             USING ERRCODE = 'OP002';
+    END IF;
+    IF st = 'completed' THEN
+        SELECT count(*), (array_agg(o.target ORDER BY o.ordinal))[1] INTO open_count, open_first FROM target_open(running_plan) o;
+        IF open_count > 0 THEN
+            RAISE EXCEPTION 'campaign %: it is completed, but % of its targets (% among them) % nothing final yet (never tried, to be sent again, or bumped since); resume it to send them, and archive it once it completes',
+                NEW.campaign_id, open_count, open_first, CASE WHEN open_count = 1 THEN 'has' ELSE 'have' END
+                USING ERRCODE = 'OP002';
+        END IF;
     END IF;
     NEW.archived_at := now();
     NEW.txid := pg_current_xact_id();
@@ -413,9 +433,11 @@ DECLARE
     stray bigint;
 BEGIN
     SELECT g.id INTO stray FROM gone g
-    WHERE g.plan_id IS NULL OR NOT EXISTS (
-        SELECT 1 FROM plan p JOIN campaign_archive a ON a.campaign_id = p.campaign_id
-        WHERE p.id = g.plan_id AND a.txid = pg_current_xact_id())
+    WHERE NOT EXISTS (
+        SELECT 1 FROM campaign_archive a JOIN plan p ON p.campaign_id = a.campaign_id
+        WHERE a.txid = pg_current_xact_id()
+          AND (p.id = g.plan_id
+               OR (g.plan_id IS NULL AND EXISTS (SELECT 1 FROM target t WHERE t.list_id = p.list_id AND t.key = g.key))))
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'DELETE on effect refused: attempt % is not of a campaign archived in this transaction', stray
@@ -1308,7 +1330,7 @@ BEGIN
         RAISE EXCEPTION 'provider_pace: a row''s provider is not changed'
             USING ERRCODE = 'check_violation';
     END IF;
-    IF NEW.last_at < OLD.last_at THEN
+    IF NEW.last_at < OLD.last_at AND NOT OLD.last_at > NEW.last_at + provider_pace_horizon() THEN
         RAISE EXCEPTION 'provider_pace: turn of % moved back from % to %', OLD.name, OLD.last_at, NEW.last_at
             USING ERRCODE = 'check_violation';
     END IF;
@@ -1317,18 +1339,33 @@ END $$;
 
 
 --
+-- Name: provider_pace_horizon(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.provider_pace_horizon() RETURNS interval
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT interval '1 hour' $$;
+
+
+--
 -- Name: provider_pace_take(text, bigint, bigint); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.provider_pace_take(name text, every_us bigint, max_wait_us bigint, OUT taken boolean, OUT wait_us bigint, OUT at timestamp with time zone) RETURNS record
-    LANGUAGE plpgsql
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
     last timestamptz;
     now_ timestamptz;
+    horizon_us constant bigint := (extract(epoch FROM provider_pace_horizon()) * 1e6)::bigint;
 BEGIN
-    IF every_us IS NULL OR every_us <= 0 OR max_wait_us IS NULL OR max_wait_us < 0 THEN
-        RAISE EXCEPTION 'provider_pace_take: every_us must be positive and max_wait_us not negative'
+    IF every_us IS NULL OR every_us <= 0 OR every_us > horizon_us THEN
+        RAISE EXCEPTION 'provider_pace_take: every_us is %; it is 1 to % (one turn an hour, the slowest rate)', every_us, horizon_us
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_wait_us IS NULL OR max_wait_us < 0 OR max_wait_us > horizon_us THEN
+        RAISE EXCEPTION 'provider_pace_take: max_wait_us is %; it is 0 to % (an hour, the longest wait for a turn)', max_wait_us, horizon_us
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT p.last_at INTO last FROM provider_pace p WHERE p.name = provider_pace_take.name FOR UPDATE;
@@ -1338,6 +1375,10 @@ BEGIN
         SELECT p.last_at INTO last FROM provider_pace p WHERE p.name = provider_pace_take.name FOR UPDATE;
     END IF;
     now_ := clock_timestamp(); -- after the lock: the turn is measured from when it is given
+    IF last > now_ + provider_pace_horizon() THEN
+        RAISE WARNING 'provider_pace: the latest turn of % was %, beyond any a take gives; its schedule starts again now', provider_pace_take.name, last;
+        last := '-infinity';
+    END IF;
     at := greatest(last + make_interval(secs => every_us / 1e6), now_);
     wait_us := floor(extract(epoch FROM at - now_) * 1e6)::bigint;
     taken := wait_us <= max_wait_us;
@@ -1473,6 +1514,30 @@ CREATE FUNCTION public.target_list_summary() RETURNS TABLE(id bigint, campaign_i
     LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
     SELECT l.id, l.campaign_id, l.target_count, l.digest FROM target_list l
+$$;
+
+
+--
+-- Name: target_open(bigint); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.target_open(plan bigint) RETURNS TABLE(ordinal integer, target text)
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT t.ordinal, t.target
+    FROM frozen_plan() p
+    JOIN list_target() t ON t.list_id = p.list_id
+    CROSS JOIN LATERAL effect_current_epoch(t.key) cur
+    WHERE p.id = target_open.plan
+      AND NOT EXISTS (SELECT 1 FROM effect_attempt() f
+                      WHERE f.key = t.key AND f.epoch = cur.epoch AND effect_blocks(f.state))
+      AND NOT EXISTS (SELECT 1 FROM target_suppressed_in(target_open.plan) ts WHERE ts.ordinal = t.ordinal)
+      AND NOT EXISTS (
+          SELECT 1 FROM (SELECT f.state, f.failure FROM effect_attempt() f
+                         WHERE f.key = t.key AND f.epoch = cur.epoch
+                           AND f.plan_id IN (SELECT o.id FROM frozen_plan() o WHERE o.campaign_id = p.campaign_id)
+                         ORDER BY f.id DESC LIMIT 1) newest
+          WHERE newest.state = 'revoked' OR (newest.state = 'failed' AND newest.failure IN ('rejected', 'exhausted')))
 $$;
 
 
@@ -5767,6 +5832,14 @@ REVOKE ALL ON FUNCTION public.onceplan_grant_river() FROM PUBLIC;
 
 
 --
+-- Name: FUNCTION provider_pace_take(name text, every_us bigint, max_wait_us bigint, OUT taken boolean, OUT wait_us bigint, OUT at timestamp with time zone); Type: ACL; Schema: public; Owner: -
+--
+
+REVOKE ALL ON FUNCTION public.provider_pace_take(name text, every_us bigint, max_wait_us bigint, OUT taken boolean, OUT wait_us bigint, OUT at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.provider_pace_take(name text, every_us bigint, max_wait_us bigint, OUT taken boolean, OUT wait_us bigint, OUT at timestamp with time zone) TO onceplan_app;
+
+
+--
 -- Name: TABLE admin_event; Type: ACL; Schema: public; Owner: -
 --
 
@@ -6323,7 +6396,7 @@ GRANT SELECT ON TABLE public.plan_target TO onceplan_app;
 -- Name: TABLE provider_pace; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.provider_pace TO onceplan_app;
+GRANT SELECT ON TABLE public.provider_pace TO onceplan_app;
 
 
 --

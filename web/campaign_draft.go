@@ -99,7 +99,7 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	p := view.DraftView{DraftPage: view.DraftPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp),
 		PlanHash: d.Hash(camp), TargetCount: d.TargetCount, FieldErrors: map[string]string{},
-		CanEdit: a.Has(auth.RoleProposer) && camp.State != approval.StateCancelled,
+		CanEdit: a.Has(auth.RoleProposer) && camp.State != approval.StateCancelled && camp.ArchivedAt == nil,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}}
 	if o.payload != nil {

@@ -37,8 +37,9 @@ func runArchive(ctx context.Context, env Env, args []string) error {
 	campaign, err := campaignArg(fs, env, args, "archive", "onceplan archive CAMPAIGN (its id or its name)",
 		"Usage: onceplan archive CAMPAIGN [flags]\n\n"+
 			"Moves a finished campaign's ledger rows (attempts, raw answers, batch calls, bumps) out of the\n"+
-			"tables every running campaign uses, in one transaction. The campaign must be completed\n"+
-			"or cancelled, with no target pending or unknown; afterwards it can never run again,\n"+
+			"tables every running campaign uses, in one transaction. The campaign must be cancelled,\n"+
+			"or completed with every target settled for good (done, failed for good, stranded, revoked\n"+
+			"or suppressed), with no target pending or unknown; afterwards it can never run again,\n"+
 			"and `onceplan audit` and the web UI still answer for it exactly as before.\n"+
 			"CAMPAIGN is the campaign's id, or its name when no other campaign has it.\n\nFlags:\n")
 	if err != nil {

@@ -121,7 +121,10 @@ func (l *limiter) paceThrough(db onceplan.DB, name string) {
 	if l.perSecond <= 0 || l.scope != RateScopeAccount {
 		return
 	}
-	every := time.Duration(math.Ceil(float64(time.Second) / l.perSecond))
+	// At most MaxRateInterval, which the database refuses to exceed:
+	// Parse takes no slower rate, and the division may round a nanosecond
+	// over it.
+	every := min(time.Duration(math.Ceil(float64(time.Second)/l.perSecond)), MaxRateInterval)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pace = &sharedPacer{db: db, name: name, every: every}
@@ -129,7 +132,12 @@ func (l *limiter) paceThrough(db onceplan.DB, name string) {
 
 // sharedPacer takes turns from provider_pace (migration 0031), through
 // the database function provider_pace_take: one schedule per provider
-// name for every process, on the database's clock.
+// name for every process, on the database's clock. The function is the
+// table's only writer for the server's role (migration 0038); it takes an
+// interval of at most MaxRateInterval and a wait of at most MaxPaceWait,
+// and a latest turn further ahead than a take ever gives (a row from an
+// older database) is repaired by the next take: docs/ARCHITECTURE.md,
+// "Rate limits shared across processes".
 type sharedPacer struct {
 	db    onceplan.DB
 	name  string
@@ -143,10 +151,18 @@ type paceError struct{ err error }
 func (e *paceError) Error() string { return "pacing through the database: " + e.err.Error() }
 func (e *paceError) Unwrap() error { return e.err }
 
-// maxPaceWait bounds a wait without a deadline: a turn further away
+// MaxPaceWait bounds a wait without a deadline: a turn further away
 // than this is not taken (the caller's Acquire fails as if its deadline
-// had passed, and the job is tried again later).
-const maxPaceWait = time.Hour
+// had passed, and the job is tried again later). It is the pace's horizon
+// in the database (provider_pace_horizon, migration 0038): no take gives a
+// turn further ahead, and provider_pace_take refuses a longer wait.
+const MaxPaceWait = time.Hour
+
+// MaxRateInterval is the longest interval between two turns a rate= gives:
+// one call an hour, the slowest rate Parse takes. It is the pace's horizon
+// in the database too (provider_pace_horizon), the longest interval
+// provider_pace_take accepts.
+const MaxRateInterval = time.Hour
 
 func (s *sharedPacer) take(ctx context.Context, maxWait time.Duration) (bool, time.Duration, error) {
 	var (
@@ -162,7 +178,7 @@ func (s *sharedPacer) take(ctx context.Context, maxWait time.Duration) (bool, ti
 }
 
 func (s *sharedPacer) Wait(ctx context.Context) error {
-	maxWait := maxPaceWait
+	maxWait := MaxPaceWait
 	if d, ok := ctx.Deadline(); ok {
 		maxWait = min(maxWait, time.Until(d))
 	}

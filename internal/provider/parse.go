@@ -113,7 +113,8 @@ var (
 //
 // Options every kind takes:
 //   - rate=N/s (or N/m, N/h; N may have a fraction): at most N sends per
-//     second, evenly spaced (burst 1); rate=none: no limit. Default: no
+//     second, evenly spaced (burst 1), and at least one an hour
+//     (MaxRateInterval); rate=none: no limit. Default: no
 //     limit, but for resend (DefaultResendRate, Resend's documented
 //     default) and postmark (DefaultPostmarkRate, an assumption).
 //   - rate_scope=account|process: whose budget the rate is. account: the
@@ -353,6 +354,9 @@ func parseOptions(name, kind, rawQuery string) (options, error) {
 			}
 			if o.perSecond, err = parseRate(v); err != nil {
 				return o, errorf(name, "rate %q is not N/s, N/m, N/h or none", v)
+			}
+			if o.perSecond < 1/MaxRateInterval.Seconds() {
+				return o, errorf(name, "rate %q is slower than 1/h, the slowest rate (one call an hour)", v)
 			}
 		case "rate_scope":
 			if v != RateScopeAccount && v != RateScopeProcess {

@@ -108,6 +108,8 @@ func TestParseBad(t *testing.T) {
 		{"relay", "/var/mail", `provider "relay": URL /var/mail has no scheme (want maildir, smtp, http, https, postmark or resend)`},
 		{"relay", "smtp://mail.example.test:587?rate=ten/s", `provider "relay": rate "ten/s" is not N/s, N/m, N/h or none`},
 		{"relay", "smtp://mail.example.test:587?rate=0/s", `provider "relay": rate "0/s" is not N/s, N/m, N/h or none`},
+		{"relay", "smtp://mail.example.test:587?rate=0.5/h", `provider "relay": rate "0.5/h" is slower than 1/h, the slowest rate (one call an hour)`},
+		{"relay", "smtp://mail.example.test:587?rate=0.000000000001/s", `provider "relay": rate "0.000000000001/s" is slower than 1/h, the slowest rate (one call an hour)`},
 		{"relay", "smtp://mail.example.test:587?rate_scope=team", `provider "relay": rate_scope "team" is not account or process`},
 		{"relay", "smtp://mail.example.test:587?rate=10", `provider "relay": rate "10" is not N/s, N/m, N/h or none`},
 		{"relay", "smtp://mail.example.test:587?concurrency=0", `provider "relay": concurrency "0" is not a whole number from 1 to 1024`},
