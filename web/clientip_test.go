@@ -44,7 +44,7 @@ func TestOpenRoutesCountAnIPv6NetworkAsOneClient(t *testing.T) {
 		method, path string
 		served       int // the answer while not limited
 	}{
-		{http.MethodGet, "/u/x", http.StatusBadRequest},           // a malformed link: refused, after the limit
+		{http.MethodGet, "/u/x", http.StatusBadRequest},          // a malformed link: refused, after the limit
 		{http.MethodPost, "/webhooks/nope", http.StatusNotFound}, // a kind not configured: likewise
 	} {
 		name := door.method + " " + door.path

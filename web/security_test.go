@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -139,12 +140,25 @@ func TestSecurityHeaders(t *testing.T) {
 	require.Contains(t, rec.Header().Get("Content-Type"), "text/css")
 	require.Equal(t, http.StatusNotFound, b.anon().get("/static/app.css").Code)
 
-	// Over HTTPS (as a proxy says) cookies are Secure and HSTS is on.
+	// Over HTTPS, as a trusted proxy says, cookies are Secure and HSTS is
+	// on; the same header from anyone else is not believed.
 	req := httpGet("/login")
 	req.Header.Set("X-Forwarded-Proto", "https")
 	rec = httptestDo(b.srv.Handler(), req)
+	require.Empty(t, rec.Header().Get("Strict-Transport-Security"), "no trusted proxy: a client's X-Forwarded-Proto is ignored")
+	require.NotContains(t, rec.Header().Get("Set-Cookie"), "Secure")
+	peer, err := netip.ParseAddrPort(req.RemoteAddr)
+	require.NoError(t, err)
+	behind := NewServer(Config{Pool: b.pool, Approval: b.svc, TrustedProxies: []netip.Prefix{netip.PrefixFrom(peer.Addr(), 32)}})
+	rec = httptestDo(behind.Handler(), req)
 	require.NotEmpty(t, rec.Header().Get("Strict-Transport-Security"))
 	require.Contains(t, rec.Header().Get("Set-Cookie"), "Secure")
+	req = httpGet("/login")
+	req.RemoteAddr = "198.51.100.9:1234"
+	req.Header.Set("X-Forwarded-Proto", "https")
+	rec = httptestDo(behind.Handler(), req)
+	require.Empty(t, rec.Header().Get("Strict-Transport-Security"), "a client that is not the proxy is not believed")
+	require.NotContains(t, rec.Header().Get("Set-Cookie"), "Secure")
 }
 
 func TestStateChangesNeedTheCSRFToken(t *testing.T) {
