@@ -1,0 +1,2 @@
+-- Placeholder (see the up file): the lead drops this file when merging.
+SELECT 1;
