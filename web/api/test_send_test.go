@@ -264,7 +264,9 @@ func TestTestSendNeverMailsASuppressedAddress(t *testing.T) {
 		Source: suppression.FromActor, Actor: "ops@example.com"})
 	require.NoError(t, err)
 	answer := make(chan reply, 1)
-	go func() { answer <- s.json("proposer", "POST", path, map[string]any{"to": []string{"late@agency.example"}}) }()
+	go func() {
+		answer <- s.json("proposer", "POST", path, map[string]any{"to": []string{"late@agency.example"}})
+	}()
 	await.Until(t, time.Minute, "the test send waiting for the address's lock", func() bool {
 		var waiting bool
 		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
