@@ -269,7 +269,8 @@ func TestTestSendNeverMailsASuppressedAddress(t *testing.T) {
 	}()
 	await.Until(t, time.Minute, "the test send waiting for the address's lock", func() bool {
 		var waiting bool
-		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting))
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted)`).Scan(&waiting))
 		return waiting
 	})
 	require.NoError(t, tx.Commit(ctx))
