@@ -11,7 +11,7 @@
 //     PostgreSQL refuses the row of an address the suppression list holds
 //     (onceplan_suppressed, migration 0039), whoever writes it; the
 //     request is refused first with a sentence naming the address and
-//     why (suppression.Lookup);
+//     why (suppression.LookupMany);
 //   - it never touches the campaign's ledger: each message carries a key
 //     of its own (event "test:<campaign>:<random>"), which no target's key
 //     can equal, and nothing is written to table effect — the campaign's
