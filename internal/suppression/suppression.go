@@ -254,7 +254,7 @@ func LookupMany(ctx context.Context, db onceplan.DB, addresses []string) (map[st
 	rows, err := db.Query(ctx, `
 		SELECT DISTINCT ON (s.address) `+entryCols+` FROM suppression s
 		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
-		WHERE s.address = ANY($1) AND r.suppression_id IS NULL
+		WHERE s.address = ANY($1) AND `+notRemoved+`
 		ORDER BY s.address, s.id`, addresses)
 	if err != nil {
 		return nil, err
