@@ -5,6 +5,13 @@
 //   - it never mails a target: the message goes only to the addresses
 //     asked for, and each must be an enabled user's email or on the
 //     configured allow-list;
+//   - it never mails a suppressed address (consent overrides a review as
+//     it overrides a plan): each message is recorded in
+//     test_send_message, and committed, before anything is sent, and
+//     PostgreSQL refuses the row of an address the suppression list holds
+//     (onceplan_suppressed, migration 0039), whoever writes it; the
+//     request is refused first with a sentence naming the address and
+//     why (suppression.LookupMany);
 //   - it never touches the campaign's ledger: each message carries a key
 //     of its own (event "test:<campaign>:<random>"), which no target's key
 //     can equal, and nothing is written to table effect — the campaign's
@@ -15,7 +22,8 @@
 //   - it never carries a working unsubscribe link (the target's would
 //     unsubscribe the target): a campaign with links gets the sample one;
 //   - it is recorded: one campaign_event "test_send" per request, with who
-//     sent it, to whom, which ordinal and each provider answer.
+//     sent it, to whom, which ordinal and each provider answer; each
+//     delivery it names is one of the messages recorded before the send.
 
 package approval
 
@@ -31,12 +39,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/time/rate"
 
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -159,23 +169,44 @@ type TestSendResult struct {
 	Deliveries []TestDelivery `json:"deliveries"`
 }
 
+// Reviewer is an address a test send may go to: an enabled user's email
+// or on the allow-list. Suppressed, when not empty, says why the
+// suppression list holds it now: no test send goes there until it is
+// taken off.
+type Reviewer struct {
+	Address    string
+	Suppressed string
+}
+
 // Reviewers lists who may receive a test send: the enabled users' emails
-// and the allow-list, sorted (the UI offers them).
-func (s *TestSender) Reviewers(ctx context.Context) ([]string, error) {
+// and the allow-list, sorted, each with its suppression (the UI offers
+// them).
+func (s *TestSender) Reviewers(ctx context.Context) ([]Reviewer, error) {
 	users, err := s.userEmails(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(users)+len(s.allow))
+	addrs := make([]string, 0, len(users)+len(s.allow))
 	for a := range users {
-		out = append(out, a)
+		addrs = append(addrs, a)
 	}
 	for a := range s.allow {
 		if !users[a] {
-			out = append(out, a)
+			addrs = append(addrs, a)
 		}
 	}
-	slices.Sort(out)
+	slices.Sort(addrs)
+	held, err := suppression.LookupMany(ctx, s.cfg.DB, addrs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Reviewer, len(addrs))
+	for i, a := range addrs {
+		out[i] = Reviewer{Address: a}
+		if e, ok := held[a]; ok {
+			out[i].Suppressed = e.Why()
+		}
+	}
 	return out, nil
 }
 
@@ -196,7 +227,8 @@ func (s *TestSender) userEmails(ctx context.Context) (map[string]bool, error) {
 }
 
 // recipients normalises and checks p.To: each an enabled user's email or
-// on the allow-list; duplicates collapse. Errors name the entry (to[2]).
+// on the allow-list, and not suppressed; duplicates collapse. Errors name
+// the entry (to[2]).
 func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, error) {
 	switch {
 	case len(to) == 0:
@@ -227,7 +259,58 @@ func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, err
 			out = append(out, a)
 		}
 	}
+	if err := notSuppressed(ctx, s.cfg.DB, to, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// notSuppressed refuses the recipients (normalised) while the suppression
+// list holds one of them — the list's own rule (suppression.LookupMany) —
+// naming the first, as the request wrote it (to, as given), and why, in
+// one sentence.
+func notSuppressed(ctx context.Context, db onceplan.DB, to, recipients []string) error {
+	held, err := suppression.LookupMany(ctx, db, recipients)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	for _, a := range recipients {
+		e, ok := held[a]
+		if !ok {
+			continue
+		}
+		entry := "to"
+		for i, raw := range to {
+			if n, err := ledger.NormalizeEmail(raw); err == nil && n == a {
+				entry = fmt.Sprintf("to[%d]", i)
+				break
+			}
+		}
+		return &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf(
+			"%s: %s is on the suppression list (%s), and a test send never mails a suppressed address: nothing was sent", entry, a, e.Why())}
+	}
+	return nil
+}
+
+// recordMessages records one test message per recipient, under its key,
+// and commits them before anything is sent: PostgreSQL refuses the row
+// of an address suppressed now (migration 0039), so an address
+// suppressed since recipients checked it is still not mailed. asked is
+// the request's To as written, for the refusal's words.
+func (s *TestSender) recordMessages(ctx context.Context, a auth.Actor, c Campaign, asked, to, keys []string) error {
+	_, err := s.cfg.DB.Exec(ctx, `
+		INSERT INTO test_send_message (key, campaign_id, address, actor_id)
+		SELECT m.key, $1, m.address, $2 FROM unnest($3::text[], $4::text[]) AS m(key, address)`,
+		c.ID, a.UserID, keys, to)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "OP008" {
+		// Suppressed since recipients checked: say which, and why.
+		if err := notSuppressed(ctx, s.cfg.DB, asked, to); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s; nothing was sent", onceplan.ErrConflict, pgErr.Message)
+	}
+	return err
 }
 
 // allowNow takes one test send from the user's allowance.
@@ -306,7 +389,18 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 		return TestSendResult{}, err
 	}
 	target := msg.To
+	keys := make([]string, len(to))
+	for i, addr := range to {
+		key, err := testKey(c, addr)
+		if err != nil {
+			return TestSendResult{}, err
+		}
+		keys[i] = key.String()
+	}
 	if err := s.allowNow(a.UserID); err != nil {
+		return TestSendResult{}, err
+	}
+	if err := s.recordMessages(ctx, a, c, p.To, to, keys); err != nil {
 		return TestSendResult{}, err
 	}
 
@@ -315,8 +409,8 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 	raws := make([]string, 0, len(to))
 	sendCtx, cancel := context.WithTimeout(ctx, s.cfg.SendTimeout)
 	defer cancel()
-	for _, addr := range to {
-		dl, raw := s.deliver(sendCtx, prov, c, addr, msg)
+	for i, addr := range to {
+		dl, raw := s.deliver(sendCtx, prov, addr, keys[i], msg)
 		res.Deliveries = append(res.Deliveries, dl)
 		raws = append(raws, raw)
 	}
@@ -343,17 +437,13 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 	return res, nil
 }
 
-// deliver sends msg to addr under a key of its own.
-func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, c Campaign, addr string, msg plan.Message) (TestDelivery, string) {
-	key, err := testKey(c, addr)
-	if err != nil {
-		return TestDelivery{To: addr, Outcome: provider.OutcomeFailed, Reason: err.Error()}, ""
-	}
-	dl := TestDelivery{To: addr, Key: key.String()}
+// deliver sends msg to addr under its key (recorded by recordMessages).
+func (s *TestSender) deliver(ctx context.Context, prov provider.Provider, addr, key string, msg plan.Message) (TestDelivery, string) {
+	dl := TestDelivery{To: addr, Key: key}
 	m := msg
 	m.To = addr
 	m.Subject = TestSubjectPrefix + msg.Subject
-	v, raw := provider.SendOne(ctx, prov, provider.Request{Key: key.String(), Target: addr, Message: m})
+	v, raw := provider.SendOne(ctx, prov, provider.Request{Key: key, Target: addr, Message: m})
 	dl.Outcome, dl.Receipt, dl.Reason = v.Outcome, v.Receipt, v.Reason
 	if raw == nil {
 		return dl, ""

@@ -259,7 +259,9 @@ func TestAppRolePrivileges(t *testing.T) {
 		"effect_batch_response_archive": read, "effect_bump_archive": read, "campaign_archive": read,
 		// Frozen.
 		"plan": append_, "approval": append_, "run": append_, "campaign_event": append_, "plan_target": read,
-		"admin_event": append_, "submission": append_,
+		// A test send's messages, recorded before they are sent: write-once.
+		"test_send_message": append_,
+		"admin_event":       append_, "submission": append_,
 		// The unsubscribe links' secret: made once, on first use.
 		"unsubscribe_secret": append_,
 		// Provider events (bounces, complaints): write-once. The one-time

@@ -281,6 +281,34 @@ $$;
 
 
 --
+-- Name: campaign_event_test_send(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.campaign_event_test_send() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bad record;
+BEGIN
+    IF jsonb_typeof(NEW.detail -> 'deliveries') IS DISTINCT FROM 'array' OR jsonb_array_length(NEW.detail -> 'deliveries') = 0 THEN
+        RAISE EXCEPTION 'a test send''s trail entry lists its deliveries'
+            USING ERRCODE = 'OP008';
+    END IF;
+    SELECT d ->> 'to' AS address, d ->> 'key' AS key INTO bad
+    FROM jsonb_array_elements(NEW.detail -> 'deliveries') d
+    WHERE NOT EXISTS (SELECT 1 FROM test_send_message m
+                      WHERE m.key = d ->> 'key' AND m.campaign_id = NEW.campaign_id AND m.address = d ->> 'to')
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'a test send''s trail entry names a message to % (key %) that was not recorded as a test message of this campaign before it was sent', bad.address, bad.key
+            USING ERRCODE = 'OP008';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: campaign_record(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1574,6 +1602,29 @@ CREATE FUNCTION public.target_suppression(plan bigint, ordinal integer) RETURNS 
     WHERE s.address = (SELECT pt.target FROM plan_target pt
                        WHERE pt.plan_id = target_suppression.plan AND pt.ordinal = target_suppression.ordinal)
       AND NOT EXISTS (SELECT 1 FROM suppression_removal sr WHERE sr.suppression_id = s.id OFFSET 0)
+$$;
+
+
+--
+-- Name: test_send_message_gate(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.test_send_message_gate() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    held bigint;
+BEGIN
+    PERFORM onceplan_require_read_committed('a test message');
+    PERFORM pg_advisory_xact_lock_shared(onceplan_suppression_lock_key(NEW.address));
+    held := onceplan_suppressed(NEW.address);
+    IF held IS NOT NULL THEN
+        RAISE EXCEPTION 'test message refused: % is on the suppression list (entry %), and a test send never mails a suppressed address', NEW.address, held
+            USING ERRCODE = 'OP008';
+    END IF;
+    NEW.created_at := now();
+    RETURN NEW;
+END
 $$;
 
 
@@ -3073,6 +3124,21 @@ CREATE TABLE public.target_suppressed (
 
 
 --
+-- Name: test_send_message; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.test_send_message (
+    key text NOT NULL,
+    campaign_id uuid NOT NULL,
+    address text NOT NULL,
+    actor_id bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT test_send_message_address_check CHECK (((address <> ''::text) AND (address = btrim(address)) AND (address !~ '[A-Z]'::text))),
+    CONSTRAINT test_send_message_key_check CHECK ((key ~ '^v1:[0-9a-f]{64}$'::text))
+);
+
+
+--
 -- Name: tool_approval; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -3760,6 +3826,14 @@ ALTER TABLE ONLY public.target_suppressed
 
 
 --
+-- Name: test_send_message test_send_message_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.test_send_message
+    ADD CONSTRAINT test_send_message_pkey PRIMARY KEY (key);
+
+
+--
 -- Name: tool_approval tool_approval_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4213,6 +4287,13 @@ CREATE INDEX target_suppressed_key ON public.target_suppressed USING btree (key)
 
 
 --
+-- Name: test_send_message_campaign; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX test_send_message_campaign ON public.test_send_message USING btree (campaign_id);
+
+
+--
 -- Name: tool_attempt_key; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -4364,6 +4445,13 @@ CREATE TRIGGER campaign_event_created_at BEFORE INSERT ON public.campaign_event 
 --
 
 CREATE TRIGGER campaign_event_no_truncate BEFORE TRUNCATE ON public.campaign_event FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: campaign_event campaign_event_test_send; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER campaign_event_test_send BEFORE INSERT ON public.campaign_event FOR EACH ROW WHEN ((new.action = 'test_send'::text)) EXECUTE FUNCTION public.campaign_event_test_send();
 
 
 --
@@ -5053,6 +5141,27 @@ CREATE TRIGGER target_suppressed_write_once BEFORE DELETE OR UPDATE ON public.ta
 
 
 --
+-- Name: test_send_message test_send_message_gate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER test_send_message_gate BEFORE INSERT ON public.test_send_message FOR EACH ROW EXECUTE FUNCTION public.test_send_message_gate();
+
+
+--
+-- Name: test_send_message test_send_message_no_truncate; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER test_send_message_no_truncate BEFORE TRUNCATE ON public.test_send_message FOR EACH STATEMENT EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
+-- Name: test_send_message test_send_message_write_once; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER test_send_message_write_once BEFORE DELETE OR UPDATE ON public.test_send_message FOR EACH ROW EXECUTE FUNCTION public.onceplan_refuse_change();
+
+
+--
 -- Name: tool_approval tool_approval_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -5703,6 +5812,22 @@ ALTER TABLE ONLY public.target_suppressed
 
 ALTER TABLE ONLY public.target_suppressed
     ADD CONSTRAINT target_suppressed_suppression_id_fkey FOREIGN KEY (suppression_id) REFERENCES public.suppression(id);
+
+
+--
+-- Name: test_send_message test_send_message_actor_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.test_send_message
+    ADD CONSTRAINT test_send_message_actor_id_fkey FOREIGN KEY (actor_id) REFERENCES public.app_user(id);
+
+
+--
+-- Name: test_send_message test_send_message_campaign_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.test_send_message
+    ADD CONSTRAINT test_send_message_campaign_id_fkey FOREIGN KEY (campaign_id) REFERENCES public.campaign(id);
 
 
 --
@@ -6558,6 +6683,13 @@ GRANT USAGE ON SEQUENCE public.target_list_id_seq TO onceplan_app;
 --
 
 GRANT SELECT,INSERT ON TABLE public.target_suppressed TO onceplan_app;
+
+
+--
+-- Name: TABLE test_send_message; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT SELECT,INSERT ON TABLE public.test_send_message TO onceplan_app;
 
 
 --

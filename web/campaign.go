@@ -2,12 +2,14 @@ package web
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/plan"
 	"github.com/onceplan/onceplan/web/view"
@@ -18,10 +20,13 @@ func (s *Server) campaignOf(c echo.Context) (approval.Campaign, error) {
 	return approval.GetCampaign(c.Request().Context(), s.cfg.Pool, c.Param("id"))
 }
 
-// planOf reads the campaign's latest frozen plan.
+// planOf reads the campaign's latest frozen plan. A campaign never
+// approved has none: the pages of a plan (the run, a target, the audit's
+// exports) refuse it as the API's reads of one do (audit.ErrNoPlan, 409
+// not_approved), not as a campaign that does not exist.
 func (s *Server) planOf(ctx context.Context, camp approval.Campaign) (plan.Plan, error) {
 	if camp.PlanID == 0 {
-		return plan.Plan{}, echo.NewHTTPError(http.StatusNotFound, "campaign "+camp.Name+" has no approved plan yet")
+		return plan.Plan{}, fmt.Errorf("%w: campaign %s has none yet", audit.ErrNoPlan, camp.Name)
 	}
 	return plan.GetPlan(ctx, s.cfg.Pool, camp.PlanID)
 }

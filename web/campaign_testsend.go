@@ -24,8 +24,12 @@ func (s *Server) testSendForm(ctx context.Context, a auth.Actor, camp approval.C
 	if err != nil {
 		return nil, err
 	}
-	return &view.TestSendForm{CampaignID: camp.ID, Back: back, Reviewers: reviewers, Me: a.Email,
-		Max: s.cfg.TestSend.MaxRecipients(), TargetCount: targets, Ordinal: 1}, nil
+	f := &view.TestSendForm{CampaignID: camp.ID, Back: back, Me: a.Email,
+		Max: s.cfg.TestSend.MaxRecipients(), TargetCount: targets, Ordinal: 1}
+	for _, r := range reviewers {
+		f.Reviewers = append(f.Reviewers, view.TestReviewer{Address: r.Address, Suppressed: r.Suppressed})
+	}
+	return f, nil
 }
 
 // handleTestSend sends one target's message to the reviewers ticked, then

@@ -18,6 +18,12 @@ import (
 // names the proxies' ranges, and X-Forwarded-For is read from the right,
 // skipping the hops in those ranges: the first address that is not one of
 // ours is the client's. What a client wrote further left is never reached.
+//
+// The same ranges decide whether X-Forwarded-Proto is believed (whether
+// the client reached the proxy over HTTPS: Secure cookies and HSTS): only
+// when the direct peer is one of those proxies. Anyone else's header is
+// ignored, as their X-Forwarded-For is. The proxy must set the header
+// itself, not pass on a client's.
 
 // ParseTrustedProxies reads a comma-separated list of CIDR ranges or
 // single addresses (a /32 or /128). Empty: none.
@@ -61,4 +67,27 @@ func ipExtractor(trusted []netip.Prefix) echo.IPExtractor {
 		opts = append(opts, echo.TrustIPRange(&net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}))
 	}
 	return echo.ExtractIPFromXFFHeader(opts...)
+}
+
+// trustedPeer reports whether remoteAddr (the direct peer, host:port or a
+// bare address) is in one of the trusted proxies' ranges.
+func trustedPeer(trusted []netip.Prefix, remoteAddr string) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	host := remoteAddr
+	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	for _, p := range trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

@@ -56,10 +56,13 @@ func requestID(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// isHTTPS reports whether the client reached us over HTTPS (directly, or
-// through a proxy that says so).
+// isHTTPS reports whether the client reached us over HTTPS: directly, or
+// through a trusted proxy that says so (X-Forwarded-Proto is believed
+// from a --trusted-proxies peer only: clientip.go), or --secure-cookies.
 func (s *Server) isHTTPS(c echo.Context) bool {
-	return s.cfg.SecureCookies || c.Request().TLS != nil || c.Request().Header.Get("X-Forwarded-Proto") == "https"
+	req := c.Request()
+	return s.cfg.SecureCookies || req.TLS != nil ||
+		(req.Header.Get("X-Forwarded-Proto") == "https" && trustedPeer(s.cfg.TrustedProxies, req.RemoteAddr))
 }
 
 // contentSecurityPolicy allows only this origin's files, scripts carrying

@@ -67,8 +67,9 @@ type Config struct {
 	// which the admin page states. Default notify.DefaultWindow.
 	NotifyWindow time.Duration
 	// TrustedProxies are the reverse proxies' address ranges whose
-	// X-Forwarded-For is believed (clientip.go); none: the direct peer's
-	// address is the client's.
+	// X-Forwarded-For and X-Forwarded-Proto are believed (clientip.go);
+	// none: the direct peer's address is the client's, and only a TLS
+	// connection (or SecureCookies) counts as HTTPS.
 	TrustedProxies []netip.Prefix
 	// Mount adds routes of other packages (the JSON API) to the server.
 	// They get the request id and security headers, and a session only

@@ -27,16 +27,16 @@ type reader struct {
 	session, token string
 }
 
-// readWorld is the UI and the JSON API on one HTTP server, as serve
+// toolReadServer is the UI and the JSON API on one HTTP server, as serve
 // mounts them.
-type readWorld struct {
+type toolReadServer struct {
 	t   *testing.T
 	url string
 }
 
 // get is GET path on the UI with r's session, or on the API (a path
 // under /api/v1) with r's token; it returns the status and the body.
-func (w readWorld) get(r reader, path string) (int, string) {
+func (w toolReadServer) get(r reader, path string) (int, string) {
 	w.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, w.url+path, nil)
 	require.NoError(w.t, err)
@@ -72,7 +72,7 @@ func TestToolCallReadsAreTheAPIs(t *testing.T) {
 	}})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	w := readWorld{t: t, url: ts.URL}
+	w := toolReadServer{t: t, url: ts.URL}
 
 	person := func(c *client) reader {
 		token, _, err := auth.CreateToken(ctx, b.pool, c.actor.Email, "own token", false)

@@ -34,15 +34,16 @@ const (
 )
 
 // unsubscribeRoutes is the state of the /u routes: the links (for the
-// secret) and the per-client limiters.
+// secret) and the per-client limiters (an IPv6 client is its /64:
+// keyedrate.ClientKey).
 type unsubscribeRoutes struct {
 	links   *suppression.Links
-	clients *keyedrate.Limiter[string]
+	clients *keyedrate.Clients
 }
 
 func newUnsubscribeRoutes(pool *pgxpool.Pool, publicURL string) *unsubscribeRoutes {
 	return &unsubscribeRoutes{links: suppression.NewLinks(pool, publicURL),
-		clients: keyedrate.New[string](unsubscribeRate, unsubscribeBurst, 0)}
+		clients: keyedrate.NewClients(unsubscribeRate, unsubscribeBurst, 0)}
 }
 
 func (u *unsubscribeRoutes) allow(client string, now time.Time) bool {

@@ -3,10 +3,11 @@ package auth
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/onceplan/onceplan/internal/keyedrate"
 )
 
 // Throttling of failed sign-ins (see the package comment).
@@ -52,23 +53,10 @@ const (
 	ThrottleAddress ThrottleScope = "address"
 )
 
-// clientKey is the address sign-in attempts are counted under: an IPv4
-// address as it is, an IPv6 address by its /64 network (one machine or
-// one customer usually holds a whole /64, and would otherwise have 2^64
-// fresh addresses to guess from). Anything else (no address, or text that
-// is not one) is counted as it is.
-func clientKey(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return ip
-	}
-	a = a.Unmap().WithZone("")
-	if a.Is4() {
-		return a.String()
-	}
-	p, _ := a.Prefix(64) // never fails: 64 bits fit an IPv6 address
-	return p.String()
-}
+// clientKey is the address sign-in attempts are counted under: the key
+// every per-client limit counts by (keyedrate.ClientKey), so that an IPv6
+// client is one /64 here as at the unsubscribe links and the webhooks.
+func clientKey(ip string) string { return keyedrate.ClientKey(ip) }
 
 // delayAfter is the wait before the next attempt after failures failures
 // of one account from one address: none up to FailuresBeforeDelay, then

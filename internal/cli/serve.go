@@ -29,11 +29,11 @@ func runServe(ctx context.Context, env Env, args []string) error {
 	var db dbFlags
 	db.register(fs, env)
 	listen := fs.String("listen", "127.0.0.1:8080", "address for the web UI and the JSON API")
-	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto)")
+	secure := fs.Bool("secure-cookies", false, "mark cookies Secure even when requests do not look like HTTPS (behind a TLS proxy that does not send X-Forwarded-Proto, or is not in --trusted-proxies)")
 	demo := fs.Bool("demo", false, fmt.Sprintf("on a database without campaigns, create a demo campaign (%d targets on the first provider) waiting for approval", app.DemoTargets))
 	testRecipients := fs.String("test-recipients", "", fmt.Sprintf("comma-separated addresses that may receive test sends besides the users' own (at most %d per test send, %v a minute per user)",
 		approval.TestSendMaxRecipients, float64(approval.TestSendRate)*60))
-	trustedProxies := fs.String("trusted-proxies", "", "CIDR,…: the reverse proxies in front of serve, whose X-Forwarded-For names the client (read from the right, skipping these hops) for the sign-in throttle and the rate limits (default $ONCEPLAN_TRUSTED_PROXIES; none: the direct peer is the client, X-Forwarded-For ignored)")
+	trustedProxies := fs.String("trusted-proxies", "", "CIDR,…: the reverse proxies in front of serve, whose X-Forwarded-For names the client (read from the right, skipping these hops) for the sign-in throttle and the rate limits, and whose X-Forwarded-Proto: https makes cookies Secure and turns HSTS on (default $ONCEPLAN_TRUSTED_PROXIES; none: the direct peer is the client, X-Forwarded-For and X-Forwarded-Proto ignored)")
 	var webhookFlags listFlag
 	fs.Var(&webhookFlags, "webhook", "KIND=SECRET: take bounces and complaints at POST /webhooks/KIND, repeatable (default $ONCEPLAN_WEBHOOKS, comma-separated): ses=TOPIC-ARN[;…], postmark=USER:PASSWORD, sendgrid=BASE64-PUBLIC-KEY, mailgun=SIGNING-KEY, generic=SECRET")
 	var wf workerFlags
@@ -126,7 +126,10 @@ func runServe(ctx context.Context, env Env, args []string) error {
 		Mount: func(e *echo.Echo) {
 			// Stopping: a signal ends the decision long polls before the
 			// HTTP shutdown waits for the requests in flight.
-			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender, Stopping: ctx.Done(), ToolCalls: tools})
+			// Every link an answer carries is under --public-url, never
+			// the request's Host.
+			api.Register(e, api.Config{Pool: d.Pool, Approval: ws.Approval, Logger: logger, Counts: counts, TestSend: sender, Stopping: ctx.Done(), ToolCalls: tools,
+				BaseURL: wf.opts.PublicURL})
 			// Bounces and complaints: no session, no CSRF; each kind authenticates
 			// its provider (package inbound). Only the kinds named, never secrets.
 			webhook.Register(e, webhook.Config{Pool: d.Pool, Endpoints: webhooks, Logger: logger})

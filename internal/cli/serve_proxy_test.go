@@ -185,6 +185,16 @@ const ownerPassword = "correct horse battery staple"
 
 func startProxiedServe(t *testing.T, args []string, envs map[string]string) proxiedServe {
 	t.Helper()
+	pool, direct := startServe(t, args, envs)
+	return proxiedServe{pool: pool, direct: direct, via: startReverseProxy(t, direct), email: "owner@example.com"}
+}
+
+// startServe runs onceplan serve on a database of its own, listening on
+// a loopback port, with a proposer owner@example.com and the admin
+// root@example.com (both with ownerPassword). It returns the database
+// and serve's URL; serve stops when the test ends.
+func startServe(t *testing.T, args []string, envs map[string]string) (*pgxpool.Pool, string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	urls := pgtest.Database(t)
 	pool := pgtest.NewPool(t, urls.App)
@@ -211,7 +221,7 @@ func startProxiedServe(t *testing.T, args []string, envs map[string]string) prox
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return proxiedServe{pool: pool, direct: m[1], via: startReverseProxy(t, m[1]), email: "owner@example.com"}
+			return pool, m[1]
 		}
 		select {
 		case err := <-errc:

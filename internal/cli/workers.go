@@ -47,7 +47,7 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 // registerPublicURL adds --public-url; def says what its default is for
 // this command.
 func (w *workerFlags) registerPublicURL(fs *flag.FlagSet, def string) {
-	fs.StringVar(&w.publicURL, "public-url", "", "the absolute http(s) URL people reach onceplan serve at: the base of the one-click unsubscribe link in every message (default "+def+")")
+	fs.StringVar(&w.publicURL, "public-url", "", "the absolute http(s) URL people reach onceplan serve at: the base of the one-click unsubscribe link in every message, of the links in notifications and of every link in the API's answers (approval_url; default "+def+")")
 }
 
 // workerFlagOf names the flag that sets each jobs.Config field, so that a

@@ -18,7 +18,7 @@ var tableOwner = map[string]string{
 	"target_suppressed": "ledger",
 	"target":            "plan", "target_list": "plan", "plan": "plan", "plan_target": "plan",
 	"campaign": "approval", "draft": "approval", "submission": "approval", "run": "approval",
-	"campaign_event": "approval", "approval": "approval",
+	"campaign_event": "approval", "approval": "approval", "test_send_message": "approval",
 	"suppression": "internal/suppression", "suppression_removal": "internal/suppression",
 	"worker_process": "executor",
 	"provider_pace":  "internal/provider",

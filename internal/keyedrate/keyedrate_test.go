@@ -30,3 +30,27 @@ func TestEachKeyHasItsOwnBucket(t *testing.T) {
 	l.AllowAt("d", now) // the fourth: all forgotten
 	require.True(t, l.AllowAt("a", now), "a starts afresh")
 }
+
+// TestClientKeyGroupsIPv6ByNetwork: an IPv6 client is its /64, an
+// IPv4-mapped address its IPv4 address; Clients counts by that key, so
+// the addresses of one /64 share one allowance.
+func TestClientKeyGroupsIPv6ByNetwork(t *testing.T) {
+	for ip, want := range map[string]string{
+		"192.0.2.7":               "192.0.2.7",
+		"::ffff:192.0.2.7":        "192.0.2.7",
+		"2001:db8:1:2::1":         "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::9":    "2001:db8:1:2::/64",
+		"fe80::1%eth0":            "fe80::/64",
+		"not an address":          "not an address",
+		"":                        "",
+		"2001:db8:1:3:aaaa::bbbb": "2001:db8:1:3::/64",
+	} {
+		require.Equal(t, want, ClientKey(ip), ip)
+	}
+	now := time.Now()
+	c := NewClients(rate.Every(time.Minute), 2, 0)
+	require.True(t, c.AllowAt("2001:db8:1:2::1", now))
+	require.True(t, c.AllowAt("2001:db8:1:2::2", now))
+	require.False(t, c.AllowAt("2001:db8:1:2:ffff::9", now), "another address of the same /64 shares the burst")
+	require.True(t, c.AllowAt("2001:db8:1:3::1", now), "another /64 is another client")
+}

@@ -36,7 +36,8 @@ func TestWaitForDecisionIsBoundedAndSaysWhoMustAct(t *testing.T) {
 	require.NoError(t, err)
 	svc := approval.NewService(pool, jobs.NewEnqueuer(client))
 	e := echo.New()
-	api.Register(e, api.Config{Pool: pool, Approval: svc})
+	// Links are under the public URL serve is given, never the request's.
+	api.Register(e, api.Config{Pool: pool, Approval: svc, BaseURL: "https://onceplan.example"})
 	ts := httptest.NewServer(e)
 	t.Cleanup(ts.Close)
 	actor := func(email string, roles ...auth.Role) auth.Actor {
@@ -95,7 +96,7 @@ func TestWaitForDecisionIsBoundedAndSaysWhoMustAct(t *testing.T) {
 	who := out["waiting_for"].([]any)[0].(map[string]any)
 	require.Equal(t, "approver", who["who"])
 	require.EqualValues(t, 1, who["count"])
-	require.Equal(t, ts.URL+"/campaigns/"+id+"/approval", who["url"])
+	require.Equal(t, "https://onceplan.example/campaigns/"+id+"/approval", who["url"])
 
 	answered := make(chan map[string]any, 1)
 	go func() {

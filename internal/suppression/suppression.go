@@ -72,6 +72,26 @@ type Entry struct {
 // Active reports whether the entry still suppresses its address.
 func (e Entry) Active() bool { return e.Removed == nil }
 
+// Why says, in words a person reads, why the entry suppresses its address
+// and since when: "it unsubscribed on 2025-03-01".
+func (e Entry) Why() string {
+	var what string
+	switch e.Reason {
+	case Unsubscribed:
+		what = "it unsubscribed"
+	case HardBounce:
+		what = "it bounced hard"
+	case Complaint:
+		what = "it complained of a message"
+	default:
+		what = "it was put on the list by hand"
+		if e.Actor != "" {
+			what = "it was put on the list by " + e.Actor
+		}
+	}
+	return what + " on " + e.CreatedAt.UTC().Format("2006-01-02")
+}
+
 // Removal is an entry's taking off.
 type Removal struct {
 	Actor     string    `json:"actor"`
@@ -222,6 +242,28 @@ func Lookup(ctx context.Context, db onceplan.DB, address string) (Entry, bool, e
 		return Entry{}, false, err
 	}
 	return active(ctx, db, a)
+}
+
+// LookupMany returns the active entry of each of addresses (normalised)
+// that has one, by address: Lookup for a few addresses at once.
+func LookupMany(ctx context.Context, db onceplan.DB, addresses []string) (map[string]Entry, error) {
+	out := map[string]Entry{}
+	if len(addresses) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT ON (s.address) `+entryCols+` FROM suppression s
+		LEFT JOIN suppression_removal r ON r.suppression_id = s.id
+		WHERE s.address = ANY($1) AND `+notRemoved+`
+		ORDER BY s.address, s.id`, addresses)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) { return scanEntry(r) })
+	for _, e := range entries {
+		out[e.Address] = e
+	}
+	return out, err
 }
 
 // ListParams select a page of entries, newest first.

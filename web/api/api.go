@@ -45,8 +45,10 @@ type Config struct {
 	Pool     *pgxpool.Pool
 	Approval *approval.Service
 	Logger   *slog.Logger
-	// BaseURL is the server's public URL, for links to the UI (the
-	// approval page an agent hands to its human). Empty: relative links.
+	// BaseURL is the server's public URL (serve's --public-url), the base
+	// of every link to the UI an answer carries (the approval page an
+	// agent hands to its human). Never taken from a request. Empty:
+	// relative links.
 	BaseURL string
 	// MaxJSONBytes bounds a JSON request body (default 32 MiB; a target
 	// list as JSON is bounded by the importer's own limit instead).

@@ -62,7 +62,8 @@ var routeAction = map[string]struct {
 const suppressedAddress = "suppressed@example.com"
 
 // caller is one column of the matrix: a token of one role, an agent token
-// (whose owner holds proposer, approver and operator), or none.
+// (whose owner holds proposer, approver and operator), an operator's agent
+// token, or none.
 type caller struct {
 	name  string
 	actor auth.Actor
@@ -75,14 +76,17 @@ var callers = []caller{
 	{"operator", auth.Actor{Roles: []auth.Role{auth.RoleOperator}}},
 	{"viewer", auth.Actor{Roles: []auth.Role{auth.RoleViewer}}},
 	{"agent", auth.Actor{Roles: []auth.Role{auth.RoleProposer, auth.RoleApprover, auth.RoleOperator}, Agent: true}},
+	{"operator-agent", auth.Actor{Roles: []auth.Role{auth.RoleOperator}, Agent: true}},
 	{"", auth.Actor{}}, // no token
 }
 
 // TestAuthorizationMatrix calls every API route as every role, an agent
-// token and no token, each on a campaign in the state where the request
-// would succeed. Allowed: the route's success status. Denied: 403
-// forbidden (401 without a token) and nothing changed. A route missing
-// from routeAction fails the test.
+// token, an operator's agent token and no token, each on a campaign in
+// the state where the request would succeed. Allowed: the route's success
+// status. Denied: 403 forbidden (401 without a token) and nothing
+// changed. A route missing from routeAction fails the test. (Every GET
+// route is walked again by web's TestReadMatrix, beside the UI's, on
+// objects of the caller's own user and of someone else.)
 func TestAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
 	routes := api.Routes()
@@ -95,7 +99,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 	require.Equal(t, routes, tabled, "every route has a row in routeAction, and only routes do")
 
 	w := newWorld(t)
-	_, _, err := suppression.Add(w.ctx, w.pool, suppression.AddParams{Address: suppressedAddress, Reason: suppression.Manual,
+	secret, _, err := auth.CreateToken(w.ctx, w.pool, "operator@example.com", "operator's agent", true)
+	require.NoError(t, err)
+	w.token["operator-agent"] = secret
+	_, _, err = suppression.Add(w.ctx, w.pool, suppression.AddParams{Address: suppressedAddress, Reason: suppression.Manual,
 		Source: suppression.FromActor, Actor: "matrix@example.com"})
 	require.NoError(t, err)
 	var matrix strings.Builder
@@ -104,7 +111,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 		row := routeAction[route]
 		method, path, _ := strings.Cut(route, " ")
 		path = strings.TrimPrefix(path, api.Prefix)
-		fmt.Fprintf(&matrix, "%-42s", route)
+		fmt.Fprintf(&matrix, "%-48s", route)
 		for _, who := range callers {
 			var allowed bool
 			switch {
@@ -161,5 +168,5 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}
 		matrix.WriteString("\n")
 	}
-	t.Logf("route × admin proposer approver operator viewer agent none\n%s", matrix.String())
+	t.Logf("route × admin proposer approver operator viewer agent operator-agent none\n%s", matrix.String())
 }

@@ -664,10 +664,13 @@ func (a *API) revoke(c echo.Context, actor auth.Actor) error {
 	return c.JSON(http.StatusOK, effectView{Key: key, Epoch: eff.Epoch, State: eff.State, Campaign: id})
 }
 
-// baseURL is the configured public URL, else the one the request came to.
-func (a *API) baseURL(c echo.Context) string {
-	if a.cfg.BaseURL != "" {
-		return strings.TrimSuffix(a.cfg.BaseURL, "/")
-	}
-	return c.Scheme() + "://" + c.Request().Host
+// baseURL is the base of every absolute URL an answer carries (an
+// approval_url, a next step's page, a diff's page): the configured public
+// URL (Config.BaseURL, serve's --public-url) and nothing of the request.
+// Its Host and X-Forwarded-Proto are whatever the client sent, and a link
+// an agent hands its human must lead to this server, not to one the
+// request named. The request is not read; the parameter keeps the call
+// sites' shape.
+func (a *API) baseURL(echo.Context) string {
+	return strings.TrimSuffix(a.cfg.BaseURL, "/")
 }

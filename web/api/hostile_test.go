@@ -129,7 +129,7 @@ func snapshot(t testing.TB, s *server) map[string]string {
 	out := map[string]string{}
 	for _, table := range []string{"campaign", "draft", "target_list", "target", "plan", "approval", "run", "campaign_event",
 		"effect", "effect_bump", "effect_response", "api_idempotency", "river_job", "app_user",
-		"suppression", "suppression_removal",
+		"suppression", "suppression_removal", "test_send_message",
 		"tool_policy", "tool_call", "tool_attempt", "tool_approval_request", "tool_approval", "tool_call_event"} {
 		var rows string
 		require.NoError(t, s.pool.QueryRow(context.Background(),

@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/await"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/internal/provider"
+	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/web/api"
 )
 
@@ -98,10 +101,11 @@ func TestTestSendReachesReviewersAndNotTheLedger(t *testing.T) {
 	require.NoError(t, w.pool.QueryRow(context.Background(), `SELECT count(*) FROM target WHERE key = ANY($1)`, mapKeys(keys)).Scan(&clash))
 	require.Zero(t, clash)
 	for table, rows := range snapshot(t, w.server) {
-		if table != "campaign_event" {
+		if table != "campaign_event" && table != "test_send_message" {
 			require.Equal(t, snap[table], rows, "%s changed", table)
 		}
 	}
+	require.Equal(t, 2, w.count("test_send_message"), "each message recorded before it was sent")
 
 	// The trail says who, to whom, which ordinal and the answers.
 	var actor, reason, detail string
@@ -196,4 +200,89 @@ func TestTestSendAllowList(t *testing.T) {
 		require.Contains(t, m, "Subject: [Test] Hello P0")
 		require.Contains(t, m, "To: <reviewer@agency.example>")
 	}
+}
+
+// TestTestSendNeverMailsASuppressedAddress: a reviewer the suppression
+// list holds — an allowed test recipient who unsubscribed, a user an
+// admin put on the list — gets no test message. The request is refused
+// in one sentence naming the address and why, and sends and records
+// nothing (counted at the maildir outbox); the others of the allow-list
+// still get theirs. An address suppressed while a test send is under way
+// (after its check, before its messages are recorded) is not mailed
+// either: PostgreSQL refuses the message's row (migration 0039).
+func TestTestSendNeverMailsASuppressedAddress(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "outbox")
+	s := newServer(t, func(c *api.Config) {
+		p, err := provider.ParseFlag("outbox=maildir://" + dir)
+		require.NoError(t, err)
+		reg, err := provider.NewRegistry(p)
+		require.NoError(t, err)
+		c.TestSend, err = approval.NewTestSender(approval.TestSendConfig{DB: c.Pool, Providers: reg,
+			AllowList: []string{"reviewer@agency.example", "gone@agency.example", "late@agency.example"}})
+		require.NoError(t, err)
+	})
+	s.outbox = dir
+	ctx := context.Background()
+	created := s.json("proposer", "POST", "/campaigns", newCampaign(2))
+	require.Equal(t, http.StatusCreated, created.status, created.raw)
+	id := created.body["id"].(string)
+	path := "/campaigns/" + id + "/test"
+	_, _, err := suppression.Add(ctx, s.pool, suppression.AddParams{Address: "gone@agency.example", Reason: suppression.Unsubscribed,
+		Source: suppression.FromUnsubscribe, CampaignID: id})
+	require.NoError(t, err)
+	_, _, err = suppression.Add(ctx, s.pool, suppression.AddParams{Address: "approver@example.com", Reason: suppression.Manual,
+		Source: suppression.FromActor, Actor: "admin@example.com"})
+	require.NoError(t, err)
+	events := func() int {
+		var n int
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM campaign_event WHERE campaign_id = $1 AND action = 'test_send'`, id).Scan(&n))
+		return n
+	}
+
+	r := s.refused("proposer", "POST", path, "application/json", `{"to":["reviewer@agency.example","Gone@Agency.example"]}`, 400, "invalid",
+		"to[1]: gone@agency.example is on the suppression list (it unsubscribed on ", "a test send never mails a suppressed address", "nothing was sent")
+	require.NotContains(t, r.errMessage(), "\n")
+	s.refused("proposer", "POST", path, "application/json", `{"to":["approver@example.com"]}`, 400, "invalid",
+		"to[0]: approver@example.com is on the suppression list (it was put on the list by admin@example.com on ")
+	require.Empty(t, s.outboxFiles(), "no test message went anywhere")
+	require.Zero(t, events())
+	require.Zero(t, s.count("test_send_message"))
+
+	ok := s.json("proposer", "POST", path, map[string]any{"to": []string{"reviewer@agency.example"}})
+	require.Equal(t, http.StatusOK, ok.status, ok.raw)
+	require.Len(t, s.outboxFiles(), 1)
+
+	// Suppressed while the test send is under way: the unsubscribe holds
+	// the address's lock, not yet committed, when the test send checks the
+	// list (and finds nothing) and goes to record its message, which waits
+	// for the lock; the unsubscribe commits; the message is refused.
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, _, err = suppression.Add(ctx, tx, suppression.AddParams{Address: "late@agency.example", Reason: suppression.Unsubscribed,
+		Source: suppression.FromActor, Actor: "ops@example.com"})
+	require.NoError(t, err)
+	answer := make(chan reply, 1)
+	go func() {
+		answer <- s.json("proposer", "POST", path, map[string]any{"to": []string{"late@agency.example"}})
+	}()
+	await.Until(t, time.Minute, "the test send waiting for the address's lock", func() bool {
+		var waiting bool
+		require.NoError(t, s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+			WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted)`).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, tx.Commit(ctx))
+	var late reply
+	select {
+	case late = <-answer:
+	case <-time.After(time.Minute):
+		require.Fail(t, "the test send did not answer within a minute of the unsubscribe's commit")
+	}
+	require.Equal(t, http.StatusBadRequest, late.status, late.raw)
+	require.Contains(t, late.errMessage(), "late@agency.example is on the suppression list (it unsubscribed on ")
+	require.Len(t, s.outboxFiles(), 1, "the address suppressed meanwhile got nothing")
+	require.Equal(t, 1, events())
+	require.Equal(t, 1, s.count("test_send_message"))
 }

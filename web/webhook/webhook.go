@@ -58,8 +58,10 @@ type Config struct {
 
 // Handler serves POST /webhooks/{kind}.
 type Handler struct {
-	cfg     Config
-	clients *keyedrate.Limiter[string]
+	cfg Config
+	// clients limits each client address, an IPv6 client by its /64
+	// (keyedrate.ClientKey).
+	clients *keyedrate.Clients
 }
 
 // New returns the handler, defaults applied.
@@ -79,7 +81,7 @@ func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{cfg: cfg, clients: keyedrate.New[string](cfg.RatePerClient, cfg.Burst, 0)}
+	return &Handler{cfg: cfg, clients: keyedrate.NewClients(cfg.RatePerClient, cfg.Burst, 0)}
 }
 
 // Register mounts the route on e (no session, no CSRF: the providers

@@ -574,6 +574,24 @@ func TestRateLimit(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, rec.Code, "another client is not limited")
 }
 
+// TestRateLimitCountsAnIPv6NetworkAsOneClient: the addresses of one IPv6
+// /64 are one client (keyedrate.ClientKey, as the sign-in throttle counts
+// them): a burst spent from three of them leaves none for a fourth;
+// another /64 is served.
+func TestRateLimitCountsAnIPv6NetworkAsOneClient(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{rate: 0.001, burst: 3})
+	for i, from := range []string{"[2001:db8:1:2::1]:1", "[2001:db8:1:2::2]:1", "[2001:db8:1:2:ffff::9]:1"} {
+		rec := b.postFrom(from, "generic", []byte(`{}`), nil)
+		require.Equal(t, http.StatusUnauthorized, rec.Code, "request %d", i)
+	}
+	rec := b.postFrom("[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:2", "generic", []byte(`{}`), nil)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code, "a fourth address of the same /64")
+	require.Equal(t, "rate_limited", errorCode(t, rec))
+	rec = b.postFrom("[2001:db8:1:3::1]:1", "generic", []byte(`{}`), nil)
+	require.Equal(t, http.StatusUnauthorized, rec.Code, "another /64 is another client")
+}
+
 // TestSecretsNeverShown: an endpoint's String and every configuration
 // error leave its secret out.
 func TestSecretsNeverShown(t *testing.T) {
