@@ -166,6 +166,8 @@ var appWrites = map[string]appWrite{
 				`UPDATE draft SET list_id = NULL WHERE campaign_id = `+pendingCampaign),
 		},
 	},
+	// closed by migration 0037 (issue 40 item 7): a plan-less attempt
+	// on a tool call's key before its tool_call row.
 	"effect": {
 		Insert: "an attempt: a worker's claim of a plan's target while its campaign runs that plan, or a tool call's attempt (ledger.Store.ClaimMany)",
 		Update: []string{"state", "receipt", "reason", "resolved_by", "resolution", "revoked_by", "revoke_reason", "failure"},
@@ -187,9 +189,14 @@ var appWrites = map[string]appWrite{
 				`UPDATE effect SET state = 'done', receipt = 'forged' WHERE key = tool_key_of('{"space":"single","x":1}')`),
 		},
 	},
+	// closed by migration 0036 (issue 40 items 1, 5 and 15): a call's
+	// members share one plan and provider, its request is re-derived, its
+	// provider checked.
 	"effect_batch": {
 		Insert: "a batch call's exact request, committed with its members' claims (ledger.Store.ClaimCall)",
 	},
+	// closed by migration 0036 (issue 40 item 15): no member added to a
+	// call an earlier transaction committed.
 	"effect_batch_member": {
 		Insert: "the attempts a batch call carries, in order, each claimed in the call's own transaction",
 		Refused: []refusal{
@@ -197,6 +204,7 @@ var appWrites = map[string]appWrite{
 				`INSERT INTO effect_batch_member (batch_id, position, effect_id) SELECT batch_id, position + 100, `+aDoneEffect+` FROM effect_batch_member LIMIT 1`),
 		},
 	},
+	// closed by migration 0036 (issue 40 item 15).
 	"effect_batch_response": {
 		Insert: "a batch call's raw answer, once for all its attempts (ledger.Store.AnswerCall)",
 	},
@@ -209,6 +217,8 @@ var appWrites = map[string]appWrite{
 				`INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason) SELECT key, 1, 'human', 'user:mallory', 'again' FROM effect_archive LIMIT 1`),
 		},
 	},
+	// closed by migration 0036 (issue 40 item 15): no member settled on
+	// a zero-byte answer of its own.
 	"effect_response": {
 		Insert: "an attempt's raw answer, before it is settled from it (ledger.Store.RecordResponses)",
 		Refused: []refusal{
