@@ -241,12 +241,18 @@ func newCatalogWorld(t *testing.T) *catalogWorld {
 		Outcome: toolcall.Done, Receipt: "T-1"})
 	require.NoError(t, err)
 	inFlight, err := calls.Begin(ctx, agent, toolcall.BeginParams{Identity: ledger.KeyInput{Event: "order-2", Tool: "slack.post",
-		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{"text":"hi"}`)})
+		Target: ledger.Target{Kind: ledger.TargetEmail, Value: "bob@example.com"}}, Args: []byte(`{"text":"hi"}`),
+		Lease: 30 * time.Minute}) // live through the attacks, however slow the machine
 	require.NoError(t, err)
 	require.Equal(t, toolcall.Perform, inFlight.Outcome)
 
 	// Notifications delivered (submitted, approved, completed), then the
 	// workers stop; the executor's heartbeat leaves the process's row.
+	await.Until(t, time.Minute, "the webhook campaign's attention to be recorded", func() bool {
+		var n int
+		require.NoError(t, w.admin.QueryRow(ctx, `SELECT count(*) FROM notification_attention`).Scan(&n))
+		return n > 0
+	})
 	await.Until(t, time.Minute, "every notification to be delivered", func() bool {
 		var open int
 		require.NoError(t, w.admin.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&open))
