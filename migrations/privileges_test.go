@@ -273,7 +273,7 @@ func TestAppRolePrivileges(t *testing.T) {
 		// Notifications and each try to deliver them: write-once. A
 		// user's choice of events is a setting they change.
 		"notification": append_, "notification_attempt": append_, "notification_attention": append_,
-		"notification_preference": edit,
+		"notification_preference": append_,
 		// Single effects (migration 0021): write-once, but a tool's policy
 		// (some columns only, below: the first-use default) and an
 		// attempt's lease (UPDATE of some columns, below).
@@ -288,9 +288,10 @@ func TestAppRolePrivileges(t *testing.T) {
 		// A list is inserted (some columns only, below) and deleted whole;
 		// its targets are inserted (some columns only) and never deleted.
 		"target_list": "DELETE, SELECT", "target": read,
-		// Editable (campaign and draft: some columns only, below).
-		"app_user": edit, "campaign": append_, "draft": append_, "api_token": edit, "api_idempotency": append_,
-		"session": queue, "worker_process": queue, "login_attempt": clearable,
+		// Editable, some columns only (below); a campaign is inserted
+		// with some columns only.
+		"app_user": append_, "campaign": read, "draft": append_, "api_token": append_, "api_idempotency": append_,
+		"session": clearable, "worker_process": clearable, "login_attempt": clearable,
 		"onceplan_migration": read,
 		// River's queue.
 		"river_job": queue, "river_leader": queue, "river_queue": queue,
@@ -327,6 +328,16 @@ func TestAppRolePrivileges(t *testing.T) {
 	// Of a campaign, its state, version and plan; of a draft, its content,
 	// list and last editor — never who proposed it.
 	require.Equal(t, []string{"plan_id", "state", "version"}, columns("campaign", "UPDATE"))
+	require.Equal(t, []string{"created_by", "created_by_agent", "id", "list_unsubscribe", "name", "provider", "required_approvals", "scheduled_at",
+		"start_on_approval", "tool"}, columns("campaign", "INSERT"), "a campaign starts a draft at version 1 with no plan")
+	// Of a user, their roles, password and whether they are disabled; of
+	// a token, its last use and revocation; of a session, its last use; of
+	// a preference, whether it is on; of a worker, its heartbeat.
+	require.Equal(t, []string{"disabled_at", "password_hash", "roles"}, columns("app_user", "UPDATE"))
+	require.Equal(t, []string{"last_used_at", "revoked_at"}, columns("api_token", "UPDATE"))
+	require.Equal(t, []string{"last_seen_at"}, columns("session", "UPDATE"))
+	require.Equal(t, []string{"enabled", "updated_at"}, columns("notification_preference", "UPDATE"))
+	require.Equal(t, []string{"providers", "seen_at"}, columns("worker_process", "UPDATE"))
 	require.Equal(t, []string{"from_addr", "html_body", "last_edited_by", "list_id", "subject", "text_body", "updated_at"}, columns("draft", "UPDATE"))
 	// A list's rows and its own row take their transaction's id: the
 	// application cannot name another's (migration 0014).

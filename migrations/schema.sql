@@ -48,6 +48,22 @@ CREATE TYPE public.river_job_state AS ENUM (
 
 
 --
+-- Name: api_token_revoked_final(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.api_token_revoked_final() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.revoked_at IS NOT NULL AND NEW.revoked_at IS DISTINCT FROM OLD.revoked_at THEN
+        RAISE EXCEPTION 'API token %: it was revoked at %, and a revoked token stays revoked', OLD.id, OLD.revoked_at
+            USING ERRCODE = 'OP001';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
 -- Name: approval_not_self(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -4357,6 +4373,13 @@ CREATE TRIGGER admin_event_write_once BEFORE DELETE OR UPDATE ON public.admin_ev
 
 
 --
+-- Name: api_token api_token_revoked_final; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER api_token_revoked_final BEFORE UPDATE OF revoked_at ON public.api_token FOR EACH ROW EXECUTE FUNCTION public.api_token_revoked_final();
+
+
+--
 -- Name: approval approval_no_truncate; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -5989,7 +6012,21 @@ GRANT SELECT,INSERT ON TABLE public.api_idempotency TO onceplan_app;
 -- Name: TABLE api_token; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.api_token TO onceplan_app;
+GRANT SELECT,INSERT ON TABLE public.api_token TO onceplan_app;
+
+
+--
+-- Name: COLUMN api_token.last_used_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(last_used_at) ON TABLE public.api_token TO onceplan_app;
+
+
+--
+-- Name: COLUMN api_token.revoked_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(revoked_at) ON TABLE public.api_token TO onceplan_app;
 
 
 --
@@ -6003,7 +6040,28 @@ GRANT USAGE ON SEQUENCE public.api_token_id_seq TO onceplan_app;
 -- Name: TABLE app_user; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.app_user TO onceplan_app;
+GRANT SELECT,INSERT ON TABLE public.app_user TO onceplan_app;
+
+
+--
+-- Name: COLUMN app_user.roles; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(roles) ON TABLE public.app_user TO onceplan_app;
+
+
+--
+-- Name: COLUMN app_user.password_hash; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(password_hash) ON TABLE public.app_user TO onceplan_app;
+
+
+--
+-- Name: COLUMN app_user.disabled_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(disabled_at) ON TABLE public.app_user TO onceplan_app;
 
 
 --
@@ -6038,7 +6096,56 @@ GRANT SELECT ON TABLE public.bump_policy TO onceplan_app;
 -- Name: TABLE campaign; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT ON TABLE public.campaign TO onceplan_app;
+GRANT SELECT ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.id; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(id) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.name; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(name) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.provider; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(provider) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.tool; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(tool) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.scheduled_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(scheduled_at) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.start_on_approval; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(start_on_approval) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.required_approvals; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(required_approvals) ON TABLE public.campaign TO onceplan_app;
 
 
 --
@@ -6060,6 +6167,27 @@ GRANT UPDATE(version) ON TABLE public.campaign TO onceplan_app;
 --
 
 GRANT UPDATE(plan_id) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.created_by; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(created_by) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.created_by_agent; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(created_by_agent) ON TABLE public.campaign TO onceplan_app;
+
+
+--
+-- Name: COLUMN campaign.list_unsubscribe; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT INSERT(list_unsubscribe) ON TABLE public.campaign TO onceplan_app;
 
 
 --
@@ -6437,7 +6565,21 @@ GRANT USAGE ON SEQUENCE public.notification_id_seq TO onceplan_app;
 -- Name: TABLE notification_preference; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.notification_preference TO onceplan_app;
+GRANT SELECT,INSERT ON TABLE public.notification_preference TO onceplan_app;
+
+
+--
+-- Name: COLUMN notification_preference.enabled; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(enabled) ON TABLE public.notification_preference TO onceplan_app;
+
+
+--
+-- Name: COLUMN notification_preference.updated_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(updated_at) ON TABLE public.notification_preference TO onceplan_app;
 
 
 --
@@ -6591,7 +6733,14 @@ GRANT USAGE ON SEQUENCE public.run_id_seq TO onceplan_app;
 -- Name: TABLE session; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.session TO onceplan_app;
+GRANT SELECT,INSERT,DELETE ON TABLE public.session TO onceplan_app;
+
+
+--
+-- Name: COLUMN session.last_seen_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(last_seen_at) ON TABLE public.session TO onceplan_app;
 
 
 --
@@ -6815,7 +6964,21 @@ GRANT SELECT,INSERT ON TABLE public.unsubscribe_secret TO onceplan_app;
 -- Name: TABLE worker_process; Type: ACL; Schema: public; Owner: -
 --
 
-GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.worker_process TO onceplan_app;
+GRANT SELECT,INSERT,DELETE ON TABLE public.worker_process TO onceplan_app;
+
+
+--
+-- Name: COLUMN worker_process.seen_at; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(seen_at) ON TABLE public.worker_process TO onceplan_app;
+
+
+--
+-- Name: COLUMN worker_process.providers; Type: ACL; Schema: public; Owner: -
+--
+
+GRANT UPDATE(providers) ON TABLE public.worker_process TO onceplan_app;
 
 
 --
