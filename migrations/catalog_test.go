@@ -166,8 +166,6 @@ var appWrites = map[string]appWrite{
 				`UPDATE draft SET list_id = NULL WHERE campaign_id = `+pendingCampaign),
 		},
 	},
-	// closed by migration 0037 (issue 40 item 7): a plan-less attempt
-	// on a tool call's key before its tool_call row.
 	"effect": {
 		Insert: "an attempt: a worker's claim of a plan's target while its campaign runs that plan, or a tool call's attempt (ledger.Store.ClaimMany)",
 		Update: []string{"state", "receipt", "reason", "resolved_by", "resolution", "revoked_by", "revoke_reason", "failure"},
@@ -185,26 +183,33 @@ var appWrites = map[string]appWrite{
 			refuse("an unknown settled without a named resolver", evidence,
 				`UPDATE effect SET state = 'done', receipt = 'forged' WHERE id = `+anUnknownEffect),
 			refuse("a pending attempt settled done with no raw answer recorded", evidence,
-				`INSERT INTO effect (key, owner) SELECT tool_key_of('{"space":"single","x":1}'), 'mallory'`,
-				`UPDATE effect SET state = 'done', receipt = 'forged' WHERE key = tool_key_of('{"space":"single","x":1}')`),
+				`UPDATE effect SET state = 'done', receipt = 'forged' WHERE id = `+aPendingEffect),
+			refuse("an attempt outside any plan on a key no tool call holds (a campaign target's)", frozen,
+				`INSERT INTO effect (key, owner) SELECT key, 'mallory' FROM target WHERE target = 'jay@example.com'`),
+			refuse("an attempt outside any plan on a tool call's key before its call", frozen,
+				`INSERT INTO effect (key, owner) SELECT tool_key_of('{"space":"single","x":1}'), 'mallory'`),
 		},
 	},
-	// closed by migration 0036 (issue 40 items 1, 5 and 15): a call's
-	// members share one plan and provider, its request is re-derived, its
-	// provider checked.
 	"effect_batch": {
-		Insert: "a batch call's exact request, committed with its members' claims (ledger.Store.ClaimCall)",
+		Insert: "a batch call's exact request, for one plan through its provider, committed with its members' claims (ledger.Store.ClaimCall)",
+		Refused: []refusal{
+			refuse("a call that names no plan", evidence,
+				`INSERT INTO effect_batch (provider, call_key, request, size) VALUES ('mail', '', 'x', 1)`),
+			refuse("a call through another provider than its plan's", evidence,
+				`INSERT INTO effect_batch (provider, plan_id, call_key, request, size) SELECT 'outbox', plan_id, '', 'x', 1 FROM effect_batch LIMIT 1`),
+			refuse("a call committed without its attempts", evidence,
+				`INSERT INTO effect_batch (provider, plan_id, call_key, request, size) SELECT provider, plan_id, '', 'x', 1 FROM effect_batch LIMIT 1`),
+		},
 	},
-	// closed by migration 0036 (issue 40 item 15): no member added to a
-	// call an earlier transaction committed.
 	"effect_batch_member": {
 		Insert: "the attempts a batch call carries, in order, each claimed in the call's own transaction",
 		Refused: []refusal{
+			refuse("an attempt added to a call an earlier transaction committed", privilege,
+				`INSERT INTO effect_batch_member (batch_id, position, effect_id, batch_xact) SELECT batch_id, position + 100, `+aDoneEffect+`, batch_xact FROM effect_batch_member LIMIT 1`),
 			refuse("an attempt claimed by an earlier transaction added to a call", evidence,
 				`INSERT INTO effect_batch_member (batch_id, position, effect_id) SELECT batch_id, position + 100, `+aDoneEffect+` FROM effect_batch_member LIMIT 1`),
 		},
 	},
-	// closed by migration 0036 (issue 40 item 15).
 	"effect_batch_response": {
 		Insert: "a batch call's raw answer, once for all its attempts (ledger.Store.AnswerCall)",
 	},
@@ -217,13 +222,13 @@ var appWrites = map[string]appWrite{
 				`INSERT INTO effect_bump (key, epoch, actor_kind, actor, reason) SELECT key, 1, 'human', 'user:mallory', 'again' FROM effect_archive LIMIT 1`),
 		},
 	},
-	// closed by migration 0036 (issue 40 item 15): no member settled on
-	// a zero-byte answer of its own.
 	"effect_response": {
 		Insert: "an attempt's raw answer, before it is settled from it (ledger.Store.RecordResponses)",
 		Refused: []refusal{
 			refuse("a person's evidence with no resolution of a tool call in its transaction", writeOnce,
 				`INSERT INTO effect_response (effect_id, kind, body) SELECT `+aDoneEffect+`, 'person', 'forged'`),
+			refuse("a call's attempt answered on its own, with no bytes", evidence,
+				`INSERT INTO effect_response (effect_id, kind, body) SELECT effect_id, 'resend', '' FROM effect_batch_member LIMIT 1`),
 			refuse("a batch answer recorded with bytes of its own", evidence,
 				`INSERT INTO effect_response (effect_id, kind, body, batch_response_id)
 				 SELECT m.effect_id, r.kind, 'forged', r.id FROM effect_batch_response r JOIN effect_batch_member m ON m.batch_id = r.batch_id LIMIT 1`),
@@ -272,19 +277,6 @@ var appWrites = map[string]appWrite{
 				`INSERT INTO plan (campaign_id, version, provider, tool, from_addr, subject, text_body, html_body, list_id, target_count, plan_hash, proposed_by, list_unsubscribe)
 				 SELECT s.campaign_id, s.version, 'outbox', 'email.send', s.from_addr, s.subject, s.text_body, s.html_body, s.list_id, s.target_count, s.plan_hash, s.proposed_by, true
 				 FROM submission s WHERE s.campaign_id = `+pendingCampaign),
-		},
-	},
-	// closed by migration 0038 (issue 40 item 6): the turn moves only
-	// through provider_pace_take, within its bounds.
-	"provider_pace": {
-		Insert: "a provider's first turn, through provider_pace_take",
-		Update: []string{"last_at"},
-		Guarded: map[string]string{
-			"name": "provider_pace_forward",
-		},
-		Refused: []refusal{
-			refuse("a turn moved back", checked, `UPDATE provider_pace SET last_at = last_at - interval '1 hour'`),
-			refuse("a turn handed to another provider", checked, `UPDATE provider_pace SET name = name || '-other'`),
 		},
 	},
 	"river_job": {
@@ -386,8 +378,13 @@ var appWrites = map[string]appWrite{
 				`UPDATE tool_attempt SET lease_until = now() + interval '1 minute' FROM effect e WHERE e.id = tool_attempt.effect_id AND e.state = 'done'`),
 		},
 	},
-	// closed by migration 0037 (issue 40 items 2 and 7): a call's key
-	// includes its principal.
+	"test_send_message": {
+		Insert: "one row per test message, committed before it is sent (approval.TestSender.Send)",
+		Refused: []refusal{
+			refuse("a test message to a suppressed address", gate,
+				`INSERT INTO test_send_message (key, campaign_id, address, actor_id) SELECT tool_key_of('{"test":2}'), campaign_id, 'cy@example.com', actor_id FROM test_send_message LIMIT 1`),
+		},
+	},
 	"tool_call": {
 		Owner:  "internal/toolcall",
 		Insert: "a tool call's intent: its identity, args and who began it",
@@ -396,6 +393,10 @@ var appWrites = map[string]appWrite{
 				`INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user)
 				 SELECT tool_key_of('{"tool":"x","event":"e","space":"single"}'), '{"tool":"x","event":"e","space":"single"}', 'x', 'e', '{}', 'agent:pat@example.com',
 				        (SELECT id FROM app_user WHERE email = 'amy@example.com')`),
+			refuse("a call filed under one user whose identity names another (its key another user's)", []string{"OP007", "23514"},
+				`INSERT INTO tool_call (key, identity, tool, event, args, created_by, created_by_user)
+				 SELECT tool_key_of(i), i, 'x', 'e', '{}', 'agent:pat@example.com', (SELECT id FROM app_user WHERE email = 'pat@example.com')
+				 FROM (SELECT '{"event":"e","principal":' || (SELECT id FROM app_user WHERE email = 'amy@example.com') || ',"space":"single","tool":"x"}' AS i) s`),
 		},
 	},
 	"tool_call_event": {
@@ -445,13 +446,20 @@ type appFunction struct {
 // appFunctions is every SECURITY DEFINER function onceplan_app may
 // execute.
 var appFunctions = map[string]appFunction{
-	// closed by migration 0038 (issue 40 items 8 and 9): finished is
-	// decided from the ledger.
 	"archive_campaign": {
 		Writes: "moves a completed or cancelled campaign's attempts, answers, calls and bumps into the archive (onceplan archive, the UI)",
 		Refused: []refusal{
 			refuse("a campaign pending approval archived", illegal, `SELECT archive_campaign(`+pendingCampaign+`, 'user:mallory')`),
 			refuse("a campaign archived twice", illegal, `SELECT archive_campaign(`+archivedCampaign+`, 'user:mallory')`),
+		},
+	},
+	"provider_pace_take": {
+		Writes: "a provider's next turn (provider_pace): at most provider_pace_horizon() ahead; a latest turn beyond it, which no take gives, is replaced",
+		Refused: []refusal{
+			refuse("a turn interval past the horizon (the schedule pushed hours ahead)", []string{"22023"},
+				`SELECT provider_pace_take('mail', 7200000000, 0)`),
+			refuse("a wait past the horizon", []string{"22023"},
+				`SELECT provider_pace_take('mail', 1000, 7200000000)`),
 		},
 	},
 	"onceplan_close_gate": {

@@ -48,7 +48,7 @@ type catalogWorld struct {
 // campaign through maildir run to the end by the workers (one of its
 // addresses suppressed: a suppressed outcome), one through a Resend
 // stand-in in batch calls paced through the database, one archived, one
-// left a draft and one pending approval; a bump and a revoke; a
+// left a draft (with a test send) and one pending approval; a bump and a revoke; a
 // suppression taken off by an admin; tool calls (one approved by a person
 // and settled, one in flight); a bounce through a signed webhook;
 // notifications delivered to a webhook notifier; a worker's heartbeat.
@@ -203,6 +203,11 @@ func newCatalogWorld(t *testing.T) *catalogWorld {
 	_, err = svc.Submit(ctx, w.proposer, w.pending)
 	require.NoError(t, err)
 	w.draft = create("draft", "outbox", []string{"jay@example.com", "kim@example.com"}, "")
+	// A test send of the draft to its proposer, as the draft page makes it.
+	tests, err := approval.NewTestSender(approval.TestSendConfig{DB: w.app, Providers: reg})
+	require.NoError(t, err)
+	_, err = tests.Send(ctx, w.proposer, approval.TestSendParams{CampaignID: w.draft, To: []string{w.proposer.Email}})
+	require.NoError(t, err)
 
 	_, err = ledger.NewStore(w.app).ArchiveCampaign(ctx, w.archived, "user:"+w.admins.Email)
 	require.NoError(t, err)
