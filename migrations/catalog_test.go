@@ -74,7 +74,6 @@ var (
 	authorship  = []string{"OP006"}
 	frozen      = []string{"OP007"}
 	gate        = []string{"OP008"}
-	checked     = []string{"23514"}
 	foreignKey  = []string{"23503"}
 	gateOrStale = []string{"OP007", "OP008"}
 )
