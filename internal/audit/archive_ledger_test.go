@@ -167,10 +167,12 @@ func TestArchiveOfACancelledCampaignKeepsWhatWasNotSent(t *testing.T) {
 	require.Contains(t, fmt.Sprint(after.Reasons), "1 target has no effect of its own", "and says so")
 }
 
-// TestArchiveTakesAttemptsOutsideAnyPlan: the server's role writes
-// attempts outside any plan on a finished campaign's keys (one settled
-// done on a key the campaign never tried, one left pending on a key it
-// failed), which used to keep the campaign from being archived for ever.
+// TestArchiveTakesAttemptsOutsideAnyPlan: attempts outside any plan on a
+// finished campaign's keys (one settled done on a key the campaign never
+// tried, one left pending on a key it failed) used to keep the campaign
+// from being archived for ever. The server's role can no longer write
+// one (an attempt outside any plan is a tool call's, after its intent);
+// a database from before holds them, written here as the schema's owner.
 // They go to the archive with the campaign: nothing of its keys stays in
 // the hot table, the audit — which counts such attempts as outside the
 // plan — answers as before, and the ledger's reads by key find them.
@@ -178,13 +180,18 @@ func TestArchiveTakesAttemptsOutsideAnyPlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	urls := pgtest.Database(t)
-	admin, app := pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.App)
+	admin, owner, app := pgtest.NewPool(t, urls.Admin), pgtest.NewPool(t, urls.Owner), pgtest.NewPool(t, urls.App)
 	s, err := audittest.Seed(ctx, admin, 1000)
 	require.NoError(t, err)
 	require.NoError(t, audittest.Finish(ctx, admin, s))
 	untried, rejected := targetKey(t, ctx, admin, s.PlanID, 7), targetKey(t, ctx, admin, s.PlanID, 5)
-	require.Nil(t, attackAt(t, ctx, app, pgx.ReadCommitted, fmt.Sprintf(`INSERT INTO effect (key, owner) VALUES ('%s', 'mallory')`, rejected)))
-	require.Nil(t, attackAt(t, ctx, app, pgx.ReadCommitted,
+	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+		refused := attackAt(t, ctx, app, iso, fmt.Sprintf(`INSERT INTO effect (key, owner) VALUES ('%s', 'mallory')`, rejected))
+		require.NotNil(t, refused, "the server's role writes no attempt outside any plan on a campaign's key, at %s", iso)
+		require.Equal(t, "OP007", refused.Code, refused.Message)
+	}
+	require.Nil(t, attackAt(t, ctx, owner, pgx.ReadCommitted, fmt.Sprintf(`INSERT INTO effect (key, owner) VALUES ('%s', 'mallory')`, rejected)))
+	require.Nil(t, attackAt(t, ctx, owner, pgx.ReadCommitted,
 		fmt.Sprintf(`INSERT INTO effect (key, owner) VALUES ('%s', 'mallory')`, untried),
 		fmt.Sprintf(`INSERT INTO effect_response (effect_id, kind, body) SELECT id, 'send', 'ok' FROM effect WHERE key = '%s'`, untried),
 		fmt.Sprintf(`UPDATE effect SET state = 'done', receipt = 'forged' WHERE key = '%s'`, untried)))
