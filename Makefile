@@ -53,11 +53,22 @@ test-race: postgres ## the test suite under the race detector (slower)
 	$(GO) run ./internal/tools/withpg -- $(GO) test -race $(GOTEST_FLAGS) ./...
 
 .PHONY: lint
-lint: templ-check ## gofmt, go vet and staticcheck must be clean, generated templ code current
+lint: templ-check openapi-lint ## gofmt, go vet and staticcheck must be clean, generated templ code current, the OpenAPI document lint-free
 	@out=$$(gofmt -l .); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+
+# The OpenAPI linter is Redocly CLI, pinned by web/api/lint/package-lock.json
+# and installed there (npm ci) on first use and whenever the lock changes.
+OPENAPI_LINT := web/api/lint
+$(OPENAPI_LINT)/node_modules/.package-lock.json: $(OPENAPI_LINT)/package-lock.json | node
+	cd $(OPENAPI_LINT) && npm ci --no-audit --no-fund
+	@touch $@
+
+.PHONY: openapi-lint
+openapi-lint: node $(OPENAPI_LINT)/node_modules/.package-lock.json ## web/api/openapi.yaml against Redocly CLI's recommended rules, warnings as errors (web/api/lint/redocly.yaml)
+	REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(OPENAPI_LINT)/node_modules/.bin/redocly lint --config $(OPENAPI_LINT)/redocly.yaml
 
 .PHONY: generate
 generate: ## regenerate the templ views (web/view/*_templ.go) with the templ pinned in go.mod
