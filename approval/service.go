@@ -43,6 +43,11 @@ type Enqueuer interface {
 	// says they serve provider, judged alive as the workers judge each
 	// other (their owner timeout).
 	ProviderWorkers(ctx context.Context, db onceplan.DB, provider string) (int, error)
+	// NextTries says when each of the given targets of p is tried next:
+	// the earliest time a live job carrying it is due (now, or past, for
+	// one running or waiting for a worker). A target no live job carries
+	// is not in the answer: nothing will try it by itself.
+	NextTries(ctx context.Context, db onceplan.DB, p plan.Plan, ordinals []int) (map[int]time.Time, error)
 }
 
 // Announcer puts the announcement of a recorded trail entry on the queue
@@ -893,6 +898,20 @@ func (s *Service) remaining(ctx context.Context, c Campaign, queue bool) (Remain
 		return Remainder{}, err
 	}
 	return s.enqueuer.CountRemaining(ctx, s.pool, p, queue)
+}
+
+// NextTries says when each of the given targets of campaign c's plan is
+// tried next by a live job (Enqueuer.NextTries); a target missing from
+// the answer has no live job. A campaign without a plan has none.
+func (s *Service) NextTries(ctx context.Context, c Campaign, ordinals []int) (map[int]time.Time, error) {
+	if c.PlanID == 0 || len(ordinals) == 0 {
+		return map[int]time.Time{}, nil
+	}
+	p, err := plan.GetPlan(ctx, s.pool, c.PlanID)
+	if err != nil {
+		return nil, err
+	}
+	return s.enqueuer.NextTries(ctx, s.pool, p, ordinals)
 }
 
 // LeftOutAtImport is how many rows the imports that made the current

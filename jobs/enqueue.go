@@ -291,6 +291,39 @@ func (e *Enqueuer) FailedForGood(ctx context.Context, db onceplan.DB, c approval
 	return n, err
 }
 
+// nextTriesSQL is, for each of @ordinals, the earliest time a live job of
+// plan @plan carrying it is due (River's scheduled_at: a retry's time, a
+// snooze's end; past for one waiting for a worker or running).
+var nextTriesSQL = `
+	SELECT o.ordinal, min(j.scheduled_at)
+	FROM unnest(@ordinals::int[]) o(ordinal)
+	JOIN river_job j ON j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + jobCovers("o.ordinal") + `
+	  AND ` + liveJob + `
+	GROUP BY o.ordinal`
+
+// NextTries says when each of ordinals of p is tried next by a live job
+// (nextTriesSQL); a target no live job carries is left out: nothing will
+// try it by itself until a resume. A running job of a process silent for
+// longer than OwnerTimeout does not count (maintenance requeues its
+// targets).
+func (e *Enqueuer) NextTries(ctx context.Context, db onceplan.DB, p plan.Plan, ordinals []int) (map[int]time.Time, error) {
+	out := make(map[int]time.Time, len(ordinals))
+	if len(ordinals) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, nextTriesSQL, pgx.NamedArgs{"plan": p.ID, "ordinals": ordinals, "owner_timeout": e.OwnerTimeout.String()})
+	if err != nil {
+		return nil, err
+	}
+	var o int
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&o, &at}, func() error {
+		out[o] = at
+		return nil
+	})
+	return out, err
+}
+
 // ProviderWorkers counts the live worker processes serving provider, alive
 // within this enqueuer's OwnerTimeout (the workers').
 func (e *Enqueuer) ProviderWorkers(ctx context.Context, db onceplan.DB, provider string) (int, error) {

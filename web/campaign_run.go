@@ -93,6 +93,10 @@ func (s *Server) runView(c echo.Context, camp approval.Campaign, buttons bool) (
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
 		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: auth.Authorize(a, auth.ActionResolve) == nil,
 	}, ResumeCount: rem.Queue, StalledNote: stalledNote(camp, rem)}
+	if p.Why, err = s.runWhy(ctx, camp, pl, counts); err != nil { // campaign_run_why.go
+		return view.RunView{}, err
+	}
+	p.Campaign.Outcome = p.Why.Outcome
 	if buttons {
 		// The buttons are the campaign lifecycle's answer (approval.Allowed),
 		// the one the actions themselves check; resume only when it would

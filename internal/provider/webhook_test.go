@@ -804,7 +804,7 @@ func TestClassifyWebhook(t *testing.T) {
 			provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "the webhook answered HTTP 400 Bad Request: " + strings.Repeat("é", 100)}},
 		// Transport errors.
 		{`transport-error wrote-request=false error="dial tcp 127.0.0.1:1: connect: connection refused"`,
-			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the request could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
+			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "the request could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
 		{`transport-error wrote-request=true error="read tcp: connection reset by peer"`,
 			provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection failed after the request was sent: read tcp: connection reset by peer"}},
 		{`transport-error error=EOF`,

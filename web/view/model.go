@@ -7,6 +7,7 @@ package view
 import (
 	"time"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 )
 
@@ -67,7 +68,14 @@ type Campaign struct {
 	Starts string
 	// ArchivedAt is when `onceplan archive` archived it (zero until then).
 	ArchivedAt time.Time
+	// Outcome is how it ended for its targets, once it ended
+	// (approval.OutcomeOf, from the counts the page shows); nil before, or
+	// on a page that does not read the counts.
+	Outcome *Outcome
 }
+
+// Outcome is how a campaign that ended ended for its targets.
+type Outcome = approval.Outcome
 
 // CampaignRow is one line of the campaigns list.
 type CampaignRow struct {
