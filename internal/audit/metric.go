@@ -65,7 +65,7 @@ type Metric struct {
 	Exhausted int `json:"exhausted"`
 	Unreached int `json:"unreached"`
 	Stranded  int `json:"stranded"`
-	Revoked  int `json:"revoked"`
+	Revoked   int `json:"revoked"`
 	// Suppressed: targets not sent because their address was suppressed
 	// (unsubscribed, bounced hard, complained, or an admin's entry) when
 	// their effect was about to be claimed. Consent overrides the plan:

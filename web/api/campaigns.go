@@ -27,25 +27,25 @@ import (
 
 // campaignView is GET /campaigns/{id}'s answer, and every state action's.
 type campaignView struct {
-	ID                string             `json:"id"`
-	Name              string             `json:"name"`
-	State             approval.State     `json:"state"`
-	Provider          string             `json:"provider"`
-	PlanHash          string             `json:"plan_hash"`
-	PlanVersion       int                `json:"plan_version"`
-	RequiredApprovals int                `json:"required_approvals"`
-	Approvals         int                `json:"approvals"`
-	ScheduledAt       *time.Time         `json:"scheduled_at,omitempty"`
-	Payload           plan.Payload       `json:"payload"`
-	Counts            approval.Counts    `json:"counts"`
+	ID                string          `json:"id"`
+	Name              string          `json:"name"`
+	State             approval.State  `json:"state"`
+	Provider          string          `json:"provider"`
+	PlanHash          string          `json:"plan_hash"`
+	PlanVersion       int             `json:"plan_version"`
+	RequiredApprovals int             `json:"required_approvals"`
+	Approvals         int             `json:"approvals"`
+	ScheduledAt       *time.Time      `json:"scheduled_at,omitempty"`
+	Payload           plan.Payload    `json:"payload"`
+	Counts            approval.Counts `json:"counts"`
 	// Outcome says how a campaign that ended ended for its targets
 	// (approval.OutcomeOf): null while it has not.
-	Outcome     *approval.Outcome `json:"outcome"`
-	ApprovalURL string            `json:"approval_url"`
-	CreatedAt         time.Time          `json:"created_at"`
-	UpdatedAt         time.Time          `json:"updated_at"`
-	ArchivedAt        *time.Time         `json:"archived_at,omitempty"`
-	Import            *plan.ImportReport `json:"import,omitempty"`
+	Outcome     *approval.Outcome  `json:"outcome"`
+	ApprovalURL string             `json:"approval_url"`
+	CreatedAt   time.Time          `json:"created_at"`
+	UpdatedAt   time.Time          `json:"updated_at"`
+	ArchivedAt  *time.Time         `json:"archived_at,omitempty"`
+	Import      *plan.ImportReport `json:"import,omitempty"`
 	// ListUnsubscribe: each message carries a one-click unsubscribe link;
 	// false for a transactional campaign.
 	ListUnsubscribe bool `json:"list_unsubscribe"`
