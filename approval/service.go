@@ -65,6 +65,11 @@ type Remainder struct {
 	// Queue: targets with no blocking ledger row and no live job; a
 	// resume queues each once.
 	Queue int
+	// Left: targets with no blocking ledger row, not suppressed, with a
+	// live job or not — what running the campaign sends (a paused
+	// campaign's resume sends these: its jobs wait, and Queue more are
+	// queued). Counted with Queue.
+	Left int
 	// Stalled: targets held by running jobs of a worker process that
 	// stopped heartbeating (SilentFor ago). Maintenance requeues them
 	// once the process is past the owner timeout, RequeueIn from now, at
@@ -967,6 +972,31 @@ func (s *Service) Cancel(ctx context.Context, a auth.Actor, id, reason string) (
 		return Result{}, err
 	}
 	return s.transition(ctx, a, id, auth.ActionCancel, reason)
+}
+
+// Discard ends campaign id, never approved — a draft, or a version
+// waiting for approval — at its proposer's (or an operator's) request:
+// it is cancelled, so nothing of it can be submitted, approved or started
+// again, and the trail keeps it (a cancel whose detail says it was
+// discarded, with the reason). A campaign with an approved plan is not a
+// draft to discard: an operator cancels it (Cancel).
+func (s *Service) Discard(ctx context.Context, a auth.Actor, id, reason string) (Result, error) {
+	var res Result
+	err := s.act(ctx, a, id, auth.ActionDiscard, func(tx pgx.Tx, c *Campaign) error {
+		if c.PlanID != 0 {
+			return fmt.Errorf("%w: campaign %s has an approved version, so it is not a draft to discard: an operator cancels it", onceplan.ErrConflict, c.ID)
+		}
+		h, err := s.result(ctx, tx, *c)
+		if err != nil {
+			return err
+		}
+		if err := s.move(ctx, tx, &a, c, auth.ActionCancel, h.PlanHash, reason, map[string]any{"discarded": true}); err != nil {
+			return err
+		}
+		res, err = s.result(ctx, tx, *c)
+		return err
+	})
+	return res, err
 }
 
 // ActionComplete is recorded when a running campaign has nothing left to run.

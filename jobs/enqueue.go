@@ -206,7 +206,8 @@ func (e *Enqueuer) EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (
 var stalledJobSQL = `j.state = 'running' AND NOT EXISTS (SELECT 1 FROM worker_alive(@silent::interval) w WHERE w.owner = ` + jobOwner + `)`
 
 // CountRemaining counts, without writing, what EnqueueRemaining would
-// enqueue for p now (Queue: the same conditions), and the targets that
+// enqueue for p now (Queue: the same conditions) and what running p sends
+// (Left: with a live job or not), and the targets that
 // running jobs of a stopped worker process still hold (Stalled): no live
 // process will run those jobs, and maintenance requeues their targets by
 // itself once the process has been silent for OwnerTimeout
@@ -225,11 +226,11 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 		"silent": (e.OwnerTimeout / HeartbeatsPerOwnerTimeout * 2).Round(time.Millisecond).String(),
 	}
 	if queue {
-		query := `SELECT count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
+		query := `SELECT count(*), count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
 		if existing {
-			query += ` AND ` + noLiveJob
+			query = `SELECT count(*) FILTER (WHERE ` + noLiveJob + `), count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
 		}
-		if err := db.QueryRow(ctx, query, args).Scan(&r.Queue); err != nil {
+		if err := db.QueryRow(ctx, query, args).Scan(&r.Queue, &r.Left); err != nil {
 			return r, err
 		}
 	}

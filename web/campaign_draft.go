@@ -102,6 +102,7 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 		CanEdit: a.Has(auth.RoleProposer) && camp.State != approval.StateCancelled && camp.ArchivedAt == nil,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}}
+	p.CanDiscard = camp.PlanID == 0 && approval.Allowed(a, camp, auth.ActionDiscard) == nil
 	if o.payload != nil {
 		p.Payload = o.payload.view()
 	}
@@ -354,6 +355,17 @@ func (s *Server) handleImport(c echo.Context) error {
 		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
 	}
 	return err
+}
+
+// handleDiscard discards a campaign never approved (its proposer's, or an
+// operator's, decision: approval.Service.Discard) and shows its draft
+// page, which then offers nothing to do but read it and clone it.
+func (s *Server) handleDiscard(c echo.Context) error {
+	res, err := s.cfg.Approval.Discard(c.Request().Context(), mustActor(c), c.Param("id"), strings.TrimSpace(c.FormValue("reason")))
+	if err != nil {
+		return err
+	}
+	return redirect(c, "/campaigns/"+res.Campaign.ID+"/draft", "discarded")
 }
 
 // handleSubmit asks for approval of the draft the proposer was shown.

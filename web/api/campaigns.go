@@ -550,6 +550,17 @@ func (a *API) cancel(c echo.Context, actor auth.Actor) error {
 	return a.answer(c, http.StatusOK, res, err)
 }
 
+// discard ends a campaign never approved at its proposer's request
+// (approval.Service.Discard).
+func (a *API) discard(c echo.Context, actor auth.Actor) error {
+	why, err := a.reason(c, false)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Discard(c.Request().Context(), actor, c.Param("id"), why)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
 func (a *API) audit(c echo.Context, _ auth.Actor) error {
 	cur, err := a.current(c)
 	if err != nil {
