@@ -258,6 +258,12 @@ func endingLabel(state string) string {
 	return label(state)
 }
 
+// hasError reports whether a form's errors name field.
+func hasError(errs map[string]string, field string) bool {
+	_, ok := errs[field]
+	return ok
+}
+
 // listSep follows item i of n in a sentence: a comma, or the full stop.
 func listSep(i, n int) string {
 	if i == n-1 {

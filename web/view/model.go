@@ -122,6 +122,10 @@ type NewCampaignPage struct {
 	ScheduledAt string
 	// Copy is the campaign whose list the new one imports (a clone).
 	Copy *CopySource
+	// Encoding is the list's encoding as chosen, UploadName the name of
+	// the file that was refused (to ask for it again).
+	Encoding   string
+	UploadName string
 }
 
 // CopySource is the campaign a new one is made from: the list of its
