@@ -490,7 +490,7 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Current: current, Tool: c.Tool, Format: t.Format, Body: t.Body,
 		AddressColumn: t.AddressColumn, Encoding: t.Encoding, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
-		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
+		ActorID: a.UserID, Blank: tpl.BlankFields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {
 		return report, err

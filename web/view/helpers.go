@@ -258,6 +258,12 @@ func endingLabel(state string) string {
 	return label(state)
 }
 
+// The template hint's examples (campaigns.templ's payloadFields).
+const (
+	fallbackExample  = `{{or .first_name "friend"}}`
+	conditionExample = `{{if .city}}in {{.city}}{{end}}`
+)
+
 // hasError reports whether a form's errors name field.
 func hasError(errs map[string]string, field string) bool {
 	_, ok := errs[field]
