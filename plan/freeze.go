@@ -230,10 +230,10 @@ func EmptyVars(ctx context.Context, db onceplan.DB, listID int64, blank BlankFie
 type varCond struct{ each, filter string }
 
 var (
-	varMissing      = varCond{each: `NOT t.vars ? f`, filter: `NOT (t.vars ?& $2::text[])`}
+	varMissing = varCond{each: `NOT t.vars ? f`, filter: `NOT (t.vars ?& $2::text[])`}
 	// varBlank: $5 are the printed variables, $6 the guarded ones
 	// (BlankFields).
-	varBlank = varCond{each: `(f = ANY ($5::text[]) AND t.vars->>f ~ '^[[:space:]]*$' OR f = ANY ($6::text[]) AND t.vars->>f ~ '^[[:space:]]+$')`}
+	varBlank        = varCond{each: `(f = ANY ($5::text[]) AND t.vars->>f ~ '^[[:space:]]*$' OR f = ANY ($6::text[]) AND t.vars->>f ~ '^[[:space:]]+$')`}
 	varHasLineBreak = varCond{each: `t.vars->>f ~ E'[\r\n]'`}
 )
 
