@@ -101,6 +101,9 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 	if err != nil {
 		return nil, err
 	}
+	if msg := ignoredProviders(w.providers, env.Getenv("ONCEPLAN_PROVIDERS")); msg != "" {
+		logger.Warn(msg)
+	}
 	nots, err := app.Notifiers(app.NotifierOptions{Flags: w.notifiers, Env: env.Getenv("ONCEPLAN_NOTIFY"), Providers: reg,
 		PublicURL: cmp.Or(w.opts.PublicURL, suppression.DefaultPublicURL), Getenv: env.Getenv})
 	if err != nil {
@@ -125,6 +128,29 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 		logger.Info("notifier", "name", n.Name(), "kind", n.Kind(), "url", n.String(), "signed", n.Signed())
 	}
 	return ws, nil
+}
+
+// ignoredProviders says, when both --provider and ONCEPLAN_PROVIDERS are
+// given, that the flags win and the environment's providers are not
+// configured: never silently ("" otherwise).
+func ignoredProviders(flags []string, env string) string {
+	if len(flags) == 0 || strings.TrimSpace(env) == "" {
+		return ""
+	}
+	return fmt.Sprintf("ONCEPLAN_PROVIDERS is set but --provider was given: the --provider flags (%d) are the providers, and ONCEPLAN_PROVIDERS (%s) is ignored; give the providers one way",
+		len(flags), redactProviders(env))
+}
+
+// redactProviders names the providers of an ONCEPLAN_PROVIDERS value
+// without their URLs, which may carry secrets.
+func redactProviders(env string) string {
+	var names []string
+	for _, item := range strings.Split(env, ",") {
+		if name, _, ok := strings.Cut(strings.TrimSpace(item), "="); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // stopWorkers stops workers softly (jobs in flight finish), then hard.
