@@ -420,11 +420,18 @@ type TokenRow struct {
 
 // ProviderRow is a configured provider and its queue.
 type ProviderRow struct {
-	Name        string
-	Kind        string
-	URL         string
-	Dedupe      bool
-	Probe       bool
+	Name   string
+	Kind   string
+	URL    string
+	Dedupe bool
+	Probe  bool
+	// Rate, Batch and Window say in words what is in force: the rate
+	// limit and whose budget it is, how many messages go in one call, and
+	// how long the provider honours a repeat's key or can be asked about
+	// a message (part of its exactly-once guarantee).
+	Rate   string
+	Batch  string
+	Window string
 	Queue       string
 	Paused      bool
 	PausedUntil time.Time
