@@ -162,7 +162,7 @@ func TestReadmeStatesTheWorkerFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var wf workerFlags
 	wf.register(fs)
-	for _, name := range []string{"owner-timeout", "maintenance-interval", "job-timeout", "rescue-after", "workers-per-queue", "notify-window"} {
+	for _, name := range []string{"owner-timeout", "maintenance-interval", "job-timeout", "rescue-after", "workers-per-queue", "max-attempts", "notify-window"} {
 		m := regexp.MustCompile("(?m)^\\| `--" + name + "` \\| \\| (.+?) \\|").FindSubmatch(readme)
 		require.NotNil(t, m, "the README has no row for --%s", name)
 		stated := strings.ReplaceAll(string(m[1]), "`", "")
