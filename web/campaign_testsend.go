@@ -12,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/web/httperr"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -80,10 +81,11 @@ func (s *Server) testSendRefused(c echo.Context, id, back string, fe *onceplan.F
 	if err != nil {
 		return err
 	}
-	msg := "The test was not sent: " + fe.Reason + "."
+	msg := "The test was not sent: " + strings.TrimSuffix(fe.Reason, ".") + "."
 	if fe.Field != "to" {
-		msg = "The test was not sent: " + fe.Field + " " + fe.Reason + "."
+		msg = "The test was not sent: " + fe.Field + " " + strings.TrimSuffix(fe.Reason, ".") + "."
 	}
+	status := httperr.Classify(fe).Status // the one table's status for the refusal
 	if back == "approval" {
 		p, err := s.approvalPage(c, camp)
 		if err != nil {
@@ -93,7 +95,7 @@ func (s *Server) testSendRefused(c echo.Context, id, back string, fe *onceplan.F
 		if p.TestSend != nil {
 			p.TestSend.Error = msg
 		}
-		return s.render(c, http.StatusUnprocessableEntity, view.Approval(p))
+		return s.render(c, status, view.Approval(p))
 	}
-	return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{errMsg: msg, testSendErr: msg})
+	return s.renderDraft(c, camp, status, draftOpts{errMsg: msg, testSendErr: msg})
 }

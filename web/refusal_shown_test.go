@@ -69,7 +69,7 @@ func TestATestSendWithNoReviewerSaysSoOnItsPage(t *testing.T) {
 	trail := b.events(c.ID)
 	for _, tc := range []struct{ who, back string }{{"proposer", "draft"}, {"approver", "approval"}} {
 		rec := b.as[tc.who].post("/campaigns/"+c.ID+"/test", url.Values{"back": {tc.back}, "ordinal": {"1"}})
-		require.Equal(t, http.StatusUnprocessableEntity, rec.Code, tc.back)
+		require.Equal(t, http.StatusBadRequest, rec.Code, tc.back)
 		d := parse(t, rec)
 		require.Equal(t, 0, tid(d, "error-page").Length(), "not an error page")
 		require.Equal(t, 1, tid(d, "test-send-form").Length(), "the %s page, with its form", tc.back)
