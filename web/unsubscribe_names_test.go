@@ -52,6 +52,6 @@ func TestUnsubscribePageNamesSenderAndCampaign(t *testing.T) {
 	// the address out.
 	other := b.draft(campaignOpts{Targets: "email,first_name\nuser0001@example.com,Ann\nuser0002@example.com,Bob\n",
 		Payload: plan.Payload{From: "Shop <shop@example.com>", Subject: "Sale {{.first_name}}", Text: "Hi {{.first_name}}"}})
-	d = parse(t, b.as["proposer"].get("/campaigns/" + other.ID + "/draft"))
+	d = parse(t, b.as["proposer"].get("/campaigns/"+other.ID+"/draft"))
 	require.Equal(t, "1", tid(d, "target-count").Text(), "the unsubscribed address is left out of another sender's campaign")
 }

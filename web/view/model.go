@@ -429,9 +429,9 @@ type ProviderRow struct {
 	// limit and whose budget it is, how many messages go in one call, and
 	// how long the provider honours a repeat's key or can be asked about
 	// a message (part of its exactly-once guarantee).
-	Rate   string
-	Batch  string
-	Window string
+	Rate        string
+	Batch       string
+	Window      string
 	Queue       string
 	Paused      bool
 	PausedUntil time.Time
