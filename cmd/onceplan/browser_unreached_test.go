@@ -152,6 +152,13 @@ func TestBrowserUnreachableProviderEndsSayingSo(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"incomplete", "3 never reached the provider", "audit: does not hold (3 never reached the provider)"}, list)
 
+	// The audit page: the same ending, and the reason in words.
+	b.do(chromedp.Navigate(base+"/campaigns/"+id+"/audit"), chromedp.WaitVisible(css("audit")))
+	require.Equal(t, "incomplete", b.attr("state", "data-ending"))
+	require.Equal(t, "does not hold", b.text("audit-holds"))
+	require.Equal(t, "The campaign completed without every target getting its effect: 0 of 3 sent; 3 never reached the provider.", b.text("audit-ending"))
+	require.Contains(t, b.text("audit-reason"), "3 targets never reached the provider: every try failed before the request left")
+
 	// And the API: state completed (the contract's name), the outcome,
 	// the next step, the list's outcome and the audit.
 	got := apiCall(t, base, admin, http.MethodGet, "/campaigns/"+id, nil)
