@@ -389,15 +389,16 @@ func failedSteps(c Campaign, k Counts) []NextStep {
 				"An operator reads the answer and fixes what it names (the address, the message, the account).", count(k.Refused, "target was refused", "targets were refused")) + resume})
 	}
 	failed := k.GivenUp
-	what := "%s after their tries ran out, the provider answering each time (the run page shows the last error)."
+	what := "%s given up after the tries ran out, the provider answering each time (the run page shows the last error)."
 	if c.State != StateRunning {
 		// Stopped: a failure that was to be sent again is not, until a
 		// resume.
 		failed += k.FailedToRetry()
-		what = "%s: given up after their tries ran out, or not sent again because the campaign stopped (the run page shows the last error)."
+		what = "%s given up after the tries ran out, or not sent again because the campaign stopped (the run page shows the last error)."
 	}
 	if failed > 0 {
-		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: failed, What: fmt.Sprintf(what, targetsAre(failed, "failed")) + resume})
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: failed,
+			What: fmt.Sprintf(what, count(failed, "target failed and was", "targets failed and were")) + resume})
 	}
 	return steps
 }
