@@ -11,8 +11,13 @@ help: ## list the targets
 
 DATA_DIR ?= ./.onceplan
 .PHONY: run
-run: postgres build ## start `onceplan serve` on the embedded default (data in ./.onceplan) with a demo campaign to approve
-	./bin/onceplan serve --data-dir $(DATA_DIR) --demo --provider "outbox=maildir://$(abspath $(DATA_DIR))/outbox?rate=5/s"
+# The demo's slow outbox, unless ONCEPLAN_PROVIDERS names the providers
+# (in the environment or as `make run ONCEPLAN_PROVIDERS=…`): a --provider
+# flag would win over it.
+RUN_PROVIDER = $(if $(strip $(ONCEPLAN_PROVIDERS)),,--provider "outbox=maildir://$(abspath $(DATA_DIR))/outbox?rate=5/s")
+
+run: postgres build ## start `onceplan serve` on the embedded default (data in ./.onceplan) with a demo campaign to approve (ONCEPLAN_PROVIDERS=… names other providers)
+	./bin/onceplan serve --data-dir $(DATA_DIR) --demo $(RUN_PROVIDER)
 
 .PHONY: build
 build: ## build ./bin/onceplan

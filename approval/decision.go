@@ -222,9 +222,18 @@ const (
 	// StepStranded: an operator checks the stranded targets (Count) at
 	// the provider and revokes each once it is withdrawn there.
 	StepStranded StepKind = "stranded"
-	// StepFailed: targets failed after their retries (Count); an
-	// operator reads why and resumes once the cause is fixed.
+	// StepFailed: targets given up after their tries (Count), or failed
+	// and not sent again because the campaign stopped; an operator reads
+	// the last error and resumes once the cause is fixed.
 	StepFailed StepKind = "failed"
+	// StepRefused: the provider refused targets for good (Count); an
+	// operator reads its answer and, once the cause (an address, the
+	// message, the account) is fixed, resumes to send them once more.
+	StepRefused StepKind = "refused"
+	// StepUnreached: targets never reached the provider (Count): every
+	// try failed before the request left. An operator checks the
+	// provider's address and the network, then resumes.
+	StepUnreached StepKind = "unreached"
 	// StepRunWorker: no live worker process serves the provider.
 	StepRunWorker StepKind = "run_worker"
 	// StepNone: nobody needs to do anything now; What says why.
@@ -329,11 +338,10 @@ func NextSteps(c Campaign, d Decision, k Counts, sv Serving, now time.Time) []Ne
 			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepStranded, Count: k.Stranded, What: targetsAre(k.Stranded, "stranded") +
 				": the provider holds them but can never complete them. An operator checks the provider and revokes each once it is withdrawn there."})
 		}
-		// While the campaign runs, a failed target may still be retried;
-		// once it stopped, failed is failed after its retries.
-		if k.Failed > 0 && c.State != StateRunning {
-			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: k.Failed, What: targetsAre(k.Failed, "failed") +
-				" after their retries (the provider refused them). An operator reads why on the run page and, once the cause is fixed, resumes the campaign to send each once more."})
+		steps = append(steps, failedSteps(c, k)...)
+		if c.State == StateCompleted && k.NotStarted > 0 {
+			steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepResume, Count: k.NotStarted, What: fmt.Sprintf(
+				"%s never sent (no attempt at all): an operator resumes the campaign to send them.", count(k.NotStarted, "target was", "targets were"))})
 		}
 	}
 	if len(steps) > 0 {
@@ -356,6 +364,50 @@ func NextSteps(c Campaign, d Decision, k Counts, sv Serving, now time.Time) []Ne
 		why = "Nothing needs a person now."
 	}
 	return []NextStep{{Kind: StepNone, What: why}}
+}
+
+// failedSteps are the steps for campaign c's failed targets, by how they
+// ended (Counts.Refused, GivenUp, Unreached): what happened, and what an
+// operator can do. While the campaign runs, a failed target still to be
+// sent again needs nobody (the run page says when it is tried again);
+// a cancelled campaign is never resumed, so its steps only say what
+// happened.
+func failedSteps(c Campaign, k Counts) []NextStep {
+	resume := " An operator resumes the campaign once the cause is fixed, to send each once more."
+	if c.State == StateCancelled {
+		resume = " The campaign was cancelled: a clone of it sends them anew."
+	}
+	var steps []NextStep
+	if k.Unreached > 0 {
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepUnreached, Count: k.Unreached, What: fmt.Sprintf(
+			"%s the provider: every try failed before the request left (a DNS, connection or TLS failure; the run page names it). "+
+				"An operator checks the provider's address (--provider) and the network from the workers' machines.", count(k.Unreached, "target never reached", "targets never reached")) + resume})
+	}
+	if k.Refused > 0 {
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepRefused, Count: k.Refused, What: fmt.Sprintf(
+			"%s by the provider for good (a definitive rejection; the run page shows its answer). "+
+				"An operator reads the answer and fixes what it names (the address, the message, the account).", count(k.Refused, "target was refused", "targets were refused")) + resume})
+	}
+	failed := k.GivenUp
+	what := "%s given up after the tries ran out, the provider answering each time (the run page shows the last error)."
+	if c.State != StateRunning {
+		// Stopped: a failure that was to be sent again is not, until a
+		// resume.
+		failed += k.FailedToRetry()
+		what = "%s given up after the tries ran out, or not sent again because the campaign stopped (the run page shows the last error)."
+	}
+	if failed > 0 {
+		steps = append(steps, NextStep{Who: auth.RoleOperator, Kind: StepFailed, Count: failed,
+			What: fmt.Sprintf(what, count(failed, "target failed and was", "targets failed and were")) + resume})
+	}
+	return steps
+}
+
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func targetsAre(n int, state string) string {

@@ -106,6 +106,9 @@ func (e Event) Summary() string {
 	case auth.ActionResume:
 		return fmt.Sprintf("Resumed the run: %s queued.", jobs(n("jobs")))
 	case auth.ActionCancel:
+		if b, _ := d["discarded"].(bool); b {
+			return "Discarded the draft: it was never approved, and it can no longer be submitted, approved or started."
+		}
 		return "Cancelled the campaign."
 	case ActionComplete:
 		return "The run completed: nothing is left to send."

@@ -37,7 +37,10 @@ var lifecycle = map[auth.Action]struct {
 	auth.ActionResume: {[]State{StatePaused, StateRunning, StateCompleted}, StateRunning},
 	auth.ActionCancel: {[]State{StateDraft, StatePendingApproval, StateApproved, StateRunning, StatePaused},
 		StateCancelled},
-	ActionComplete: {[]State{StateRunning}, StateCompleted},
+	// Discard cancels a campaign never approved (Service.Discard checks
+	// it has no plan): its proposer's way to drop a draft.
+	auth.ActionDiscard: {[]State{StateDraft, StatePendingApproval}, StateCancelled},
+	ActionComplete:     {[]State{StateRunning}, StateCompleted},
 	// Decisions on one target's effect, in whatever state the campaign is
 	// (a new version being drafted does not stop a person from resolving
 	// the last one's unknowns); the key must be a target of one of its

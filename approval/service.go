@@ -43,6 +43,11 @@ type Enqueuer interface {
 	// says they serve provider, judged alive as the workers judge each
 	// other (their owner timeout).
 	ProviderWorkers(ctx context.Context, db onceplan.DB, provider string) (int, error)
+	// NextTries says when each of the given targets of p is tried next:
+	// the earliest time a live job carrying it is due (now, or past, for
+	// one running or waiting for a worker). A target no live job carries
+	// is not in the answer: nothing will try it by itself.
+	NextTries(ctx context.Context, db onceplan.DB, p plan.Plan, ordinals []int) (map[int]time.Time, error)
 }
 
 // Announcer puts the announcement of a recorded trail entry on the queue
@@ -60,6 +65,11 @@ type Remainder struct {
 	// Queue: targets with no blocking ledger row and no live job; a
 	// resume queues each once.
 	Queue int
+	// Left: targets with no blocking ledger row, not suppressed, with a
+	// live job or not — what running the campaign sends (a paused
+	// campaign's resume sends these: its jobs wait, and Queue more are
+	// queued). Counted with Queue.
+	Left int
 	// Stalled: targets held by running jobs of a worker process that
 	// stopped heartbeating (SilentFor ago). Maintenance requeues them
 	// once the process is past the owner timeout, RequeueIn from now, at
@@ -480,7 +490,7 @@ func (s *Service) importInto(ctx context.Context, tx pgx.Tx, a auth.Actor, c Cam
 	report, err := plan.ImportTargets(ctx, tx, plan.ImportParams{
 		CampaignID: c.ID, Current: current, Tool: c.Tool, Format: t.Format, Body: t.Body,
 		AddressColumn: t.AddressColumn, Encoding: t.Encoding, Append: t.Append, MaxTargets: s.MaxTargets, MaxBytes: s.MaxBytes,
-		ActorID: a.UserID, Fields: tpl.Fields(), Suppressed: suppressed.Lookup,
+		ActorID: a.UserID, Blank: tpl.BlankFields(), Suppressed: suppressed.Lookup,
 	})
 	if err != nil {
 		return report, err
@@ -895,6 +905,20 @@ func (s *Service) remaining(ctx context.Context, c Campaign, queue bool) (Remain
 	return s.enqueuer.CountRemaining(ctx, s.pool, p, queue)
 }
 
+// NextTries says when each of the given targets of campaign c's plan is
+// tried next by a live job (Enqueuer.NextTries); a target missing from
+// the answer has no live job. A campaign without a plan has none.
+func (s *Service) NextTries(ctx context.Context, c Campaign, ordinals []int) (map[int]time.Time, error) {
+	if c.PlanID == 0 || len(ordinals) == 0 {
+		return map[int]time.Time{}, nil
+	}
+	p, err := plan.GetPlan(ctx, s.pool, c.PlanID)
+	if err != nil {
+		return nil, err
+	}
+	return s.enqueuer.NextTries(ctx, s.pool, p, ordinals)
+}
+
 // LeftOutAtImport is how many rows the imports that made the current
 // version's list left out because their address was suppressed: the
 // import events' counts, from the newest back to the last import that
@@ -948,6 +972,31 @@ func (s *Service) Cancel(ctx context.Context, a auth.Actor, id, reason string) (
 		return Result{}, err
 	}
 	return s.transition(ctx, a, id, auth.ActionCancel, reason)
+}
+
+// Discard ends campaign id, never approved — a draft, or a version
+// waiting for approval — at its proposer's (or an operator's) request:
+// it is cancelled, so nothing of it can be submitted, approved or started
+// again, and the trail keeps it (a cancel whose detail says it was
+// discarded, with the reason). A campaign with an approved plan is not a
+// draft to discard: an operator cancels it (Cancel).
+func (s *Service) Discard(ctx context.Context, a auth.Actor, id, reason string) (Result, error) {
+	var res Result
+	err := s.act(ctx, a, id, auth.ActionDiscard, func(tx pgx.Tx, c *Campaign) error {
+		if c.PlanID != 0 {
+			return fmt.Errorf("%w: campaign %s has an approved version, so it is not a draft to discard: an operator cancels it", onceplan.ErrConflict, c.ID)
+		}
+		h, err := s.result(ctx, tx, *c)
+		if err != nil {
+			return err
+		}
+		if err := s.move(ctx, tx, &a, c, auth.ActionCancel, h.PlanHash, reason, map[string]any{"discarded": true}); err != nil {
+			return err
+		}
+		res, err = s.result(ctx, tx, *c)
+		return err
+	})
+	return res, err
 }
 
 // ActionComplete is recorded when a running campaign has nothing left to run.

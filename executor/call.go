@@ -253,13 +253,13 @@ func (e *Executor) call1(ctx context.Context, j Job, cp *cachedPlan, prov provid
 		raw = []byte("onceplan: not sent: " + err.Error())
 		vs = make([]provider.Verdict, len(sent))
 		for i := range vs {
-			vs[i] = provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "not sent: " + err.Error()}
+			vs[i] = provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "not sent: " + err.Error()}
 		}
 	} else {
 		e.crash.at(pointAfterSend)
 		vs = classifyBatch(prov, raw, len(sent))
 	}
-	ps, results := e.judgeAll(effs, vs, !j.LastTry)
+	ps, results := e.judgeAll(ctx, effs, vs, !j.LastTry)
 	if _, err := e.ledger.AnswerCall(context.WithoutCancel(ctx), call.ID, ledger.ResponseSend, raw, call.Members, ps); err != nil {
 		return Result{}, nil, nil, err
 	}
@@ -403,11 +403,11 @@ func classifyBatch(prov provider.Batcher, raw []byte, n int) (vs []provider.Verd
 
 // judgeAll is judge for each attempt of a call: the settles to commit
 // (attempts left pending have none) and each attempt's next step.
-func (e *Executor) judgeAll(effs []ledger.Effect, vs []provider.Verdict, retry bool) ([]ledger.SettleParams, []Result) {
+func (e *Executor) judgeAll(ctx context.Context, effs []ledger.Effect, vs []provider.Verdict, retry bool) ([]ledger.SettleParams, []Result) {
 	var ps []ledger.SettleParams
 	results := make([]Result, len(effs))
 	for i, eff := range effs {
-		p, r := e.judge(eff, vs[i], retry)
+		p, r := e.judge(ctx, eff, vs[i], retry)
 		if p != nil {
 			ps = append(ps, *p)
 		}
@@ -586,7 +586,7 @@ func (e *Executor) recoverCall(ctx context.Context, prov provider.Provider, cp *
 			if err != nil {
 				return Result{}, true, err
 			}
-			if p, r := e.judge(m, vs[i], left > 0); p != nil {
+			if p, r := e.judge(ctx, m, vs[i], left > 0); p != nil {
 				ps, pvs = append(ps, *p), append(pvs, vs[i])
 				settled = append(settled, judged{eff: m, res: r, left: left})
 			}

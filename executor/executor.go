@@ -691,7 +691,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 		// Nothing left the process: the pending row is ours to settle.
 		release()
 		raw = []byte("onceplan: not sent: " + err.Error())
-		failure, reason := temporary(eff, retry, "not sent: "+err.Error())
+		failure, reason := e.temporary(ctx, eff, retry, true, "not sent: "+err.Error())
 		p := &ledger.SettleParams{EffectID: eff.ID, State: ledger.StateFailed, Reason: reason, Failure: failure}
 		if _, err := e.batch.answer(eff.ID, kind, raw, p, nil); err != nil {
 			return Result{}, err
@@ -702,7 +702,7 @@ func (e *Executor) call(ctx context.Context, prov provider.Provider, req provide
 	// The answer is durable before anything acts on it. A cancelled job
 	// context must not lose an answer the provider already gave.
 	v := classify(prov, raw)
-	p, res := e.judge(eff, v, retry)
+	p, res := e.judge(ctx, eff, v, retry)
 	var nextClaim *ledger.ClaimRequest
 	if next != nil && res.Action == Complete && ctx.Err() == nil && e.goOn(next.started, next.budget) && prov.Renew() {
 		e.crash.at(pointBeforeClaim)
@@ -744,7 +744,7 @@ func (e *Executor) settle(ctx context.Context, prov provider.Provider, cp *cache
 	if err != nil {
 		return Result{}, err
 	}
-	p, res := e.judge(eff, v, left > 0)
+	p, res := e.judge(ctx, eff, v, left > 0)
 	if p == nil {
 		return res, nil
 	}
@@ -779,12 +779,32 @@ func (e *Executor) afterRecovery(ctx context.Context, cp *cachedPlan, eff ledger
 
 // temporary is the failure and reason of a temporary failure of eff: one
 // to try again when retry (the queue runs the target again), else final
-// for the target, and the reason says after how many attempts.
-func temporary(eff ledger.Effect, retry bool, reason string) (ledger.Failure, string) {
-	if retry {
+// for the target, and the reason says after how many attempts. notSent
+// says that this attempt never reached the provider (Verdict.NotSent): it
+// is recorded (unsent), and on the last try, when no earlier attempt at
+// the key and epoch reached the provider either, the target's ending is
+// unreached — "never reached the provider" is said only where it is true
+// of every attempt (docs/ARCHITECTURE.md, "Failures: final or not"; the
+// database holds the same rule). When the earlier attempts cannot be read,
+// the ending is exhausted, which is never false.
+func (e *Executor) temporary(ctx context.Context, eff ledger.Effect, retry, notSent bool, reason string) (ledger.Failure, string) {
+	switch {
+	case retry && notSent:
+		return ledger.FailureUnsent, reason
+	case retry:
 		return ledger.FailureRetry, reason
 	}
-	return ledger.FailureExhausted, fmt.Sprintf("%s (no retries left after %s)", reason, plural(eff.Attempt, "attempt", "attempts"))
+	tries := plural(eff.Attempt, "attempt", "attempts")
+	if notSent {
+		only, err := e.ledger.OnlyUnsentBefore(context.WithoutCancel(ctx), eff.Key, eff.Epoch, eff.ID)
+		if err == nil && only {
+			return ledger.FailureUnreached, fmt.Sprintf("%s (never reached the provider; no retries left after %s)", reason, tries)
+		}
+		if err != nil {
+			e.cfg.Logger.Warn("reading a target's earlier attempts; its ending is said as exhausted", "key", eff.Key, "epoch", eff.Epoch, "err", err)
+		}
+	}
+	return ledger.FailureExhausted, fmt.Sprintf("%s (no retries left after %s)", reason, tries)
 }
 
 func plural(n int, one, many string) string {
@@ -797,7 +817,7 @@ func plural(n int, one, many string) string {
 // judge turns a provider's verdict on a pending row into the settle to
 // commit (nil: the row stays pending) and the queue's next step; retry
 // says whether a temporary failure is tried again (temporary).
-func (e *Executor) judge(eff ledger.Effect, v provider.Verdict, retry bool) (*ledger.SettleParams, Result) {
+func (e *Executor) judge(ctx context.Context, eff ledger.Effect, v provider.Verdict, retry bool) (*ledger.SettleParams, Result) {
 	p := ledger.SettleParams{EffectID: eff.ID, Receipt: v.Receipt, Reason: v.Reason}
 	res := Result{Action: Complete, Outcome: string(v.Outcome)}
 	switch v.Outcome {
@@ -813,7 +833,7 @@ func (e *Executor) judge(eff ledger.Effect, v provider.Verdict, retry bool) (*le
 	case provider.OutcomeFailed:
 		p.State, p.Failure = ledger.StateFailed, ledger.FailureRejected
 		if v.Retryable {
-			p.Failure, p.Reason = temporary(eff, retry, cmp.Or(v.Reason, string(v.Outcome)))
+			p.Failure, p.Reason = e.temporary(ctx, eff, retry, v.NotSent, cmp.Or(v.Reason, string(v.Outcome)))
 			res = Result{Action: Retry, Err: errors.New(v.Reason), Outcome: "failed (will retry)"}
 		}
 	case provider.OutcomeQuota:
@@ -1295,7 +1315,7 @@ func (e *Executor) retries(ctx context.Context, eff ledger.Effect, v provider.Ve
 	if left, err = e.attemptsLeft(ctx, eff); err != nil {
 		return 0, "", "", err
 	}
-	failure, why = temporary(eff, left > 0, v.Reason)
+	failure, why = e.temporary(ctx, eff, left > 0, v.NotSent, v.Reason)
 	return left, failure, why, nil
 }
 

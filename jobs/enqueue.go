@@ -206,7 +206,8 @@ func (e *Enqueuer) EnqueueUntried(ctx context.Context, tx pgx.Tx, p plan.Plan) (
 var stalledJobSQL = `j.state = 'running' AND NOT EXISTS (SELECT 1 FROM worker_alive(@silent::interval) w WHERE w.owner = ` + jobOwner + `)`
 
 // CountRemaining counts, without writing, what EnqueueRemaining would
-// enqueue for p now (Queue: the same conditions), and the targets that
+// enqueue for p now (Queue: the same conditions) and what running p sends
+// (Left: with a live job or not), and the targets that
 // running jobs of a stopped worker process still hold (Stalled): no live
 // process will run those jobs, and maintenance requeues their targets by
 // itself once the process has been silent for OwnerTimeout
@@ -225,11 +226,11 @@ func (e *Enqueuer) CountRemaining(ctx context.Context, db onceplan.DB, p plan.Pl
 		"silent": (e.OwnerTimeout / HeartbeatsPerOwnerTimeout * 2).Round(time.Millisecond).String(),
 	}
 	if queue {
-		query := `SELECT count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
+		query := `SELECT count(*), count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
 		if existing {
-			query += ` AND ` + noLiveJob
+			query = `SELECT count(*) FILTER (WHERE ` + noLiveJob + `), count(*) FROM list_target() t WHERE t.list_id = @list AND ` + notBlocked
 		}
-		if err := db.QueryRow(ctx, query, args).Scan(&r.Queue); err != nil {
+		if err := db.QueryRow(ctx, query, args).Scan(&r.Queue, &r.Left); err != nil {
 			return r, err
 		}
 	}
@@ -289,6 +290,39 @@ func (e *Enqueuer) FailedForGood(ctx context.Context, db onceplan.DB, c approval
 	var n int
 	err = db.QueryRow(ctx, failedForGoodSQL, pgx.NamedArgs{"list": p.ListID, "plan": p.ID, "owner_timeout": e.OwnerTimeout.String()}).Scan(&n)
 	return n, err
+}
+
+// nextTriesSQL is, for each of @ordinals, the earliest time a live job of
+// plan @plan carrying it is due (River's scheduled_at: a retry's time, a
+// snooze's end; past for one waiting for a worker or running).
+var nextTriesSQL = `
+	SELECT o.ordinal, min(j.scheduled_at)
+	FROM unnest(@ordinals::int[]) o(ordinal)
+	JOIN river_job j ON j.kind = 'onceplan_effect' AND (j.args ->> 'plan_id')::bigint = @plan AND ` + jobCovers("o.ordinal") + `
+	  AND ` + liveJob + `
+	GROUP BY o.ordinal`
+
+// NextTries says when each of ordinals of p is tried next by a live job
+// (nextTriesSQL); a target no live job carries is left out: nothing will
+// try it by itself until a resume. A running job of a process silent for
+// longer than OwnerTimeout does not count (maintenance requeues its
+// targets).
+func (e *Enqueuer) NextTries(ctx context.Context, db onceplan.DB, p plan.Plan, ordinals []int) (map[int]time.Time, error) {
+	out := make(map[int]time.Time, len(ordinals))
+	if len(ordinals) == 0 {
+		return out, nil
+	}
+	rows, err := db.Query(ctx, nextTriesSQL, pgx.NamedArgs{"plan": p.ID, "ordinals": ordinals, "owner_timeout": e.OwnerTimeout.String()})
+	if err != nil {
+		return nil, err
+	}
+	var o int
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&o, &at}, func() error {
+		out[o] = at
+		return nil
+	})
+	return out, err
 }
 
 // ProviderWorkers counts the live worker processes serving provider, alive

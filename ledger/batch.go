@@ -281,10 +281,11 @@ func (p SettleParams) validate() error {
 	switch p.State {
 	case StateFailed:
 		switch p.Failure {
-		case "", FailureRejected, FailureRetry, FailureExhausted, FailureQuota:
+		case "", FailureRejected, FailureRetry, FailureExhausted, FailureQuota, FailureUnsent, FailureUnreached:
 			return nil
 		}
-		return fmt.Errorf("%w: a failure is %q, %q, %q or %q, not %q", ErrMissingEvidence, FailureRejected, FailureRetry, FailureExhausted, FailureQuota, p.Failure)
+		return fmt.Errorf("%w: a failure is %q, %q, %q, %q, %q or %q, not %q", ErrMissingEvidence,
+			FailureRejected, FailureRetry, FailureExhausted, FailureQuota, FailureUnsent, FailureUnreached, p.Failure)
 	case StateDone, StateUnknown, StateStranded:
 		if p.Failure != "" {
 			return fmt.Errorf("%w: only a failed attempt says whether it is final", ErrMissingEvidence)

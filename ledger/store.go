@@ -47,7 +47,26 @@ const (
 	// the target is sent again after it. Not a failure of the target's:
 	// it uses up none of its attempts.
 	FailureQuota Failure = "quota"
+	// FailureUnsent: as FailureRetry, and this attempt never reached the
+	// provider: the request never left (a DNS failure, a refused
+	// connection, a TLS failure before anything was written).
+	FailureUnsent Failure = "unsent"
+	// FailureUnreached: as FailureExhausted, and no attempt at the key and
+	// epoch ever reached the provider: every other one failed
+	// FailureUnsent (PostgreSQL refuses it otherwise, migration 0041).
+	FailureUnreached Failure = "unreached"
 )
+
+// Final reports whether a failed attempt with this failure is the
+// target's ending: nothing sends it again by itself (a person may
+// resume). The others are to be sent again.
+func (f Failure) Final() bool {
+	switch f {
+	case FailureRejected, FailureExhausted, FailureUnreached:
+		return true
+	}
+	return false
+}
 
 // Blocking reports whether a row in this state holds its key at its epoch,
 // so that no second attempt may start.
@@ -250,6 +269,17 @@ func (s *Store) CountedAttempts(ctx context.Context, key Key, epoch int) (int, e
 	err := s.db.QueryRow(ctx, `SELECT count(*) FROM effect WHERE key = $1 AND epoch = $2 AND failure IS DISTINCT FROM 'quota'`,
 		string(key), epoch).Scan(&n)
 	return n, translate(err)
+}
+
+// OnlyUnsentBefore reports whether every attempt at key and epoch but the
+// one with id failed FailureUnsent (true when there is none): then none of
+// them reached the provider, and a last failure that did not either ends
+// the target FailureUnreached (migration 0041 holds the same rule).
+func (s *Store) OnlyUnsentBefore(ctx context.Context, key Key, epoch int, id int64) (bool, error) {
+	var reached bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM effect WHERE key = $1 AND epoch = $2 AND id <> $3 AND failure IS DISTINCT FROM 'unsent')`,
+		string(key), epoch, id).Scan(&reached)
+	return !reached, translate(err)
 }
 
 // blockingStates is the SQL list of the states that hold a key at its

@@ -928,6 +928,28 @@ $$;
 
 
 --
+-- Name: effect_unreached(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.effect_unreached() RETURNS trigger
+    LANGUAGE plpgsql
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    other bigint;
+BEGIN
+    SELECT e.id INTO other FROM effect e
+    WHERE e.key = NEW.key AND e.epoch = NEW.epoch AND e.id <> NEW.id AND e.failure IS DISTINCT FROM 'unsent'
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'effect %: unreached says that no attempt at its key and epoch reached the provider, and attempt % may have', NEW.id, other
+            USING ERRCODE = 'OP004';
+    END IF;
+    RETURN NEW;
+END $$;
+
+
+--
 -- Name: effect_update(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1581,7 +1603,7 @@ CREATE FUNCTION public.target_open(plan bigint) RETURNS TABLE(ordinal integer, t
                          WHERE f.key = t.key AND f.epoch = cur.epoch
                            AND f.plan_id IN (SELECT o.id FROM frozen_plan() o WHERE o.campaign_id = p.campaign_id)
                          ORDER BY f.id DESC LIMIT 1) newest
-          WHERE newest.state = 'revoked' OR (newest.state = 'failed' AND newest.failure IN ('rejected', 'exhausted')))
+          WHERE newest.state = 'revoked' OR (newest.state = 'failed' AND newest.failure IN ('rejected', 'exhausted', 'unreached')))
 $$;
 
 
@@ -2270,7 +2292,6 @@ CREATE TABLE public.effect (
     failure text,
     CONSTRAINT effect_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT effect_epoch_check CHECK ((epoch >= 0)),
-    CONSTRAINT effect_failure_check CHECK ((failure = ANY (ARRAY['rejected'::text, 'retry'::text, 'exhausted'::text, 'quota'::text]))),
     CONSTRAINT effect_key_check CHECK (((octet_length(key) = 67) AND (key ~ '^v1:[0-9a-f]*$'::text))),
     CONSTRAINT effect_owner_check CHECK ((btrim(owner) <> ''::text))
 );
@@ -2303,7 +2324,6 @@ CREATE TABLE public.effect_archive (
     failure text,
     CONSTRAINT effect_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT effect_epoch_check CHECK ((epoch >= 0)),
-    CONSTRAINT effect_failure_check CHECK ((failure = ANY (ARRAY['rejected'::text, 'retry'::text, 'exhausted'::text, 'quota'::text]))),
     CONSTRAINT effect_key_check CHECK (((octet_length(key) = 67) AND (key ~ '^v1:[0-9a-f]*$'::text))),
     CONSTRAINT effect_owner_check CHECK ((btrim(owner) <> ''::text))
 );
@@ -3578,6 +3598,22 @@ ALTER TABLE ONLY public.effect_bump
 
 
 --
+-- Name: effect effect_failure_check; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.effect
+    ADD CONSTRAINT effect_failure_check CHECK ((failure = ANY (ARRAY['rejected'::text, 'retry'::text, 'exhausted'::text, 'quota'::text, 'unsent'::text, 'unreached'::text]))) NOT VALID;
+
+
+--
+-- Name: effect_archive effect_failure_check; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.effect_archive
+    ADD CONSTRAINT effect_failure_check CHECK ((failure = ANY (ARRAY['rejected'::text, 'retry'::text, 'exhausted'::text, 'quota'::text, 'unsent'::text, 'unreached'::text]))) NOT VALID;
+
+
+--
 -- Name: effect effect_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -4839,6 +4875,13 @@ CREATE TRIGGER effect_single_intent BEFORE INSERT ON public.effect FOR EACH ROW 
 --
 
 CREATE CONSTRAINT TRIGGER effect_tool_attempt AFTER INSERT ON public.effect DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.plan_id IS NULL)) EXECUTE FUNCTION public.effect_tool_attempt();
+
+
+--
+-- Name: effect effect_unreached; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER effect_unreached BEFORE UPDATE OF failure ON public.effect FOR EACH ROW WHEN ((new.failure = 'unreached'::text)) EXECUTE FUNCTION public.effect_unreached();
 
 
 --

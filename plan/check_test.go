@@ -58,7 +58,7 @@ func TestImportReportsEmptyMergeVariables(t *testing.T) {
 		"gus@example.com,  ,Rome\n" + // 4: only spaces
 		"frank@example.com,,Paris\n" + // 5: a duplicate, not listed again
 		"hal@example.com,Hal,Oslo\n" // 6
-	r, err := b.importList(t, plan.ImportParams{Body: strings.NewReader(csv), Fields: []string{"name"}})
+	r, err := b.importList(t, plan.ImportParams{Body: strings.NewReader(csv), Blank: plan.BlankFields{Printed: []string{"name"}}})
 	require.NoError(t, err)
 	require.Equal(t, 4, r.Accepted, "empty variables are imported: a warning, not a refusal")
 	require.Equal(t, 2, r.EmptyCount)
@@ -69,7 +69,7 @@ func TestImportReportsEmptyMergeVariables(t *testing.T) {
 
 	// Appended rows are reported by their own lines; the rows carried
 	// over from the earlier list are not this import's.
-	r, err = b.importList(t, plan.ImportParams{Append: true, Format: plan.FormatJSON, Fields: []string{"name", "city"},
+	r, err = b.importList(t, plan.ImportParams{Append: true, Format: plan.FormatJSON, Blank: plan.BlankFields{Printed: []string{"name", "city"}},
 		Body: strings.NewReader(`[{"address": "ivy@example.com", "vars": {"name": "Ivy", "city": ""}}]`)})
 	require.NoError(t, err)
 	require.Equal(t, []plan.EmptyVar{{Line: 1, Target: "ivy@example.com", Empty: []string{"city"}}}, r.Empty)

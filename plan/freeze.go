@@ -203,18 +203,20 @@ func Check(ctx context.Context, db onceplan.DB, d Content) (CheckReport, error) 
 	for _, m := range missing {
 		r.Missing = append(r.Missing, MissingVar{Line: m.Line, Target: m.Target, Missing: m.Vars})
 	}
-	r.Empty, r.EmptyCount, err = EmptyVars(ctx, db, d.ListID, fields, 0, checkListMax)
+	r.Empty, r.EmptyCount, err = EmptyVars(ctx, db, d.ListID, t.BlankFields(), 0, checkListMax)
 	return r, err
 }
 
 // EmptyVars lists the targets of a list, past ordinal after, whose
-// variables among fields are present but blank (the first limit of them,
-// and how many in all): the import's report and Check both ask it.
-func EmptyVars(ctx context.Context, db onceplan.DB, listID int64, fields []string, after, limit int) ([]EmptyVar, int, error) {
-	if len(fields) == 0 {
+// variables are blank where a message shows them (BlankFields: a printed
+// variable empty or only spaces, a guarded one only spaces; the first
+// limit of them, and how many in all): the import's report and Check both
+// ask it.
+func EmptyVars(ctx context.Context, db onceplan.DB, listID int64, blank BlankFields, after, limit int) ([]EmptyVar, int, error) {
+	if blank.Empty() {
 		return nil, 0, nil
 	}
-	found, n, err := varProblems(ctx, db, listID, fields, varBlank, after, limit)
+	found, n, err := varProblems(ctx, db, listID, blank.All(), varBlank, after, limit, blank.Printed, blank.Guarded)
 	var out []EmptyVar
 	for _, v := range found {
 		out = append(out, EmptyVar{Line: v.Line, Target: v.Target, Empty: v.Vars})
@@ -228,8 +230,10 @@ func EmptyVars(ctx context.Context, db onceplan.DB, listID int64, fields []strin
 type varCond struct{ each, filter string }
 
 var (
-	varMissing      = varCond{each: `NOT t.vars ? f`, filter: `NOT (t.vars ?& $2::text[])`}
-	varBlank        = varCond{each: `t.vars->>f ~ '^[[:space:]]*$'`}
+	varMissing = varCond{each: `NOT t.vars ? f`, filter: `NOT (t.vars ?& $2::text[])`}
+	// varBlank: $5 are the printed variables, $6 the guarded ones
+	// (BlankFields).
+	varBlank        = varCond{each: `(f = ANY ($5::text[]) AND t.vars->>f ~ '^[[:space:]]*$' OR f = ANY ($6::text[]) AND t.vars->>f ~ '^[[:space:]]+$')`}
 	varHasLineBreak = varCond{each: `t.vars->>f ~ E'[\r\n]'`}
 )
 
@@ -243,7 +247,7 @@ type varProblem struct {
 // varProblems lists, in list order, the targets of list listID past
 // ordinal after with a variable among fields for which cond holds: the
 // first limit of them with those variables, and how many targets in all.
-func varProblems(ctx context.Context, db onceplan.DB, listID int64, fields []string, cond varCond, after, limit int) ([]varProblem, int, error) {
+func varProblems(ctx context.Context, db onceplan.DB, listID int64, fields []string, cond varCond, after, limit int, more ...any) ([]varProblem, int, error) {
 	if len(fields) == 0 {
 		return nil, 0, nil
 	}
@@ -255,7 +259,7 @@ func varProblems(ctx context.Context, db onceplan.DB, listID int64, fields []str
 		SELECT t.line, t.target, array(SELECT f FROM unnest($2::text[]) f WHERE `+cond.each+`), count(*) OVER ()
 		FROM target t
 		WHERE t.list_id = $1 AND t.ordinal > $3 AND `+filter+`
-		ORDER BY t.ordinal LIMIT $4`, listID, fields, after, limit)
+		ORDER BY t.ordinal LIMIT $4`, append([]any{listID, fields, after, limit}, more...)...)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -63,10 +63,10 @@ type ImportParams struct {
 	// suppression list now, and why (suppression.Set's Lookup): such a row
 	// is left out of the list and reported in Suppressed.
 	Suppressed func(address string) (reason string, ok bool)
-	// Fields are the merge variables the draft's templates read
-	// (Templates.Fields): accepted rows where one is present but blank are
-	// listed in the report's Empty.
-	Fields []string
+	// Blank are the merge variables whose blank value would show in the
+	// draft's messages (Templates.BlankFields): accepted rows where one is
+	// blank so that it shows are listed in the report's Empty.
+	Blank BlankFields
 }
 
 // Rejection is a line the import refused, and why.
@@ -103,9 +103,9 @@ type ImportReport struct {
 	// (the first 1,000; SuppressedCount in all).
 	Suppressed      []Suppressed `json:"suppressed"`
 	SuppressedCount int          `json:"suppressed_count"`
-	// Empty lists accepted rows whose merge variables (ImportParams.Fields)
-	// are present but blank; EmptyCount is how many in all. A warning: the
-	// rows are imported.
+	// Empty lists accepted rows whose merge variables are present but
+	// blank where a message shows them (ImportParams.Blank); EmptyCount is
+	// how many in all. A warning: the rows are imported.
 	Empty      []EmptyVar `json:"empty"`
 	EmptyCount int        `json:"empty_count"`
 	Truncated  bool       `json:"truncated,omitempty"`
@@ -298,7 +298,7 @@ func ImportTargets(ctx context.Context, tx pgx.Tx, p ImportParams) (ImportReport
 	if src.ordinal == 0 {
 		return report, &ListError{Reason: noTargetsReason(&report)}
 	}
-	empty, n, err := EmptyVars(ctx, tx, listID, p.Fields, carried, reportListMax)
+	empty, n, err := EmptyVars(ctx, tx, listID, p.Blank, carried, reportListMax)
 	if err != nil {
 		return report, err
 	}

@@ -64,6 +64,8 @@ type Templates struct {
 	// subjectFields are the fields the subject reads: a line break in one
 	// of them breaks the Subject header.
 	subjectFields []string
+	// blank are the fields whose blank value shows (blankFields).
+	blank BlankFields
 }
 
 // Validate checks the payload on its own (templates parse, From is an
@@ -149,6 +151,7 @@ func (p Payload) Compile() (*Templates, error) {
 	t.unsubscribe = seen[UnsubscribeURLVar]
 	delete(seen, UnsubscribeURLVar)
 	t.fields = sortedKeys(seen)
+	t.blank = blankFields(trees...)
 	if t.subject.Tree != nil {
 		subject := map[string]bool{}
 		collectFields(t.subject.Tree.Root, subject) // checked above
@@ -387,6 +390,10 @@ func checkFormat(c *parse.CommandNode) error {
 // Fields returns the merge variables the payload reads, sorted. Every
 // target must carry each of them (UnsubscribeURLVar is not among them).
 func (t *Templates) Fields() []string { return slices.Clone(t.fields) }
+
+// BlankFields says which merge variables' blank values would show in a
+// message (BlankFields): what the warning about blank variables checks.
+func (t *Templates) BlankFields() BlankFields { return t.blank }
 
 // SubjectFields returns the merge variables the subject reads, sorted.
 func (t *Templates) SubjectFields() []string { return slices.Clone(t.subjectFields) }

@@ -5,11 +5,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/onceplan/onceplan/internal/auth"
+	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/jobs"
 	"github.com/onceplan/onceplan/jobs/riverdb"
 	"github.com/onceplan/onceplan/ledger"
@@ -72,12 +74,82 @@ func (s *Server) adminPage(c echo.Context) (view.AdminPage, error) {
 			st := queues[q]
 			p.Providers = append(p.Providers, view.ProviderRow{
 				Name: name, Kind: pr.Kind(), URL: pr.String(), Dedupe: caps.Dedupe, Probe: caps.Probe, Queue: q,
+				Rate: providerRate(provider.RateOf(pr)), Batch: providerBatch(provider.BatchSizeOf(pr)), Window: providerWindow(caps),
 				Paused: st.Paused, PausedUntil: st.PausedUntil, Available: st.Available, Running: st.Running, Retryable: st.Retryable,
 			})
 		}
 	}
 	p.Notifications, err = s.notificationsSection(ctx)
 	return p, err
+}
+
+// providerRate words a provider's rate limit in force and whose budget it
+// is (provider.RateOf).
+func providerRate(perSecond float64, scope string) string {
+	if perSecond <= 0 {
+		return "no limit"
+	}
+	var r string
+	if perSecond >= 1 {
+		r = strconv.FormatFloat(perSecond, 'f', -1, 64) + " calls a second"
+	} else {
+		r = "1 call every " + spanWords(time.Duration(float64(time.Second)/perSecond))
+	}
+	if scope == provider.RateScopeAccount {
+		return r + ", shared by the account (every process)"
+	}
+	return r + " per process"
+}
+
+// providerBatch words how many messages go in one call (batch=N).
+func providerBatch(n int) string {
+	if n <= 1 {
+		return "1 message"
+	}
+	return "up to " + strconv.Itoa(n) + " messages"
+}
+
+// providerWindow words how long recovery can rely on the provider, from
+// the first call with an effect's key (provider.Capabilities): a repeat
+// with the same key is deduplicated, or the message can be asked about.
+// Past it an attempt in doubt is unknown for a person.
+func providerWindow(caps provider.Capabilities) string {
+	var parts []string
+	if caps.Dedupe {
+		if caps.DedupeWindow > 0 {
+			parts = append(parts, "dedupes a repeat for "+spanWords(caps.DedupeWindow))
+		} else {
+			parts = append(parts, "dedupes a repeat for ever")
+		}
+	}
+	if caps.Probe {
+		if caps.ProbeRetention > 0 {
+			parts = append(parts, "can be asked for "+spanWords(caps.ProbeRetention))
+		} else {
+			parts = append(parts, "can be asked for ever")
+		}
+		if caps.SettleWindow > 0 {
+			parts = append(parts, "\"not found\" is final after "+spanWords(caps.SettleWindow))
+		}
+	}
+	if len(parts) == 0 {
+		return "none: a message in flight at a crash is unknown for a person"
+	}
+	return strings.Join(parts, "; ") + ", from the first call"
+}
+
+// spanWords words a duration of a provider's settings: "24 h", "45 days",
+// "2 min", "30 s".
+func spanWords(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour && d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + " days"
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + " h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + " min"
+	}
+	return d.String()
 }
 
 // handleAdmin shows the admin page, with the secret a creation just made

@@ -102,6 +102,7 @@ func (s *Server) handleCampaignList(c echo.Context) error {
 				return err
 			}
 			row.Approved, row.ExactlyOnce = pl.TargetCount, row.Counts.Done
+			row.Outcome = approval.OutcomeOf(camp, row.Counts)
 		}
 		p.Rows = append(p.Rows, row)
 	}

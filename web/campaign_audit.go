@@ -51,6 +51,11 @@ func (s *Server) handleAudit(c echo.Context) error {
 		if p.Metric, p.Source, err = s.metric(ctx, pl); err != nil {
 			return err
 		}
+		counts, err := s.planCounts(ctx, pl)
+		if err != nil {
+			return err
+		}
+		p.Campaign.Outcome = approval.OutcomeOf(camp, counts)
 	}
 	if p.Events, err = s.history(ctx, camp); err != nil {
 		return err

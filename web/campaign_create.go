@@ -24,7 +24,13 @@ func (s *Server) newCampaignPage(c echo.Context, f newCampaignForm, errs map[str
 	p := view.NewCampaignPage{
 		Page: s.page(c, "New campaign", "campaigns"), Name: f.Name, Provider: f.Provider,
 		Providers: s.providerNames(), RequiredApprovals: f.RequiredApprovals, Payload: f.Payload.view(), FieldErrors: errs,
-		Transactional: f.Transactional, Start: f.Start, ScheduledAt: f.ScheduledAt,
+		Transactional: f.Transactional, Start: f.Start, ScheduledAt: f.ScheduledAt, Encoding: f.Encoding,
+	}
+	if msg, ok := errs["targets"]; ok {
+		// A refused list: said at the top of the page, where the eye
+		// lands, and beside the file field, which the browser emptied.
+		p.UploadName = uploadName(c, "targets")
+		p.Error = refusedUpload(p.UploadName, msg)
 	}
 	if p.RequiredApprovals < 1 {
 		p.RequiredApprovals = 1
@@ -87,6 +93,27 @@ func copyName(name string) string {
 		name = strings.ToValidUTF8(name[:200-len(suffix)], "")
 	}
 	return name + suffix
+}
+
+// uploadName is the name of the file a request's multipart field carries
+// ("" when none).
+func uploadName(c echo.Context, field string) string {
+	fh, err := c.FormFile(field)
+	if err != nil {
+		return ""
+	}
+	return fh.Filename
+}
+
+// refusedUpload is the page's one-line refusal of an uploaded list: what
+// was refused and why, that nothing was imported, and what to do.
+func refusedUpload(file, why string) string {
+	what := "The target list"
+	if file != "" {
+		what = "The target list " + file
+	}
+	why = strings.TrimPrefix(why, "the list was refused: ")
+	return what + " was not imported, and nothing was changed: " + strings.TrimSuffix(why, ".") + ". Choose the file again to upload it."
 }
 
 // uploadedFile opens the multipart file field name; ok is false when the

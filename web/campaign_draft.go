@@ -43,6 +43,10 @@ type draftOpts struct {
 	report      *plan.ImportReport
 	flash       string
 	errMsg      string
+	// testSendErr says why a test send was refused, beside its form.
+	testSendErr string
+	// upload is the import form as sent, when its file was refused.
+	upload view.UploadForm
 }
 
 func importView(r *plan.ImportReport) *view.ImportReport {
@@ -102,6 +106,8 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 		CanEdit: a.Has(auth.RoleProposer) && camp.State != approval.StateCancelled && camp.ArchivedAt == nil,
 		Payload: view.Payload{From: d.Payload.From, Subject: d.Payload.Subject, Text: d.Payload.Text, HTML: d.Payload.HTML},
 	}}
+	p.CanDiscard = camp.PlanID == 0 && approval.Allowed(a, camp, auth.ActionDiscard) == nil
+	p.Upload = o.upload
 	if o.payload != nil {
 		p.Payload = o.payload.view()
 	}
@@ -151,6 +157,9 @@ func (s *Server) renderDraft(c echo.Context, camp approval.Campaign, status int,
 	}
 	if p.TestSend, err = s.testSendForm(ctx, a, camp, d.TargetCount, "draft"); err != nil {
 		return err
+	}
+	if p.TestSend != nil {
+		p.TestSend.Error = o.testSendErr
 	}
 	if p.Rejected, err = s.rejection(ctx, camp); err != nil {
 		return err
@@ -351,9 +360,26 @@ func (s *Server) handleImport(c echo.Context) error {
 		}
 	}
 	if errs, ok := fieldErrors(err); ok {
-		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, draftOpts{fieldErrors: errs})
+		upload := view.UploadForm{Name: uploadName(c, "targets"), Encoding: c.FormValue("encoding"),
+			AddressColumn: strings.TrimSpace(c.FormValue("address_column")), Append: c.FormValue("append") != ""}
+		o := draftOpts{fieldErrors: errs, upload: upload}
+		if msg, ok := errs["targets"]; ok {
+			o.errMsg = refusedUpload(upload.Name, msg)
+		}
+		return s.renderDraft(c, camp, http.StatusUnprocessableEntity, o)
 	}
 	return err
+}
+
+// handleDiscard discards a campaign never approved (its proposer's, or an
+// operator's, decision: approval.Service.Discard) and shows its draft
+// page, which then offers nothing to do but read it and clone it.
+func (s *Server) handleDiscard(c echo.Context) error {
+	res, err := s.cfg.Approval.Discard(c.Request().Context(), mustActor(c), c.Param("id"), strings.TrimSpace(c.FormValue("reason")))
+	if err != nil {
+		return err
+	}
+	return redirect(c, "/campaigns/"+res.Campaign.ID+"/draft", "discarded")
 }
 
 // handleSubmit asks for approval of the draft the proposer was shown.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/onceplan/onceplan/plan"
 )
 
 // TestSaveShowsTemplateErrorsBesideTheField: a misspelt merge variable is
@@ -61,4 +63,22 @@ func TestDraftShowsBlankMergeValues(t *testing.T) {
 	rec := b.as["proposer"].post("/campaigns/"+c.ID+"/submit", nil)
 	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
 	require.Contains(t, tid(parse(t, b.as["proposer"].follow(rec)), "flash").Text(), "blank")
+}
+
+// TestDraftUnderstandsAFallback: {{or .first_name "friend"}} writes
+// "friend" for a blank first name — the preview says so — so the draft
+// page warns of nothing, submits without the blank flash, and says that
+// templates are Go's text/template.
+func TestDraftUnderstandsAFallback(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.draft(campaignOpts{Targets: "email,first_name\nfrank@example.com,\n",
+		Payload: plan.Payload{From: "news@example.com", Subject: "News", Text: `Hi {{or .first_name "friend"}}`}})
+	d := parse(t, b.as["proposer"].get("/campaigns/"+c.ID+"/draft"))
+	require.Equal(t, 0, tid(d, "empty-vars").Length())
+	require.Contains(t, tid(d, "preview-text").Text(), "Hi friend")
+	require.Contains(t, tid(d, "template-hint").Text(), "Go's text/template")
+	rec := b.as["proposer"].post("/campaigns/"+c.ID+"/submit", nil)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	require.Equal(t, "/campaigns/"+c.ID+"/approval?flash=submitted", rec.Header().Get("Location"))
 }

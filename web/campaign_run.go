@@ -92,7 +92,11 @@ func (s *Server) runView(c echo.Context, camp approval.Campaign, buttons bool) (
 	p := view.RunView{WorkerNote: serving.Warning, ETANote: s.etaNote(camp, counts, serving.Live), RunPage: view.RunPage{
 		Page: s.page(c, camp.Name, "campaigns"), Campaign: campaignView(camp), PlanHash: pl.Hash,
 		PlanVersion: pl.Version, Counts: counts, Filter: f, Next: page.Next, CanOperate: auth.Authorize(a, auth.ActionResolve) == nil,
-	}, ResumeCount: rem.Queue, StalledNote: stalledNote(camp, rem)}
+	}, ResumeCount: rem.Queue, ResumeLeft: rem.Left, StalledNote: stalledNote(camp, rem)}
+	if p.Why, err = s.runWhy(ctx, camp, pl, counts); err != nil { // campaign_run_why.go
+		return view.RunView{}, err
+	}
+	p.Campaign.Outcome = p.Why.Outcome
 	if buttons {
 		// The buttons are the campaign lifecycle's answer (approval.Allowed),
 		// the one the actions themselves check; resume only when it would

@@ -82,9 +82,30 @@ func TestResumeOfferedOnlyWhenItQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, rem.Queue, "the failed target has its job again")
 
-	// Paused, resume always runs it again; the button says what it queues.
+	// Paused, resume always runs it again; the button says what it sends:
+	// the failed target, whose job waits.
 	require.Equal(t, http.StatusSeeOther, op.post("/campaigns/"+c.ID+"/pause", nil).Code)
-	require.Equal(t, "Resume", strings.TrimSpace(tid(parse(t, op.get(run)), "action-resume").Text()))
+	require.Equal(t, "Resume and send the 1 target left", strings.TrimSpace(tid(parse(t, op.get(run)), "action-resume").Text()))
+}
+
+// TestResumeOfAPausedCampaignSaysHowManyItSends: a paused campaign's
+// targets keep their jobs (they wait), so a resume queues nothing new —
+// and its button still says how many targets it sends, and how many it
+// queues anew when some have no job.
+func TestResumeOfAPausedCampaignSaysHowManyItSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c, p := b.started(campaignOpts{Targets: csvOf(3)})
+	op := b.as["operator"]
+	run := "/campaigns/" + c.ID + "/run"
+	b.effect(p, 1, ledger.StateDone, "250 ok")
+	require.Equal(t, http.StatusSeeOther, op.post("/campaigns/"+c.ID+"/pause", nil).Code)
+	require.Equal(t, "Resume and send the 2 targets left", strings.TrimSpace(tid(parse(t, op.get(run)), "action-resume").Text()))
+
+	// Their jobs ended (as a failure with no try left ends one): a resume
+	// queues them anew, and says so.
+	b.finishJobs(p)
+	require.Equal(t, "Resume and send the 2 targets left (2 queued anew)", strings.TrimSpace(tid(parse(t, op.get(run)), "action-resume").Text()))
 }
 
 // stallJobs makes a plan's jobs for ordinals look held by a worker

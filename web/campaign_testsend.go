@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/web/httperr"
 	"github.com/onceplan/onceplan/web/view"
 )
 
@@ -55,12 +57,45 @@ func (s *Server) handleTestSend(c echo.Context) error {
 			return &onceplan.FieldError{Field: "ordinal", Reason: "must be a target's number"}
 		}
 	}
-	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), approval.TestSendParams{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {
-		return err
-	}
 	back := "draft"
 	if c.FormValue("back") == "approval" {
 		back = "approval"
 	}
+	if len(to) == 0 {
+		return s.testSendRefused(c, id, back, &onceplan.FieldError{Field: "to", Reason: "tick at least one reviewer to send the test to: nothing was sent"})
+	}
+	if _, err := s.cfg.TestSend.Send(c.Request().Context(), mustActor(c), approval.TestSendParams{CampaignID: id, To: to, Ordinal: ordinal}); err != nil {
+		if fe := (*onceplan.FieldError)(nil); errors.As(err, &fe) {
+			return s.testSendRefused(c, id, back, fe)
+		}
+		return err
+	}
 	return redirect(c, "/campaigns/"+id+"/"+back, "test-sent")
+}
+
+// testSendRefused shows the page the test-send form was on again, the
+// refusal at its top and beside the form, with nothing sent: a reviewer
+// not ticked, an address not allowed, a target that does not exist.
+func (s *Server) testSendRefused(c echo.Context, id, back string, fe *onceplan.FieldError) error {
+	camp, err := s.campaignOf(c)
+	if err != nil {
+		return err
+	}
+	msg := "The test was not sent: " + strings.TrimSuffix(fe.Reason, ".") + "."
+	if fe.Field != "to" {
+		msg = "The test was not sent: " + fe.Field + " " + strings.TrimSuffix(fe.Reason, ".") + "."
+	}
+	status := httperr.Classify(fe).Status // the one table's status for the refusal
+	if back == "approval" {
+		p, err := s.approvalPage(c, camp)
+		if err != nil {
+			return err
+		}
+		p.Error = msg
+		if p.TestSend != nil {
+			p.TestSend.Error = msg
+		}
+		return s.render(c, status, view.Approval(p))
+	}
+	return s.renderDraft(c, camp, status, draftOpts{errMsg: msg, testSendErr: msg})
 }

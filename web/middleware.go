@@ -206,6 +206,8 @@ const (
 	// testSender: whoever the permission table lets test-send (the
 	// proposer, approvers, operators: more than one role).
 	testSender access = "action:" + access(auth.ActionTestSend)
+	// discarder: whoever may discard a draft (its proposers, operators).
+	discarder access = "action:" + access(auth.ActionDiscard)
 	// link: anyone holding the link's token, which the handler checks
 	// itself (unsubscribe links): no session and no CSRF token needed.
 	link access = "link"
@@ -223,8 +225,8 @@ func allowed(a auth.Actor, signed bool, need access) bool {
 		return true
 	case signedIn:
 		return signed
-	case testSender:
-		return signed && auth.Authorize(a, auth.ActionTestSend) == nil
+	case testSender, discarder:
+		return signed && auth.Authorize(a, auth.Action(strings.TrimPrefix(string(need), "action:"))) == nil
 	default:
 		return signed && a.Has(auth.Role(need))
 	}

@@ -42,6 +42,7 @@ var flashes = map[string]string{
 	"resumed":           "Resumed: every target without an effect is queued once.",
 	"nothing-to-resume": "Nothing to resume: every target has an effect or a job, so the campaign stays completed.",
 	"cancelled":         "Cancelled.",
+	"discarded":         "Draft discarded: it can no longer be submitted, approved or started; its history keeps it.",
 	"resolved":          "Resolved.",
 	"evidence-resolved": "The selected targets were resolved as the evidence says; the others stay unknown.",
 	"evidence-partial":  "The selected targets were resolved as the evidence says, except those no longer unknown (resolved meanwhile), which were left as they are; the others stay unknown.",

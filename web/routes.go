@@ -49,6 +49,7 @@ func routeTable() []route {
 		{http.MethodGet, "/campaigns/:id/preview.html", signedIn, "", h((*Server).handlePreviewHTML)},
 		{http.MethodPost, "/campaigns/:id/submit", proposer, "", h((*Server).handleSubmit)},
 		{http.MethodPost, "/campaigns/:id/test", testSender, "", h((*Server).handleTestSend)},
+		{http.MethodPost, "/campaigns/:id/discard", discarder, "", h((*Server).handleDiscard)},
 
 		{http.MethodGet, "/campaigns/:id/approval", signedIn, "", h((*Server).handleApproval)},
 		{http.MethodGet, "/campaigns/:id/diff", signedIn, "", h((*Server).handleDiff)},

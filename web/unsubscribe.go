@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -105,11 +106,34 @@ func (s *Server) unsubscribe(c echo.Context, post bool) error {
 	}
 	page.Address = sub.Address
 	page.Campaign, page.Sender = s.unsubscribeNames(ctx, sub.CampaignID)
+	page.Service = s.serviceName()
 	page.Done = post
+	if !post {
+		// A link opened again after its unsubscribe: say so, rather than
+		// ask again. The link is its address's own (its MAC), so this
+		// tells its holder only about that address.
+		e, ok, err := suppression.Lookup(ctx, s.cfg.Pool, sub.Address)
+		if err != nil {
+			return err
+		}
+		if ok {
+			page.Already, page.Since = true, e.CreatedAt
+		}
+	}
 	// Relative (the token alone): the page's own URL, also behind a
 	// proxy that serves Onceplan under a path.
 	page.Action = token
 	return s.render(c, http.StatusOK, view.Unsubscribe(page))
+}
+
+// serviceName names the Onceplan a link belongs to, as its reader knows
+// it: the host of --public-url, the address the link itself points at.
+func (s *Server) serviceName() string {
+	u, err := url.Parse(s.cfg.PublicURL)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // unsubscribeNames are the name of the campaign a link came in and the

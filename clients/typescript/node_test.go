@@ -306,7 +306,7 @@ func TestAgainstTheServer(t *testing.T) {
 	example, err := filepath.Abs("examples/set-status.mjs")
 	require.NoError(t, err)
 	dir := t.TempDir()
-	for _, want := range []string{"performed: op-9", "replayed: op-9"} {
+	for _, want := range []string{"performed: ts-1", "replayed: ts-1"} {
 		cmd := exec.Command("node", example)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "ONCEPLAN_SERVER="+w.url, "ONCEPLAN_TOKEN="+w.agent)

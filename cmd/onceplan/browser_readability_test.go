@@ -143,7 +143,8 @@ func TestBrowserReadability(t *testing.T) {
 	b.do(chromedp.Navigate(base+"/u/"+m[1]), chromedp.WaitVisible(css("unsubscribe-confirm")))
 	require.Equal(t, "This link came in “Spring newsletter”, from Acme News <news@example.com>.", b.text("unsubscribe-campaign"))
 	b.do(chromedp.Click(css("unsubscribe-confirm")), chromedp.WaitVisible(css("unsubscribe-done")))
-	require.Equal(t, "You are unsubscribed: bob@example.com will get no more campaign messages from Acme News <news@example.com>.", b.text("unsubscribe-done"))
+	require.Equal(t, "You are unsubscribed: bob@example.com will get no more campaign messages sent through this mailing service (127.0.0.1), "+
+		"from Acme News <news@example.com> or from any other sender that uses it.", b.text("unsubscribe-done"))
 
 	// The Suppressions page names the campaign, linked, not its id.
 	b.signIn(base, adminEmail, adminPassword)

@@ -83,7 +83,10 @@ type WorkerOptions struct {
 	JobTimeout          time.Duration
 	RescueAfter         time.Duration
 	WorkersPerQueue     int
-	InsertOnly          bool
+	// MaxAttempts bounds the tries of a target's temporary failure
+	// (--max-attempts).
+	MaxAttempts int
+	InsertOnly  bool
 	// PublicURL is where the messages' unsubscribe links point
 	// (--public-url, checked by unsubscribe.ParsePublicURL). Default
 	// unsubscribe.DefaultPublicURL.
@@ -127,12 +130,13 @@ func Notifiers(opts NotifierOptions) (*notify.Registry, error) {
 func (o WorkerOptions) Config() jobs.Config {
 	c := jobs.Config{
 		OwnerTimeout: o.OwnerTimeout, MaintenanceInterval: o.MaintenanceInterval,
-		JobTimeout: o.JobTimeout, RescueAfter: o.RescueAfter, WorkersPerQueue: o.WorkersPerQueue,
+		JobTimeout: o.JobTimeout, RescueAfter: o.RescueAfter, WorkersPerQueue: o.WorkersPerQueue, MaxAttempts: o.MaxAttempts,
 		InsertOnly: o.InsertOnly, PublicURL: o.PublicURL, Notifiers: o.Notifiers, NotifyWindow: o.NotifyWindow,
 	}.WithDefaults()
 	// A zero given is a value for Validate to refuse, not a request for
 	// the default.
 	c.OwnerTimeout, c.MaintenanceInterval, c.JobTimeout, c.WorkersPerQueue = o.OwnerTimeout, o.MaintenanceInterval, o.JobTimeout, o.WorkersPerQueue
+	c.MaxAttempts = o.MaxAttempts
 	c.NotifyWindow = o.NotifyWindow
 	return c
 }

@@ -36,7 +36,7 @@ func ParseExportFormat(s string) (ExportFormat, error) {
 // revocation), so that both formats carry the same columns.
 var exportColumns = []string{
 	"ordinal", "target", "key", "epoch", "state", "attempts", "receipt", "first_at", "last_at",
-	"resolved_by", "resolution_reason", "reason", "revoked_by", "revoke_reason",
+	"resolved_by", "resolution_reason", "reason", "revoked_by", "revoke_reason", "failure",
 }
 
 // Export writes every target of the plan to w, streamed a page at a time,
@@ -74,7 +74,7 @@ func exportCSV(ctx context.Context, db onceplan.DB, planID int64, w io.Writer) e
 	err := eachTarget(ctx, db, planID, func(r TargetRow) error {
 		rec = append(rec[:0], strconv.Itoa(r.Ordinal), cell(r.Target), cell(r.Key), strconv.Itoa(r.Epoch), r.State,
 			strconv.Itoa(r.Attempts), cell(r.Receipt), timeCell(r.FirstAt), timeCell(r.LastAt), cell(r.ResolvedBy),
-			cell(r.ResolutionReason), cell(r.Reason), cell(r.RevokedBy), cell(r.RevokeReason))
+			cell(r.ResolutionReason), cell(r.Reason), cell(r.RevokedBy), cell(r.RevokeReason), r.Failure)
 		return cw.Write(rec)
 	})
 	if err != nil {

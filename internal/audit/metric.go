@@ -56,8 +56,16 @@ type Metric struct {
 	// the audit holds with. The others ran out of retries, are to be sent
 	// again, or failed before Onceplan recorded whether a failure is final.
 	Rejected int `json:"rejected"`
-	Stranded int `json:"stranded"`
-	Revoked  int `json:"revoked"`
+	// Exhausted: of the failed targets, those given up after their tries
+	// ran out; Unreached: those whose tries all ran out without ever
+	// reaching the provider (the request never left: a DNS failure, a
+	// refused connection, a TLS failure). The rest of the failed are to be
+	// sent again, or failed before Onceplan recorded whether a failure is
+	// final.
+	Exhausted int `json:"exhausted"`
+	Unreached int `json:"unreached"`
+	Stranded  int `json:"stranded"`
+	Revoked   int `json:"revoked"`
 	// Suppressed: targets not sent because their address was suppressed
 	// (unsubscribed, bounced hard, complained, or an admin's entry) when
 	// their effect was about to be claimed. Consent overrides the plan:
@@ -192,11 +200,19 @@ func failureReasons(groups []FailureGroup) []string {
 		var one, many string
 		switch ledger.Failure(g.Failure) {
 		case ledger.FailureRejected:
-			one = "target was refused by the provider for good (a definitive rejection: the audit holds with it)"
-			many = "targets were refused by the provider for good (a definitive rejection: the audit holds with them)"
+			one = "target was refused by the provider for good, with this answer (a definitive rejection: the audit holds with it)"
+			many = "targets were refused by the provider for good, with this answer (a definitive rejection: the audit holds with them)"
 		case ledger.FailureExhausted:
-			one = "target failed after its retries ran out (resume to try once more)"
-			many = "targets failed after their retries ran out (resume to try once more)"
+			one = "target was given up after its tries ran out, the last with this error (resume to try once more)"
+			many = "targets were given up after their tries ran out, the last with this error (resume to try once more)"
+		case ledger.FailureUnreached:
+			one = "target never reached the provider: every try failed before the request left (a DNS, connection or TLS failure), the last with this error " +
+				"(check the provider's address and the network, then resume to try once more)"
+			many = "targets never reached the provider: every try failed before the request left (a DNS, connection or TLS failure), the last with this error " +
+				"(check the provider's address and the network, then resume to try once more)"
+		case ledger.FailureUnsent:
+			one = "target did not reach the provider and is to be sent again, not sent yet (resume a paused or completed campaign)"
+			many = "targets did not reach the provider and are to be sent again, not sent yet (resume a paused or completed campaign)"
 		case ledger.FailureRetry, ledger.FailureQuota:
 			one = "target failed and is to be sent again, not sent yet (resume a paused or completed campaign)"
 			many = "targets failed and are to be sent again, not sent yet (resume a paused or completed campaign)"
@@ -237,7 +253,8 @@ func (m Metric) Headline() string {
 			n    int
 			what string
 		}{
-			{m.Missing, "missing"}, {m.InDoubt, "in doubt"}, {m.Failed - m.Rejected, "failed, not for good"},
+			{m.Missing, "missing"}, {m.InDoubt, "in doubt"}, {m.Unreached, "never reached the provider"},
+			{m.Exhausted, "given up after their tries"}, {m.Failed - m.Rejected - m.Exhausted - m.Unreached, "failed, to be sent again"},
 			{m.Ungated, "decided by a row the gate refuses"}, {m.Duplicates, "duplicated"},
 			{m.Unconfirmed, "done without evidence"}, {m.Unrecorded, "delivered but not done in the ledger"},
 		} {
@@ -284,7 +301,7 @@ func ForPlan(ctx context.Context, db onceplan.DB, planID int64) (Metric, error) 
 		var listID int64
 		if err := tx.QueryRow(ctx, attemptsIn(metricSQL, arch), args).Scan(
 			&m.CampaignID, &m.PlanVersion, &m.Approved, &listID,
-			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Revoked, &m.Suppressed); err != nil {
+			&m.ExactlyOnce, &m.Pending, &m.Unknown, &m.Stranded, &m.Failed, &m.Rejected, &m.Exhausted, &m.Unreached, &m.Revoked, &m.Suppressed); err != nil {
 			return err
 		}
 		if m.Failed > 0 {

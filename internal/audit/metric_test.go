@@ -98,7 +98,7 @@ func TestMetricEveryState(t *testing.T) {
 			`1 target failed and is to be sent again, not sent yet (resume a paused or completed campaign): "audittest: unknown" (person12@example.com).`,
 		},
 	}, m)
-	require.Equal(t, "5/14 exactly once; does not hold: 2 missing, 3 in doubt, 2 failed, not for good", m.Headline())
+	require.Equal(t, "5/14 exactly once; does not hold: 2 missing, 3 in doubt, 2 failed, to be sent again", m.Headline())
 
 	byCampaign, err := audit.ForCampaign(b.ctx, b.f.Pool, c.ID)
 	require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestMetricHolds(t *testing.T) {
 	require.Equal(t, 2, m.ExactlyOnce)
 	require.Equal(t, []int{1, 1}, []int{m.Failed, m.Rejected})
 	require.Equal(t, "2/3 exactly once; holds", m.Headline())
-	require.Equal(t, []string{`1 target was refused by the provider for good (a definitive rejection: the audit holds with it): "550 5.1.1 no such user" (person3@example.com).`},
+	require.Equal(t, []string{`1 target was refused by the provider for good, with this answer (a definitive rejection: the audit holds with it): "550 5.1.1 no such user" (person3@example.com).`},
 		m.Reasons)
 }
 
@@ -147,8 +147,8 @@ func TestMetricAFailureThatIsNotFinalDoesNotHold(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, m.Holds)
 	require.Equal(t, []int{1, 0}, []int{m.Failed, m.Rejected})
-	require.Equal(t, "1/2 exactly once; does not hold: 1 failed, not for good", m.Headline())
-	require.Equal(t, []string{`1 target failed after its retries ran out (resume to try once more): "Postmark answered HTTP 503 (no retries left after 8 attempts)" (person2@example.com).`},
+	require.Equal(t, "1/2 exactly once; does not hold: 1 given up after their tries", m.Headline())
+	require.Equal(t, []string{`1 target was given up after its tries ran out, the last with this error (resume to try once more): "Postmark answered HTTP 503 (no retries left after 8 attempts)" (person2@example.com).`},
 		m.Reasons)
 }
 

@@ -65,12 +65,14 @@ counted AS (
     count(*) FILTER (WHERE a.state = 'stranded') AS stranded,
     count(*) FILTER (WHERE a.state = 'failed' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS failed,
     count(*) FILTER (WHERE a.state = 'failed' AND a.failure = 'rejected' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS rejected,
+    count(*) FILTER (WHERE a.state = 'failed' AND a.failure = 'exhausted' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS exhausted,
+    count(*) FILTER (WHERE a.state = 'failed' AND a.failure = 'unreached' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS unreached,
     count(*) FILTER (WHERE a.state = 'revoked' AND NOT EXISTS (` + newerAttempt + `) AND NOT EXISTS (SELECT 1 FROM sup WHERE sup.ordinal = a.ordinal)) AS revoked
   FROM attempt a LEFT JOIN bumped bu ON bu.ordinal = a.ordinal
   WHERE a.epoch = coalesce(bu.epoch, 0)
 )
 SELECT p.campaign_id, p.version, p.target_count, p.list_id,
-       c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.revoked,
+       c.done, c.pending, c.unknown, c.stranded, c.failed, c.rejected, c.exhausted, c.unreached, c.revoked,
        (SELECT count(DISTINCT s.ordinal) FROM sup s WHERE NOT EXISTS (
           SELECT 1 FROM effect_attempt() e WHERE e.key = s.key AND effect_blocks(e.state)
             AND e.epoch = (SELECT cur.epoch FROM effect_current_epoch(s.key) cur))) AS suppressed
@@ -216,12 +218,13 @@ var targetRowSQL = `
 SELECT t.ordinal, t.target, t.key, cur.epoch, ` + targetState + `, coalesce(e.attempts, 0)::int,
        coalesce(e.receipt, ''), e.first_at, coalesce(e.last_at, sup.at), coalesce(e.resolved_by, ''), coalesce(e.resolution, ''),
        CASE WHEN ` + targetState + ` = '` + StateSuppressed + `' THEN sup.why ELSE coalesce(e.reason, '') END,
-       coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text
+       coalesce(e.revoked_by, ''), coalesce(e.revoke_reason, ''), t.vars::text,
+       CASE WHEN ` + targetState + ` = 'failed' THEN coalesce(e.failure, '') ELSE '' END
 FROM %s
 CROSS JOIN LATERAL effect_current_epoch(t.key) cur
 LEFT JOIN LATERAL (
   SELECT ` + attemptState("x", "t.list_id") + ` AS state, effect_blocks(x.state) AS blocking,
-         x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason,
+         x.receipt, x.resolved_by, x.resolution, x.reason, x.revoked_by, x.revoke_reason, x.failure,
          count(*) OVER () AS attempts, min(x.created_at) OVER () AS first_at, max(x.updated_at) OVER () AS last_at
   FROM effect_attempt() x WHERE x.key = t.key AND x.epoch = cur.epoch AND ` + countedAttempt("x", "t.list_id") + `
   ORDER BY ` + decidingOrder("x") + `
@@ -247,7 +250,8 @@ const targetState = "CASE WHEN e.blocking THEN e.state WHEN sup.at IS NOT NULL T
 	"ELSE coalesce(e.state, '" + StateNotStarted + "') END"
 
 // listCountsSQL counts the targets of list $1 by state, as targetRowSQL
-// would give them, in one aggregate statement: looking each target up
+// would give them (and the failed ones by their deciding attempt's
+// failure), in one aggregate statement: looking each target up
 // would take seconds at a million targets, so this joins the list to the
 // ledger by key once and keeps each key's deciding attempt (DISTINCT ON in
 // decidingOrder). Targets with no counted attempt are not started; the
@@ -266,21 +270,25 @@ const targetState = "CASE WHEN e.blocking THEN e.state WHEN sup.at IS NOT NULL T
 // The counts are cached (approval.CountsCache).
 var listCountsSQL = `
 WITH decided AS (
-  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, effect_blocks(e.state) AS blocking
+  SELECT DISTINCT ON (e.key) e.key, e.epoch, ` + attemptState("e", "$1") + ` AS state, effect_blocks(e.state) AS blocking, e.failure
   FROM list_target() t
   JOIN effect_attempt() e ON e.key = t.key
   WHERE t.list_id = $1 AND ` + countedAttempt("e", "$1") + `
   ORDER BY e.key, e.epoch DESC, ` + decidingOrder("e") + `
 ), current AS (
-  SELECT d.key, d.state, d.blocking FROM decided d WHERE d.epoch = (SELECT cur.epoch FROM effect_current_epoch(d.key) cur)
+  SELECT d.key, d.state, d.blocking, d.failure FROM decided d WHERE d.epoch = (SELECT cur.epoch FROM effect_current_epoch(d.key) cur)
 ), suppressed AS (
   SELECT DISTINCT t.key FROM target_suppressed_record() ts JOIN list_target() t ON t.list_id = $1 AND t.key = ts.key
   WHERE ` + ownAttempt("ts", "$1") + `
+), counted AS (
+  SELECT CASE WHEN NOT c.blocking AND EXISTS (SELECT 1 FROM suppressed s WHERE s.key = c.key) THEN '` + StateSuppressed + `' ELSE c.state END AS state,
+         c.failure
+  FROM current c
 )
-SELECT CASE WHEN NOT c.blocking AND EXISTS (SELECT 1 FROM suppressed s WHERE s.key = c.key) THEN '` + StateSuppressed + `' ELSE c.state END, count(*)
-FROM current c GROUP BY 1
+SELECT c.state, CASE WHEN c.state = 'failed' THEN coalesce(c.failure, '') ELSE '' END, count(*)
+FROM counted c GROUP BY 1, 2
 UNION ALL
-SELECT '` + StateSuppressed + `', count(*) FROM suppressed s WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.key = s.key)`
+SELECT '` + StateSuppressed + `', '', count(*) FROM suppressed s WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.key = s.key)`
 
 // planList reads the target list a plan froze, for the export.
 const planList = `SELECT p.list_id, p.target_count FROM frozen_plan() p WHERE p.id = $1`

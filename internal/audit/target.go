@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/onceplan/onceplan/internal/onceplan"
+	"github.com/onceplan/onceplan/ledger"
 )
 
 // StateNotStarted is the state of a target with no attempt at its key's
@@ -75,6 +76,11 @@ type TargetRow struct {
 	// Vars are the target's merge variables as JSON (the target page shows
 	// them; no export carries them).
 	Vars string `json:"-"`
+	// Failure is, for a failed target, its deciding attempt's failure (a
+	// ledger.Failure: whether it is final, and whether it reached the
+	// provider); "" otherwise, or for a failure recorded before finality
+	// was. The run page groups failed targets by it.
+	Failure string `json:"failure"`
 }
 
 // TargetQuery selects a page of a list's targets.
@@ -158,7 +164,7 @@ func queryRows(ctx context.Context, db onceplan.DB, arch bool, s shape, args ...
 		first, last *time.Time
 	)
 	_, err = pgx.ForEachRow(rows, []any{&r.Ordinal, &r.Target, &r.Key, &r.Epoch, &r.State, &r.Attempts, &r.Receipt,
-		&first, &last, &r.ResolvedBy, &r.ResolutionReason, &r.Reason, &r.RevokedBy, &r.RevokeReason, &r.Vars}, func() error {
+		&first, &last, &r.ResolvedBy, &r.ResolutionReason, &r.Reason, &r.RevokedBy, &r.RevokeReason, &r.Vars, &r.Failure}, func() error {
 		r.FirstAt, r.LastAt = utc(first), utc(last)
 		out = append(out, r)
 		return nil
@@ -303,6 +309,34 @@ type Counts struct {
 	// Suppressed: not sent because the address was suppressed
 	// (StateSuppressed).
 	Suppressed int `json:"suppressed"`
+
+	// Refused, GivenUp and Unreached are the failed targets whose deciding
+	// attempt's failure is their ending (ledger.Failure.Final): refused by
+	// the provider for good (rejected), given up after their tries
+	// (exhausted), and never reached the provider in any try (unreached).
+	// The rest of Failed are to be sent again (FailedToRetry). Not in the
+	// counts' JSON, whose names are the states (the API's contract): a
+	// campaign's outcome says them (approval.OutcomeOf).
+	Refused   int `json:"-"`
+	GivenUp   int `json:"-"`
+	Unreached int `json:"-"`
+}
+
+// FailedToRetry is how many failed targets are to be sent again: those
+// whose failure is not their ending (a temporary failure with tries left,
+// an "over quota" answer, a failure recorded before finality was).
+func (c Counts) FailedToRetry() int { return c.Failed - c.Refused - c.GivenUp - c.Unreached }
+
+// addFailed counts n failed targets by their deciding attempt's failure.
+func (c *Counts) addFailed(failure string, n int) {
+	switch ledger.Failure(failure) {
+	case ledger.FailureRejected:
+		c.Refused += n
+	case ledger.FailureExhausted:
+		c.GivenUp += n
+	case ledger.FailureUnreached:
+		c.Unreached += n
+	}
 }
 
 // Add counts n more targets in state (one of ValidStates; another is not
@@ -360,10 +394,13 @@ func ListCounts(ctx context.Context, db onceplan.DB, listID int64, planned int) 
 		return Counts{}, err
 	}
 	c := Counts{Planned: planned}
-	var state string
+	var state, failure string
 	var n int
-	_, err = pgx.ForEachRow(rows, []any{&state, &n}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&state, &failure, &n}, func() error {
 		c.Add(state, n)
+		if state == "failed" {
+			c.addFailed(failure, n)
+		}
 		return nil
 	})
 	c.NotStarted = planned - c.Pending - c.Done - c.Unknown - c.Failed - c.Stranded - c.Revoked - c.Outside - c.Suppressed

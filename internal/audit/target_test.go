@@ -26,7 +26,7 @@ func TestExportCSVAndJSON(t *testing.T) {
 	recs, err := csv.NewReader(&out).ReadAll()
 	require.NoError(t, err)
 	require.Equal(t, []string{"ordinal", "target", "key", "epoch", "state", "attempts", "receipt", "first_at", "last_at",
-		"resolved_by", "resolution_reason", "reason", "revoked_by", "revoke_reason"}, recs[0])
+		"resolved_by", "resolution_reason", "reason", "revoked_by", "revoke_reason", "failure"}, recs[0])
 	require.Len(t, recs, 1+len(c.Targets))
 	for i, rec := range recs[1:] {
 		tg := c.Targets[i]

@@ -75,6 +75,11 @@ const (
 	ActionPause   Action = "pause"
 	ActionResume  Action = "resume"
 	ActionCancel  Action = "cancel"
+	// ActionDiscard ends a campaign never approved (a draft, or one
+	// waiting for approval) at its proposer's request: nothing of it can
+	// be submitted, approved or started any more. Recorded in the trail
+	// as a cancel.
+	ActionDiscard Action = "discard"
 	ActionResolve Action = "resolve"
 	// ActionSupersede bumps a done target's epoch so it gets one more
 	// effect: a new decision to act, so it needs an approver.
@@ -103,16 +108,20 @@ var permission = map[Action]struct {
 	role       Role
 	agentMayDo bool
 }{
-	ActionCreate:    {RoleProposer, true},
-	ActionEdit:      {RoleProposer, true},
-	ActionImport:    {RoleProposer, true},
-	ActionSubmit:    {RoleProposer, true},
-	ActionApprove:   {RoleApprover, false},
-	ActionReject:    {RoleApprover, false},
-	ActionStart:     {RoleOperator, false},
-	ActionPause:     {RoleOperator, false},
-	ActionResume:    {RoleOperator, false},
-	ActionCancel:    {RoleOperator, false},
+	ActionCreate:  {RoleProposer, true},
+	ActionEdit:    {RoleProposer, true},
+	ActionImport:  {RoleProposer, true},
+	ActionSubmit:  {RoleProposer, true},
+	ActionApprove: {RoleApprover, false},
+	ActionReject:  {RoleApprover, false},
+	ActionStart:   {RoleOperator, false},
+	ActionPause:   {RoleOperator, false},
+	ActionResume:  {RoleOperator, false},
+	ActionCancel:  {RoleOperator, false},
+	// Discarding a draft stops what was never approved, so its
+	// proposers may (an agent too: it only ever sends less); an
+	// operator may (alsoRoles).
+	ActionDiscard:   {RoleProposer, true},
 	ActionResolve:   {RoleOperator, false},
 	ActionSupersede: {RoleApprover, false},
 	ActionRevoke:    {RoleOperator, false},
@@ -131,6 +140,7 @@ var permission = map[Action]struct {
 // permission's role (any one of them suffices).
 var alsoRoles = map[Action][]Role{
 	ActionTestSend: {RoleApprover, RoleOperator},
+	ActionDiscard:  {RoleOperator},
 	ActionPerform:  {RoleOperator},
 }
 

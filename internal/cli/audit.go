@@ -380,12 +380,15 @@ func printFindings(w io.Writer, title string, l audit.FindingList) {
 	}
 }
 
-// failedNote says how many failed targets the provider refused for good.
+// failedNote says how the failed targets ended: refused by the provider
+// for good, given up after their tries, never reached the provider, or
+// still to be sent.
 func failedNote(m audit.Metric) string {
 	if m.Failed == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%d refused for good, %d not sent for another reason", m.Rejected, m.Failed-m.Rejected)
+	return fmt.Sprintf("%d refused for good, %d given up after their tries, %d never reached the provider, %d to be sent again",
+		m.Rejected, m.Exhausted, m.Unreached, m.Failed-m.Rejected-m.Exhausted-m.Unreached)
 }
 
 // ungatedNote says what ungated counts, when it counts any.

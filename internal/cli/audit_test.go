@@ -63,8 +63,8 @@ func TestAuditExitCodes(t *testing.T) {
 	require.Regexp(t, `(?m)^plan intact +yes: its 4 frozen rows hash to the approved [0-9a-f]{12}…, every key is its address's, 1 of 1 approvals$`, r.stdout)
 	require.Contains(t, r.stdout, "why it does not hold:\n  - 1 target has no effect of its own at its current epoch: not started yet")
 	require.Regexp(t, `(?m)^in doubt +1  \(0 pending, 1 unknown\)$`, r.stdout)
-	require.Regexp(t, `(?m)^failed +1  \(0 refused for good, 1 not sent for another reason\)$`, r.stdout)
-	require.True(t, strings.HasSuffix(r.stdout, "\n1/4 exactly once; does not hold: 1 missing, 1 in doubt, 1 failed, not for good\n"), r.stdout)
+	require.Regexp(t, `(?m)^failed +1  \(0 refused for good, 0 given up after their tries, 0 never reached the provider, 1 to be sent again\)$`, r.stdout)
+	require.True(t, strings.HasSuffix(r.stdout, "\n1/4 exactly once; does not hold: 1 missing, 1 in doubt, 1 failed, to be sent again\n"), r.stdout)
 	require.Empty(t, r.stderr)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -115,7 +116,16 @@ type campaignView struct {
 	Approvals         int            `json:"approvals"`
 	ApprovalURL       string         `json:"approval_url"`
 	Counts            map[string]int `json:"counts"`
-	Import            *struct {
+	// Outcome is how a campaign that ended ended for its targets.
+	Outcome *struct {
+		Ending  string `json:"ending"`
+		Summary string `json:"summary"`
+	} `json:"outcome"`
+	NextSteps []struct {
+		Kind string `json:"kind"`
+		What string `json:"what"`
+	} `json:"next_steps"`
+	Import *struct {
 		Rows          int `json:"rows"`
 		Accepted      int `json:"accepted"`
 		Duplicate     int `json:"duplicate"`
@@ -149,6 +159,16 @@ func show(env Env, f *apiFlags, raw json.RawMessage) error {
 	if c := v.Counts; c != nil {
 		fmt.Fprintf(w, "  targets    %d planned: %d not started, %d pending, %d done, %d unknown, %d failed, %d stranded, %d revoked\n",
 			c["planned"], c["not_started"], c["pending"], c["done"], c["unknown"], c["failed"], c["stranded"], c["revoked"])
+	}
+	if o := v.Outcome; o != nil {
+		fmt.Fprintf(w, "  outcome    %s: %s\n", o.Ending, o.Summary)
+		if o.Ending != "sent" {
+			for _, st := range v.NextSteps {
+				if st.Kind != "none" {
+					fmt.Fprintf(w, "    next: %s\n", st.What)
+				}
+			}
+		}
 	}
 	if v.State == "pending_approval" || v.State == "draft" {
 		fmt.Fprintf(w, "  approve at %s\n", v.ApprovalURL)
@@ -211,7 +231,8 @@ func campaignCreate(ctx context.Context, env Env, args []string) error {
 	html := fs.String("html", "", "the HTML body template (optional)")
 	htmlFile := fs.String("html-file", "", "read the HTML body template from this file")
 	approvals := fs.Int("required-approvals", 1, "distinct approvals needed to freeze the plan")
-	targets := fs.String("targets", "", "a target list to import: a .csv or .json file")
+	targets := fs.String("targets", "", "a target list to import: a .csv or .json file; a list the server refuses leaves no draft behind (the one made for it is discarded)")
+	encoding := fs.String("encoding", "", encodingUsage)
 	idem := fs.String("idempotency-key", "", "makes a retried create return the first one's campaign")
 	if _, err := parseWithArgs(fs, env, args); err != nil {
 		return err
@@ -245,14 +266,28 @@ func campaignCreate(ctx context.Context, env Env, args []string) error {
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return err
 		}
-		if raw, err = importFile(ctx, c, v.ID, *targets, false, ""); err != nil {
-			return apiError("campaign create: the campaign "+v.ID+" was created, but importing its targets failed", err)
+		imported, err := importFile(ctx, c, v.ID, *targets, false, "", *encoding)
+		if err != nil {
+			// The list was refused: the draft made for it would sit there
+			// empty. It is discarded (its history keeps it), and the
+			// refusal says so.
+			what := fmt.Sprintf("campaign create: the target list %s was refused, so the draft %s made for it was discarded (nothing is left to approve; its history keeps it)", *targets, v.ID)
+			discard := apiclient.Request{Method: http.MethodPost, Path: "/campaigns/" + url.PathEscape(v.ID) + "/discard",
+				JSON: map[string]string{"reason": "its target list " + filepath.Base(*targets) + " was refused at create"}}
+			if derr := c.Do(ctx, discard, nil); derr != nil {
+				what = fmt.Sprintf("campaign create: the target list %s was refused, and the draft %s made for it could not be discarded (%v): discard it on its draft page", *targets, v.ID, derr)
+			}
+			return apiError(what, err)
 		}
+		raw = imported
 	}
 	return show(env, &af, raw)
 }
 
-func importFile(ctx context.Context, c *apiclient.Client, id, path string, appendList bool, column string) (json.RawMessage, error) {
+// encodingUsage documents --encoding.
+const encodingUsage = "the CSV's character encoding: utf-8 (the default), iso-8859-1 (Latin-1) or windows-1252 (a spreadsheet's \"CSV\" on Windows)"
+
+func importFile(ctx context.Context, c *apiclient.Client, id, path string, appendList bool, column, encoding string) (json.RawMessage, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -261,6 +296,13 @@ func importFile(ctx context.Context, c *apiclient.Client, id, path string, appen
 	ctype := "text/csv"
 	if strings.EqualFold(filepath.Ext(path), ".json") {
 		ctype = "application/json"
+		if encoding != "" {
+			return nil, errors.New("--encoding is for a CSV list: a JSON list is UTF-8")
+		}
+	} else if encoding != "" {
+		// The API's way to say a CSV's encoding; the server refuses one it
+		// does not know, naming those it does.
+		ctype = mime.FormatMediaType("text/csv", map[string]string{"charset": encoding})
 	}
 	q := url.Values{}
 	if appendList {
@@ -280,6 +322,7 @@ func campaignTargets(ctx context.Context, env Env, args []string) error {
 	af.register(fs, env)
 	appendList := fs.Bool("append", false, "add to the draft's list instead of replacing it")
 	column := fs.String("address-column", "", "the CSV column holding the address (default: email or address)")
+	encoding := fs.String("encoding", "", encodingUsage)
 	pos, err := parseWithArgs(fs, env, args, "ID", "FILE")
 	if err != nil {
 		return err
@@ -288,7 +331,7 @@ func campaignTargets(ctx context.Context, env Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("campaign targets: %w", err)
 	}
-	raw, err := importFile(ctx, c, pos[0], pos[1], *appendList, *column)
+	raw, err := importFile(ctx, c, pos[0], pos[1], *appendList, *column, *encoding)
 	if err != nil {
 		return apiError("campaign targets", err)
 	}
@@ -390,6 +433,9 @@ func campaignList(ctx context.Context, env Env, args []string) error {
 	var page struct {
 		Items []struct {
 			ID, Name, State, Provider string
+			Outcome                   *struct {
+				Ending string `json:"ending"`
+			} `json:"outcome"`
 		} `json:"items"`
 	}
 	var raw json.RawMessage
@@ -404,7 +450,11 @@ func campaignList(ctx context.Context, env Env, args []string) error {
 		return err
 	}
 	for _, it := range page.Items {
-		fmt.Fprintf(env.Stdout, "%s  %-16s %-10s %s\n", it.ID, it.State, it.Provider, it.Name)
+		state := it.State
+		if it.Outcome != nil && it.Outcome.Ending == "incomplete" {
+			state += " (incomplete)" // not every target got its effect: `campaign status` says how
+		}
+		fmt.Fprintf(env.Stdout, "%s  %-24s %-10s %s\n", it.ID, state, it.Provider, it.Name)
 	}
 	return nil
 }

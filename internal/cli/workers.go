@@ -39,6 +39,7 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.opts.JobTimeout, "job-timeout", jobs.DefaultJobTimeout, "the longest one effect (render, wait, call, record) may take")
 	// No fixed default: left unset, it follows --job-timeout (jobs.Config).
 	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 0, fmt.Sprintf("River rescues a job still running after this long; must exceed --job-timeout (default: --job-timeout + %s)", jobs.DefaultRescueMargin))
+	fs.IntVar(&w.opts.MaxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "tries of a target whose sends fail temporarily (a refused connection, a 408, an SMTP 4xx) before it is given up, failed for all to see (an over-quota answer uses none)")
 	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", jobs.DefaultWorkersPerQueue, fmt.Sprintf("effects one process works on at once per provider (1-%d); a provider's concurrency still bounds its calls", jobs.MaxWorkersPerQueue))
 	fs.Var(&w.notifiers, "notify", "NAME=URL of a notifier, repeatable (default $ONCEPLAN_NOTIFY, comma-separated): mailto:[ADDRESS,…]?provider=NAME[&from=ADDRESS] emails the users who must act through a --provider; https://host/path[?hmac_secret_env=VAR] posts Slack-compatible JSON (README, \"Notifications\")")
 	fs.DurationVar(&w.opts.NotifyWindow, "notify-window", notify.DefaultWindow, "at most one message per campaign per window about its unknown, stranded or failed targets (a growth gathers for a tenth of it first)")
@@ -59,6 +60,7 @@ var workerFlagOf = map[string]string{
 	"JobTimeout":          "--job-timeout",
 	"RescueAfter":         "--rescue-after",
 	"WorkersPerQueue":     "--workers-per-queue",
+	"MaxAttempts":         "--max-attempts",
 	"NotifyWindow":        "--notify-window",
 	"NotifyWait":          fmt.Sprintf("the attention wait (--notify-window/%d)", notify.WaitPerWindow),
 }
@@ -101,6 +103,9 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 	if err != nil {
 		return nil, err
 	}
+	if msg := ignoredProviders(w.providers, env.Getenv("ONCEPLAN_PROVIDERS")); msg != "" {
+		logger.Warn(msg)
+	}
 	nots, err := app.Notifiers(app.NotifierOptions{Flags: w.notifiers, Env: env.Getenv("ONCEPLAN_NOTIFY"), Providers: reg,
 		PublicURL: cmp.Or(w.opts.PublicURL, suppression.DefaultPublicURL), Getenv: env.Getenv})
 	if err != nil {
@@ -125,6 +130,29 @@ func (w *workerFlags) start(ctx context.Context, env Env, d *app.DB, dataDir str
 		logger.Info("notifier", "name", n.Name(), "kind", n.Kind(), "url", n.String(), "signed", n.Signed())
 	}
 	return ws, nil
+}
+
+// ignoredProviders says, when both --provider and ONCEPLAN_PROVIDERS are
+// given, that the flags win and the environment's providers are not
+// configured: never silently ("" otherwise).
+func ignoredProviders(flags []string, env string) string {
+	if len(flags) == 0 || strings.TrimSpace(env) == "" {
+		return ""
+	}
+	return fmt.Sprintf("ONCEPLAN_PROVIDERS is set but --provider was given: the --provider flags (%d) are the providers, and ONCEPLAN_PROVIDERS (%s) is ignored; give the providers one way",
+		len(flags), redactProviders(env))
+}
+
+// redactProviders names the providers of an ONCEPLAN_PROVIDERS value
+// without their URLs, which may carry secrets.
+func redactProviders(env string) string {
+	var names []string
+	for _, item := range strings.Split(env, ",") {
+		if name, _, ok := strings.Cut(strings.TrimSpace(item), "="); ok && name != "" {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // stopWorkers stops workers softly (jobs in flight finish), then hard.

@@ -162,7 +162,7 @@ func TestReadmeStatesTheWorkerFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var wf workerFlags
 	wf.register(fs)
-	for _, name := range []string{"owner-timeout", "maintenance-interval", "job-timeout", "rescue-after", "workers-per-queue", "notify-window"} {
+	for _, name := range []string{"owner-timeout", "maintenance-interval", "job-timeout", "rescue-after", "workers-per-queue", "max-attempts", "notify-window"} {
 		m := regexp.MustCompile("(?m)^\\| `--" + name + "` \\| \\| (.+?) \\|").FindSubmatch(readme)
 		require.NotNil(t, m, "the README has no row for --%s", name)
 		stated := strings.ReplaceAll(string(m[1]), "`", "")
@@ -196,4 +196,17 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestBothProviderSourcesAreNotSilent: given --provider and
+// ONCEPLAN_PROVIDERS at once, the flags win and serve says that the
+// environment's providers are ignored, naming them without their URLs
+// (which may carry API keys).
+func TestBothProviderSourcesAreNotSilent(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "", ignoredProviders(nil, "mail=resend://re_secret@api.resend.com"))
+	require.Equal(t, "", ignoredProviders([]string{"outbox=maildir:///tmp/o"}, " "))
+	msg := ignoredProviders([]string{"outbox=maildir:///tmp/o"}, "mail=resend://re_secret@api.resend.com, pm=postmark://tok@api.postmarkapp.com")
+	require.Equal(t, "ONCEPLAN_PROVIDERS is set but --provider was given: the --provider flags (1) are the providers, and ONCEPLAN_PROVIDERS (mail, pm) is ignored; give the providers one way", msg)
+	require.NotContains(t, msg, "re_secret")
 }

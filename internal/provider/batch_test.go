@@ -355,7 +355,7 @@ func TestClassifyResendBatch(t *testing.T) {
 		{resp("500 Internal Server Error", "", `{"statusCode":500,"message":"oops","name":"internal_server_error"}`),
 			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "Resend answered HTTP 500 Internal Server Error internal_server_error: oops"}, 3)},
 		{[]byte(`transport-error wrote-request=false error="dial tcp 127.0.0.1:1: connect: connection refused"`),
-			all(provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the request to Resend could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}, 3)},
+			all(provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "the request to Resend could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}, 3)},
 		{[]byte(`transport-error wrote-request=true error="EOF"`),
 			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection failed after the request to Resend was sent: EOF"}, 3)},
 		{[]byte(`garbage`), all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "unrecognised Resend answer: garbage"}, 3)},
@@ -488,7 +488,7 @@ func TestClassifyPostmarkBatch(t *testing.T) {
 			all(provider.Verdict{Outcome: provider.OutcomeQuota, RetryAfter: 4 * time.Second, Reason: "Postmark answered HTTP 429 Too Many Requests"}, 3)},
 		{framed("500 Internal Server Error", nil, ``), all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "Postmark answered HTTP 500 Internal Server Error"}, 3)},
 		{[]byte(`transport-error wrote-request=false error="connection refused"`),
-			all(provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the request could not be sent to Postmark: connection refused"}, 3)},
+			all(provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "the request could not be sent to Postmark: connection refused"}, 3)},
 		{[]byte(`transport-error wrote-request=true error="EOF"`),
 			all(provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection to Postmark failed after the request was sent: EOF"}, 3)},
 	} {

@@ -149,6 +149,7 @@ func TestClassifyPostmark(t *testing.T) {
 		outcome   provider.Outcome
 		receipt   string
 		retryable bool
+		notSent   bool
 		after     time.Duration
 	}{
 		{name: "sent", raw: framed("200 OK", json200, postmarkSentExample), outcome: provider.OutcomeDone, receipt: "0a129aee-e1cd-480d-b08d-4f48548ff48d"},
@@ -166,7 +167,7 @@ func TestClassifyPostmark(t *testing.T) {
 		{name: "200 without a MessageID", raw: framed("200 OK", json200, `{}`), outcome: provider.OutcomeUnknown},
 		{name: "200 with an error code", raw: framed("200 OK", json200, postmarkInactiveExample), outcome: provider.OutcomeFailed},
 		{name: "lost answer", raw: []byte(`transport-error wrote-request=true error="EOF"`), outcome: provider.OutcomeUnknown},
-		{name: "not sent", raw: []byte(`transport-error wrote-request=false error="connection refused"`), outcome: provider.OutcomeFailed, retryable: true},
+		{name: "not sent", raw: []byte(`transport-error wrote-request=false error="connection refused"`), outcome: provider.OutcomeFailed, retryable: true, notSent: true},
 		{name: "not built", raw: []byte(`postmark-build error="the subject contains a line break"`), outcome: provider.OutcomeFailed},
 		{name: "garbage", raw: []byte("\x00garbage"), outcome: provider.OutcomeUnknown},
 	} {
@@ -174,6 +175,7 @@ func TestClassifyPostmark(t *testing.T) {
 		require.Equal(t, c.outcome, v.Outcome, c.name)
 		require.Equal(t, c.receipt, v.Receipt, c.name)
 		require.Equal(t, c.retryable, v.Retryable, c.name)
+		require.Equal(t, c.notSent, v.NotSent, c.name)
 		require.Equal(t, c.after, v.RetryAfter, c.name)
 		require.Equal(t, v, provider.ClassifyPostmark(c.raw), "deterministic")
 	}

@@ -91,6 +91,13 @@ type Verdict struct {
 	// other than quota, a connection that failed before anything was sent,
 	// HTTP 408): the executor may try again, with backoff, up to a bound.
 	Retryable bool
+	// NotSent marks a failed verdict whose request never reached the
+	// provider: nothing of it left this process (a DNS failure, a refused
+	// connection, a TLS failure before the request was written; for SMTP,
+	// the connection failed before MAIL FROM). The ledger records it, so
+	// that "never reached the provider" is said only of such a target
+	// (docs/ARCHITECTURE.md, "Failures: final or not").
+	NotSent bool
 	// RetryAfter is how long to wait, for quota and retry_later. A quota
 	// verdict with 0 says the provider named no wait (Postmark's 429
 	// carries no Retry-After): the queue's pauser then chooses, backing

@@ -330,7 +330,7 @@ func TestClassifyResend(t *testing.T) {
 		{resp("302 Found", "Location: https://x.test\r\n", ``),
 			provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "Resend answered HTTP 302 Found (a redirect, not followed: the request may have been processed)"}},
 		{[]byte(`transport-error wrote-request=false error="dial tcp 127.0.0.1:1: connect: connection refused"`),
-			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the request to Resend could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
+			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "the request to Resend could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
 		{[]byte(`transport-error wrote-request=true error="EOF"`),
 			provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection failed after the request to Resend was sent: EOF"}},
 		{[]byte(`resend-build error="the subject contains a line break"`),

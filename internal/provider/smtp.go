@@ -412,7 +412,13 @@ func ClassifySMTP(raw []byte) Verdict {
 	switch stage {
 	case stageBuild:
 		return Verdict{Outcome: OutcomeFailed, Reason: "the message could not be built: " + errText}
-	case stageDial, stageMail, stageRcpt, stageData:
+	case stageDial:
+		// No reply at all before MAIL FROM: the message never reached the
+		// relay (it could not be found, refused the connection, or the
+		// TLS handshake or the greeting failed).
+		return Verdict{Outcome: OutcomeFailed, Retryable: true, NotSent: true,
+			Reason: "the connection failed " + where + ", before the message was sent: " + errText}
+	case stageMail, stageRcpt, stageData:
 		return Verdict{Outcome: OutcomeFailed, Retryable: true,
 			Reason: "the connection failed " + where + ", before the message was sent: " + errText}
 	case stageDataWrite, stageDataClose:

@@ -216,6 +216,8 @@ func TestClassifySMTP(t *testing.T) {
 		{`smtp stage=dial code=535 reply="5.7.8 bad credentials"`, provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "the server answered 535 5.7.8 bad credentials while connecting"}},
 		{`smtp stage=data code=554 reply="5.5.1 no valid recipients"`, provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "the server answered 554 5.5.1 no valid recipients at DATA"}},
 		{`smtp stage=rcpt code=450 reply="4.2.1 try again"`, provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the server answered 450 4.2.1 try again at RCPT TO"}},
+		{`smtp stage=dial error="dial tcp: lookup relay.invalid: no such host"`, provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true,
+			Reason: "the connection failed while connecting, before the message was sent: dial tcp: lookup relay.invalid: no such host"}},
 		{`smtp stage=mail error="write: broken pipe"`, provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the connection failed at MAIL FROM, before the message was sent: write: broken pipe"}},
 		{`smtp stage=data error=EOF`, provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the connection failed at DATA, before the message was sent: EOF"}},
 		{`smtp stage=data-write error="i/o timeout"`, provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection failed while the message was being written; the server may have accepted the message: i/o timeout"}},

@@ -288,7 +288,7 @@ func parseFramed(raw []byte) (framed, bool) {
 func transportVerdict(f map[string]string, notSent, lostAfter string) Verdict {
 	errText := oneLine(f["error"])
 	if f["wrote-request"] == "false" {
-		return Verdict{Outcome: OutcomeFailed, Retryable: true, Reason: notSent + ": " + errText}
+		return Verdict{Outcome: OutcomeFailed, Retryable: true, NotSent: true, Reason: notSent + ": " + errText}
 	}
 	return Verdict{Outcome: OutcomeUnknown, Reason: lostAfter + ": " + errText}
 }

@@ -383,8 +383,24 @@ func TestWebhookConnectionRefusedIsRetryable(t *testing.T) {
 	require.NotContains(t, string(raw), "pa55-secret", "the recorded answer never holds the password")
 	require.Equal(t, provider.OutcomeFailed, v.Outcome)
 	require.True(t, v.Retryable)
+	require.True(t, v.NotSent, "a refused connection never reached the provider")
 	require.True(t, strings.HasPrefix(v.Reason, "the request could not be sent: "), v.Reason)
 	require.NotContains(t, v.Reason, "pa55-secret")
+}
+
+// TestWebhookHostThatDoesNotResolveNeverReachedTheProvider: a host no DNS
+// resolves (.invalid, RFC 6761) fails before any request is written: a
+// temporary failure that never reached the provider (Verdict.NotSent), as
+// a refused connection is — never one the provider answered.
+func TestWebhookHostThatDoesNotResolveNeverReachedTheProvider(t *testing.T) {
+	t.Parallel()
+	p := newWebhook(t, "http://hooks.onceplan-test.invalid/hook")
+	raw, v := send(t, p, testRequest("webhook-no-such-host"))
+	require.True(t, strings.HasPrefix(string(raw), `transport-error wrote-request=false `), string(raw))
+	require.Equal(t, provider.OutcomeFailed, v.Outcome)
+	require.True(t, v.Retryable)
+	require.True(t, v.NotSent)
+	require.Contains(t, v.Reason, "hooks.onceplan-test.invalid")
 }
 
 // rawHTTP is a minimal HTTP/1.1 server on loopback that answers 200 with a
@@ -804,7 +820,7 @@ func TestClassifyWebhook(t *testing.T) {
 			provider.Verdict{Outcome: provider.OutcomeFailed, Reason: "the webhook answered HTTP 400 Bad Request: " + strings.Repeat("é", 100)}},
 		// Transport errors.
 		{`transport-error wrote-request=false error="dial tcp 127.0.0.1:1: connect: connection refused"`,
-			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, Reason: "the request could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
+			provider.Verdict{Outcome: provider.OutcomeFailed, Retryable: true, NotSent: true, Reason: "the request could not be sent: dial tcp 127.0.0.1:1: connect: connection refused"}},
 		{`transport-error wrote-request=true error="read tcp: connection reset by peer"`,
 			provider.Verdict{Outcome: provider.OutcomeUnknown, Reason: "the connection failed after the request was sent: read tcp: connection reset by peer"}},
 		{`transport-error error=EOF`,

@@ -98,6 +98,7 @@ func routes() []route {
 		{http.MethodPost, "/campaigns/{id}/pause", (*API).pause},
 		{http.MethodPost, "/campaigns/{id}/resume", (*API).resume},
 		{http.MethodPost, "/campaigns/{id}/cancel", (*API).cancel},
+		{http.MethodPost, "/campaigns/{id}/discard", (*API).discard},
 		{http.MethodGet, "/campaigns/{id}/audit", (*API).audit},
 		{http.MethodGet, "/campaigns/{id}/diff", (*API).diff},
 		{http.MethodGet, "/campaigns/{id}/decision", (*API).decision},

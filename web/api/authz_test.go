@@ -40,6 +40,7 @@ var routeAction = map[string]struct {
 	"POST /api/v1/campaigns/{id}/pause":    {auth.ActionPause, "running", `{"reason":"wait"}`, 200},
 	"POST /api/v1/campaigns/{id}/resume":   {auth.ActionResume, "paused", "", 200},
 	"POST /api/v1/campaigns/{id}/cancel":   {auth.ActionCancel, "running", `{"reason":"stop"}`, 200},
+	"POST /api/v1/campaigns/{id}/discard":  {auth.ActionDiscard, "draft", `{"reason":"wrong list"}`, 200},
 	"GET /api/v1/campaigns/{id}/audit":     {"", "running", "", 200},
 	"GET /api/v1/campaigns/{id}/diff":      {"", "pending", "", 200},
 	"GET /api/v1/campaigns/{id}/decision":  {"", "pending", "", 200},

@@ -27,22 +27,25 @@ import (
 
 // campaignView is GET /campaigns/{id}'s answer, and every state action's.
 type campaignView struct {
-	ID                string             `json:"id"`
-	Name              string             `json:"name"`
-	State             approval.State     `json:"state"`
-	Provider          string             `json:"provider"`
-	PlanHash          string             `json:"plan_hash"`
-	PlanVersion       int                `json:"plan_version"`
-	RequiredApprovals int                `json:"required_approvals"`
-	Approvals         int                `json:"approvals"`
-	ScheduledAt       *time.Time         `json:"scheduled_at,omitempty"`
-	Payload           plan.Payload       `json:"payload"`
-	Counts            approval.Counts    `json:"counts"`
-	ApprovalURL       string             `json:"approval_url"`
-	CreatedAt         time.Time          `json:"created_at"`
-	UpdatedAt         time.Time          `json:"updated_at"`
-	ArchivedAt        *time.Time         `json:"archived_at,omitempty"`
-	Import            *plan.ImportReport `json:"import,omitempty"`
+	ID                string          `json:"id"`
+	Name              string          `json:"name"`
+	State             approval.State  `json:"state"`
+	Provider          string          `json:"provider"`
+	PlanHash          string          `json:"plan_hash"`
+	PlanVersion       int             `json:"plan_version"`
+	RequiredApprovals int             `json:"required_approvals"`
+	Approvals         int             `json:"approvals"`
+	ScheduledAt       *time.Time      `json:"scheduled_at,omitempty"`
+	Payload           plan.Payload    `json:"payload"`
+	Counts            approval.Counts `json:"counts"`
+	// Outcome says how a campaign that ended ended for its targets
+	// (approval.OutcomeOf): null while it has not.
+	Outcome     *approval.Outcome  `json:"outcome"`
+	ApprovalURL string             `json:"approval_url"`
+	CreatedAt   time.Time          `json:"created_at"`
+	UpdatedAt   time.Time          `json:"updated_at"`
+	ArchivedAt  *time.Time         `json:"archived_at,omitempty"`
+	Import      *plan.ImportReport `json:"import,omitempty"`
 	// ListUnsubscribe: each message carries a one-click unsubscribe link;
 	// false for a transactional campaign.
 	ListUnsubscribe bool `json:"list_unsubscribe"`
@@ -130,7 +133,7 @@ func (a *API) view(c echo.Context, res approval.Result) (campaignView, error) {
 		NextSteps: a.steps(c, cm.ID, approval.NextSteps(cm, ans.Decision, ans.Counts, ans.Serving, a.cfg.Approval.Now())), Approvals: ans.Approvals,
 		ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider,
 		PlanHash: res.PlanHash, PlanVersion: cm.Version, RequiredApprovals: cm.RequiredApprovals,
-		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: ans.Counts,
+		ScheduledAt: cm.ScheduledAt, Payload: res.Draft.Payload, Counts: ans.Counts, Outcome: approval.OutcomeOf(cm, ans.Counts),
 		ApprovalURL: a.baseURL(c) + "/campaigns/" + cm.ID + "/approval",
 		CreatedAt:   cm.CreatedAt, UpdatedAt: cm.UpdatedAt, ArchivedAt: cm.ArchivedAt, Import: viewImport(res.Import),
 	}, nil
@@ -400,12 +403,14 @@ type campaignsPage struct {
 }
 
 type campaignSummary struct {
-	ID        string         `json:"id"`
-	Name      string         `json:"name"`
-	State     approval.State `json:"state"`
-	Provider  string         `json:"provider"`
-	CreatedAt time.Time      `json:"created_at"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	ID       string         `json:"id"`
+	Name     string         `json:"name"`
+	State    approval.State `json:"state"`
+	Provider string         `json:"provider"`
+	// Outcome is GET /campaigns/{id}'s, from the same counts.
+	Outcome   *approval.Outcome `json:"outcome"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 // listCampaigns pages campaigns newest first, keyed by (created_at, id).
@@ -434,7 +439,15 @@ func (a *API) listCampaigns(c echo.Context, _ auth.Actor) error {
 	}
 	page := campaignsPage{Items: []campaignSummary{}}
 	for _, cm := range list {
-		page.Items = append(page.Items, campaignSummary{ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider, CreatedAt: cm.CreatedAt, UpdatedAt: cm.UpdatedAt})
+		sum := campaignSummary{ID: cm.ID, Name: cm.Name, State: cm.State, Provider: cm.Provider, CreatedAt: cm.CreatedAt, UpdatedAt: cm.UpdatedAt}
+		if cm.PlanID != 0 && (cm.State == approval.StateCompleted || cm.State == approval.StateCancelled) {
+			k, err := a.cfg.Counts.CampaignCounts(c.Request().Context(), a.cfg.Pool, cm)
+			if err != nil {
+				return a.fail(c, err)
+			}
+			sum.Outcome = approval.OutcomeOf(cm, k)
+		}
+		page.Items = append(page.Items, sum)
 	}
 	if next != nil {
 		s := next.String()
@@ -534,6 +547,17 @@ func (a *API) cancel(c echo.Context, actor auth.Actor) error {
 		return a.fail(c, err)
 	}
 	res, err := a.cfg.Approval.Cancel(c.Request().Context(), actor, c.Param("id"), why)
+	return a.answer(c, http.StatusOK, res, err)
+}
+
+// discard ends a campaign never approved at its proposer's request
+// (approval.Service.Discard).
+func (a *API) discard(c echo.Context, actor auth.Actor) error {
+	why, err := a.reason(c, false)
+	if err != nil {
+		return a.fail(c, err)
+	}
+	res, err := a.cfg.Approval.Discard(c.Request().Context(), actor, c.Param("id"), why)
 	return a.answer(c, http.StatusOK, res, err)
 }
 

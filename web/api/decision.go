@@ -73,7 +73,7 @@ func (a *API) steps(c echo.Context, id string, steps []approval.NextStep) []step
 			v.URL = ui + "/run?state=unknown"
 		case approval.StepStranded:
 			v.URL = ui + "/run?state=stranded"
-		case approval.StepFailed:
+		case approval.StepFailed, approval.StepRefused, approval.StepUnreached:
 			v.URL = ui + "/run?state=failed"
 		}
 		out = append(out, v)

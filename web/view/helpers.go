@@ -198,22 +198,19 @@ func countsBrief(c Counts) string {
 
 // The verdict a campaign list row gives from its counts (the audit's read
 // model): the audit cannot hold while a target is missing (not started,
-// or held outside the plan) or in doubt (pending, unknown); with failed
-// targets it holds only if each was refused for good, which the audit
-// page says; otherwise it holds by the counts.
+// or held outside the plan) or in doubt (pending, unknown), nor while a
+// failed target is anything but refused by the provider for good (given
+// up, never reached the provider, to be sent again); otherwise it holds
+// by the counts, which the audit page rechecks against the frozen plan.
 func verdictHolds(c Counts) string {
-	switch {
-	case c.NotStarted+c.Outside+c.Pending+c.Unknown > 0:
+	if c.NotStarted+c.Outside+c.Pending+c.Unknown+c.Failed-c.Refused > 0 {
 		return "no"
-	case c.Failed > 0:
-		return "unsure"
 	}
 	return "yes"
 }
 
-func verdictText(c Counts) string {
-	switch verdictHolds(c) {
-	case "no":
+func verdictText(c Counts, state string) string {
+	if verdictHolds(c) == "no" {
 		var why []string
 		if n := c.NotStarted + c.Outside; n > 0 {
 			why = append(why, num(n)+" not sent")
@@ -221,21 +218,56 @@ func verdictText(c Counts) string {
 		if n := c.Pending + c.Unknown; n > 0 {
 			why = append(why, num(n)+" in doubt")
 		}
-		return "audit: does not hold yet (" + strings.Join(why, ", ") + ")"
-	case "unsure":
-		return "audit: holds only if the " + Count(c.Failed, "failed target was", "failed targets were") + " refused for good"
+		if c.Unreached > 0 {
+			why = append(why, num(c.Unreached)+" never reached the provider")
+		}
+		if c.GivenUp > 0 {
+			why = append(why, num(c.GivenUp)+" given up after their tries")
+		}
+		if n := c.FailedToRetry(); n > 0 {
+			why = append(why, num(n)+" failed, to be sent again")
+		}
+		yet := ""
+		if state == "approved" || state == "running" || state == "paused" {
+			yet = " yet"
+		}
+		return "audit: does not hold" + yet + " (" + strings.Join(why, ", ") + ")"
+	}
+	if c.Refused > 0 {
+		return "audit: holds, with " + Count(c.Refused, "target", "targets") + " refused by the provider for good"
 	}
 	return "audit: holds"
 }
 
 func verdictClass(c Counts) string {
-	switch verdictHolds(c) {
-	case "no":
+	switch {
+	case verdictHolds(c) == "no":
 		return "state-unknown"
-	case "unsure":
+	case c.Refused > 0:
 		return "state-failed"
 	}
 	return "state-done"
+}
+
+// endingLabel is the badge of a campaign that ended without every target
+// getting its effect: "completed, not all sent", "cancelled".
+func endingLabel(state string) string {
+	if state == "completed" {
+		return "completed, not all sent"
+	}
+	return label(state)
+}
+
+// The template hint's examples (campaigns.templ's payloadFields).
+const (
+	fallbackExample  = `{{or .first_name "friend"}}`
+	conditionExample = `{{if .city}}in {{.city}}{{end}}`
+)
+
+// hasError reports whether a form's errors name field.
+func hasError(errs map[string]string, field string) bool {
+	_, ok := errs[field]
+	return ok
 }
 
 // listSep follows item i of n in a sentence: a comma, or the full stop.

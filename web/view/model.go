@@ -7,6 +7,7 @@ package view
 import (
 	"time"
 
+	"github.com/onceplan/onceplan/approval"
 	"github.com/onceplan/onceplan/internal/audit"
 )
 
@@ -67,7 +68,14 @@ type Campaign struct {
 	Starts string
 	// ArchivedAt is when `onceplan archive` archived it (zero until then).
 	ArchivedAt time.Time
+	// Outcome is how it ended for its targets, once it ended
+	// (approval.OutcomeOf, from the counts the page shows); nil before, or
+	// on a page that does not read the counts.
+	Outcome *Outcome
 }
+
+// Outcome is how a campaign that ended ended for its targets.
+type Outcome = approval.Outcome
 
 // CampaignRow is one line of the campaigns list.
 type CampaignRow struct {
@@ -114,6 +122,10 @@ type NewCampaignPage struct {
 	ScheduledAt string
 	// Copy is the campaign whose list the new one imports (a clone).
 	Copy *CopySource
+	// Encoding is the list's encoding as chosen, UploadName the name of
+	// the file that was refused (to ask for it again).
+	Encoding   string
+	UploadName string
 }
 
 // CopySource is the campaign a new one is made from: the list of its
@@ -408,11 +420,18 @@ type TokenRow struct {
 
 // ProviderRow is a configured provider and its queue.
 type ProviderRow struct {
-	Name        string
-	Kind        string
-	URL         string
-	Dedupe      bool
-	Probe       bool
+	Name   string
+	Kind   string
+	URL    string
+	Dedupe bool
+	Probe  bool
+	// Rate, Batch and Window say in words what is in force: the rate
+	// limit and whose budget it is, how many messages go in one call, and
+	// how long the provider honours a repeat's key or can be asked about
+	// a message (part of its exactly-once guarantee).
+	Rate        string
+	Batch       string
+	Window      string
 	Queue       string
 	Paused      bool
 	PausedUntil time.Time

@@ -8,14 +8,15 @@ import { AwaitingApproval, Client, InDoubt, rejected, subject } from "@onceplan/
 const client = new Client(process.env.ONCEPLAN_SERVER ?? "http://127.0.0.1:8080", process.env.ONCEPLAN_TOKEN ?? "");
 try {
   const res = await client.effect(
-    { event: "run-42/step-3", tool: "crm.set_status", target: subject("customer-17"), args: { status: "gold" } },
+    // A call of its own: its event is this run's step, never another's.
+    { event: "run-44/step-1", tool: "crm.set_status", target: subject("customer-17"), args: { status: "gold" } },
     async (key, signal) => {
       // The outside system: here a file; in real life an HTTP call with
       // the header Idempotency-Key: key, and signal passed to fetch.
       if (signal.aborted) throw rejected(new Error("the lease was lost before the call"));
-      const answer = JSON.stringify({ id: "op-9", customer: "customer-17", status: "gold" });
+      const answer = JSON.stringify({ id: "ts-1", customer: "customer-17", status: "gold" });
       await appendFile("crm.log", `${key} ${answer}\n`);
-      return { raw: answer, receipt: "op-9" };
+      return { raw: answer, receipt: "ts-1" };
     },
   );
   console.log(res.replayed ? "replayed:" : "performed:", res.receipt, res.raw);
