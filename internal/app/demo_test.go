@@ -28,8 +28,13 @@ func TestDemoLastsAboutAMinute(t *testing.T) {
 	require.Contains(t, recipe, " serve ")
 	require.Contains(t, recipe, " --demo ")
 
-	flag := regexp.MustCompile(`--provider "([^"]+)"`).FindStringSubmatch(recipe)
-	require.NotNil(t, flag, "the run target names its provider: %s", recipe)
+	// The recipe names its provider through RUN_PROVIDER, which is empty
+	// when ONCEPLAN_PROVIDERS names others.
+	require.Contains(t, recipe, "$(RUN_PROVIDER)", "the run target passes its demo provider")
+	def := regexp.MustCompile(`(?m)^RUN_PROVIDER = (.*)$`).FindSubmatch(makefile)
+	require.NotNil(t, def, "the Makefile defines RUN_PROVIDER")
+	flag := regexp.MustCompile(`--provider "([^"]+)"`).FindStringSubmatch(string(def[1]))
+	require.NotNil(t, flag, "the run target names its provider: %s", def[1])
 	value := strings.ReplaceAll(flag[1], "$(abspath $(DATA_DIR))", t.TempDir())
 	p, err := provider.ParseFlag(value)
 	require.NoError(t, err, "the run target's provider is valid")
