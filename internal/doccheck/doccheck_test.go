@@ -82,79 +82,55 @@ var goFiles = sync.OnceValues(func() ([]string, error) {
 	return out, err
 })
 
-// layoutKey is the granularity of README's Layout table: a directory under
-// cmd/, internal/ or clients/go/ is named by its first level there
-// (internal/audit covers internal/audit/audittest); any other directory by
-// its top-level directory (web covers web/api).
-func layoutKey(dir string) string {
-	parts := strings.Split(dir, "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "clients" && parts[1] == "go":
-		return strings.Join(parts[:3], "/")
-	case len(parts) >= 2 && parts[0] == "clients":
-		// Another language's client, with the Go tests that drive it.
-		return strings.Join(parts[:2], "/")
-	case len(parts) >= 2 && (parts[0] == "internal" || parts[0] == "cmd"):
-		return strings.Join(parts[:2], "/")
-	}
-	return parts[0]
-}
-
 var backticked = regexp.MustCompile("`([^`]+)`")
 
-// TestReadmeLayout: README.md's Layout table names every directory that
-// holds Go packages (at layoutKey's granularity), and every path it names
-// exists.
-func TestReadmeLayout(t *testing.T) {
-	const doc = "README.md"
-	lines := readLines(t, doc)
+// TestLayoutNamesEveryPackage: docs/LAYOUT.md's table names every
+// directory that holds a Go package, each on a row of its own (one path
+// in the row's first cell, and a sentence beside it), and every path it
+// names exists.
+func TestLayoutNamesEveryPackage(t *testing.T) {
+	const doc = "docs/LAYOUT.md"
 	listed := map[string]int{} // path → line
-	in := false
-	for _, l := range lines {
-		if strings.HasPrefix(l.text, "## ") {
-			in = l.text == "## Layout"
+	for _, l := range readLines(t, doc) {
+		if !strings.HasPrefix(l.text, "| `") {
 			continue
 		}
-		if !in || !strings.HasPrefix(l.text, "| `") {
+		cells := strings.Split(strings.Trim(l.text, "|"), "|")
+		paths := backticked.FindAllStringSubmatch(cells[0], -1)
+		if len(paths) != 1 {
+			t.Errorf("%s:%d: a row names one directory in its first cell; this one names %d.", doc, l.n, len(paths))
 			continue
 		}
-		first := strings.SplitN(strings.TrimPrefix(l.text, "|"), "|", 2)[0]
-		for _, m := range backticked.FindAllStringSubmatch(first, -1) {
-			p := strings.TrimSuffix(m[1], "/")
-			listed[p] = l.n
-			if _, err := os.Stat(filepath.Join(root(), p)); err != nil {
-				t.Errorf("%s:%d: the Layout table lists %s, which does not exist in the tree.", doc, l.n, p)
-			}
+		p := strings.TrimSuffix(paths[0][1], "/")
+		if len(cells) < 2 || strings.TrimSpace(cells[1]) == "" {
+			t.Errorf("%s:%d: the row of %s says nothing of what it owns.", doc, l.n, p)
+		}
+		if first, ok := listed[p]; ok {
+			t.Errorf("%s:%d: %s is listed again (first on line %d).", doc, l.n, p, first)
+		}
+		listed[p] = l.n
+		if _, err := os.Stat(filepath.Join(root(), p)); err != nil {
+			t.Errorf("%s:%d: the table lists %s, which does not exist in the tree.", doc, l.n, p)
 		}
 	}
 	if len(listed) == 0 {
-		t.Fatalf("%s has no \"## Layout\" table whose rows start with a path in backticks.", doc)
+		t.Fatalf("%s has no table whose rows start with a path in backticks.", doc)
 	}
 
 	files, err := goFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	need := map[string]string{} // layout key → one package directory under it
+	var missing []string
 	for _, f := range files {
 		dir := filepath.ToSlash(filepath.Dir(f))
-		if dir == "." {
-			continue
-		}
-		if _, ok := need[layoutKey(dir)]; !ok {
-			need[layoutKey(dir)] = dir
+		if _, ok := listed[dir]; !ok && dir != "." && !slices.Contains(missing, dir) {
+			missing = append(missing, dir)
 		}
 	}
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range need {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		if _, ok := listed[key]; !ok {
-			t.Errorf("%s: the Layout table does not list %s, which holds Go packages (%s); add a row for it.", doc, key, need[key])
-		}
+	slices.Sort(missing)
+	for _, dir := range missing {
+		t.Errorf("%s: the table has no row for %s, which holds a Go package; add one, saying what it owns.", doc, dir)
 	}
 }
 
