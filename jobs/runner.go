@@ -61,7 +61,8 @@ func NewRunner(cfg Config) (*Runner, error) {
 		// River's nightly REINDEX CONCURRENTLY needs the table's owner
 		// before PostgreSQL 17, and Onceplan's processes run as an
 		// application role that owns nothing (least privilege): leave
-		// reindexing to the operator's maintenance, as the README says.
+		// reindexing to the operator's maintenance (docs/guide/secure.md,
+		// "River's reindexing and older databases").
 		ReindexerIndexNames: []string{},
 	}
 	if !cfg.InsertOnly {

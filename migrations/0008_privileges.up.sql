@@ -7,18 +7,18 @@
 -- owner too; the two walls are independent.
 --
 -- Migrations run as the role that owns the schema (onceplan_owner on the
--- embedded default; README, "Database roles"), and everything here is
--- granted by it. New tables made by later migrations get SELECT and INSERT
--- (the default privileges below); a migration whose table the application
--- must update or delete from grants that itself. Every table's privileges
--- are checked by migrations/privileges_test.go.
+-- embedded default; docs/guide/secure.md, "Database roles"), and
+-- everything here is granted by it. New tables made by later migrations
+-- get SELECT and INSERT (the default privileges below); a migration whose
+-- table the application must update or delete from grants that itself.
+-- Every table's privileges are checked by migrations/privileges_test.go.
 
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'onceplan_app') THEN
         IF NOT (SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user) THEN
             RAISE EXCEPTION 'the application role onceplan_app does not exist, and % may not create it', current_user
-                USING HINT = 'create it first, e.g. CREATE ROLE onceplan_app LOGIN PASSWORD ''...'' (see the README, "Database roles")';
+                USING HINT = 'create it first, e.g. CREATE ROLE onceplan_app LOGIN PASSWORD ''...'' (see docs/guide/secure.md, "Database roles")';
         END IF;
         -- Without LOGIN: nobody can connect as it until an operator says how
         -- (ALTER ROLE onceplan_app LOGIN PASSWORD '...').
@@ -34,7 +34,7 @@ BEGIN
     END IF;
     IF pg_has_role('onceplan_app', current_user, 'USAGE') THEN
         RAISE EXCEPTION 'onceplan_app is % or a member of it, so it would own the schema: run the migrations as the owner role, and do not grant the owner role to onceplan_app', current_user
-            USING HINT = 'see the README, "Database roles"';
+            USING HINT = 'see docs/guide/secure.md, "Database roles"';
     END IF;
 END
 $$;
@@ -122,7 +122,7 @@ DO $$
 BEGIN
     IF NOT has_table_privilege('onceplan_app', 'effect', 'INSERT') THEN
         RAISE EXCEPTION '% could not grant onceplan_app its privileges: run the migrations as the role that owns the schema', current_user
-            USING HINT = 'see the README, "Database roles"';
+            USING HINT = 'see docs/guide/secure.md, "Database roles"';
     END IF;
 END
 $$;

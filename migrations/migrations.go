@@ -31,7 +31,7 @@ import (
 //go:embed [0-9][0-9][0-9][0-9]_*.sql
 var files embed.FS
 
-// The two database roles (README, "Database roles"). OwnerRole owns the
+// The two database roles (docs/guide/secure.md, "Database roles"). OwnerRole owns the
 // schema and applies these migrations; on the embedded default it cannot
 // log in, and the cluster's superuser acts as it. AppRole is what serve,
 // worker and the other commands connect as: it may read and write what the
@@ -231,7 +231,7 @@ func checkCanCreate(ctx context.Context, conn *pgxpool.Conn) error {
 	case schema == "":
 		return fmt.Errorf("the database role %s has no schema to create tables in (its search_path names none that exists)", role)
 	case !can:
-		return fmt.Errorf("the database role %s may not create tables in schema %s: run migrations as the role that owns the schema (%s on the embedded default; see the README, \"Database roles\")", role, schema, OwnerRole)
+		return fmt.Errorf("the database role %s may not create tables in schema %s: run migrations as the role that owns the schema (%s on the embedded default; see docs/guide/secure.md, \"Database roles\")", role, schema, OwnerRole)
 	}
 	return nil
 }

@@ -301,8 +301,9 @@ func TestAgainstTheServer(t *testing.T) {
 	t.Log(node(t, []string{"ONCEPLAN_URL=" + w.url, "ONCEPLAN_TOKEN=" + w.agent, "ONCEPLAN_SINK=" + w.sinks["ts.plain"].URL(),
 		"ONCEPLAN_RECORD=" + w.records["ts.plain"]}, "--test", "--test-reporter=spec", "test/integration/"))
 
-	// The README's example, run twice as a person would: performed, then
-	// replayed; the outside system (its file) has one line.
+	// The guide's example (docs/guide/tool-calls.md), run twice as a
+	// person would: performed, then replayed; the outside system (its
+	// file) has one line.
 	example, err := filepath.Abs("examples/set-status.mjs")
 	require.NoError(t, err)
 	dir := t.TempDir()

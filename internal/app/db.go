@@ -173,7 +173,7 @@ func warnIfPrivileged(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logg
 		return
 	}
 	logger.Warn("the database role is a superuser or owns the schema, so PostgreSQL's privileges do not keep this process from altering tables or deleting ledger rows; connect as "+
-		migrations.AppRole+" (see the README, \"Database roles\")", "role", role, "superuser", super, "owner", owner)
+		migrations.AppRole+" (see docs/guide/secure.md, \"Database roles\")", "role", role, "superuser", super, "owner", owner)
 }
 
 // CheckSchema says clearly when the database's schema is not the one this

@@ -68,7 +68,7 @@ func TestCompactCommand(t *testing.T) {
 	// The application role: refused, in one sentence, before anything changed.
 	r := app.run(t, runCompact, "")
 	requireOneLine(t, r.err)
-	require.Equal(t, "compact: the database role onceplan_app may not rebuild the ledger's indexes: use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see the README, \"Database roles\")", r.err.Error())
+	require.Equal(t, "compact: the database role onceplan_app may not rebuild the ledger's indexes: use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see docs/guide/secure.md, \"Database roles\")", r.err.Error())
 	require.Equal(t, leftovers, invalidIndexes(t, admin))
 	_, err = appPool.Exec(ctx, `REINDEX TABLE effect`)
 	var pgErr *pgconn.PgError

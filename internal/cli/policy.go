@@ -107,7 +107,7 @@ func notOwnerErr(ctx context.Context, db onceplan.DB, command, what string) erro
 	if db.QueryRow(ctx, `SELECT current_user`).Scan(&current) == nil {
 		role = current
 	}
-	return fmt.Errorf("%s: the database role %s may not %s: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see the README, \"Database roles\")",
+	return fmt.Errorf("%s: the database role %s may not %s: use the URL of the schema's owner role (%s), as for `onceplan migrate` (see docs/guide/secure.md, \"Database roles\")",
 		command, role, what, migrations.OwnerRole)
 }
 

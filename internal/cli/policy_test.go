@@ -101,7 +101,7 @@ func TestPolicyAddRefusesApplicationRole(t *testing.T) {
 	r := b.app.run(t, runPolicy, "", "add", "--name", "monthly-reminder", "--description", "one reminder per calendar month")
 	requireOneLine(t, r.err)
 	require.Equal(t, "policy add: the database role onceplan_app may not register bump policies: "+
-		"use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see the README, \"Database roles\")", r.err.Error())
+		"use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see docs/guide/secure.md, \"Database roles\")", r.err.Error())
 	require.Empty(t, r.stdout)
 	policies, err := b.store.Policies(b.app.ctx)
 	require.NoError(t, err)

@@ -67,7 +67,7 @@ func TestToolAddRefusesApplicationRole(t *testing.T) {
 	b := setupPolicy(t)
 	r := b.app.run(t, runTool, "", "add", "--name", "crm.set", "--recovery", "dedupe")
 	requireOneLine(t, r.err)
-	require.Equal(t, "tool add: the database role onceplan_app may not register tools: use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see the README, \"Database roles\")", r.err.Error())
+	require.Equal(t, "tool add: the database role onceplan_app may not register tools: use the URL of the schema's owner role (onceplan_owner), as for `onceplan migrate` (see docs/guide/secure.md, \"Database roles\")", r.err.Error())
 	policies, err := toolcall.Policies(b.app.ctx, b.owner.pool)
 	require.NoError(t, err)
 	require.Empty(t, policies)

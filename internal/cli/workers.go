@@ -41,7 +41,7 @@ func (w *workerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.opts.RescueAfter, "rescue-after", 0, fmt.Sprintf("River rescues a job still running after this long; must exceed --job-timeout (default: --job-timeout + %s)", jobs.DefaultRescueMargin))
 	fs.IntVar(&w.opts.MaxAttempts, "max-attempts", jobs.DefaultMaxAttempts, "tries of a target whose sends fail temporarily (a refused connection, a 408, an SMTP 4xx) before it is given up, failed for all to see (an over-quota answer uses none)")
 	fs.IntVar(&w.opts.WorkersPerQueue, "workers-per-queue", jobs.DefaultWorkersPerQueue, fmt.Sprintf("effects one process works on at once per provider (1-%d); a provider's concurrency still bounds its calls", jobs.MaxWorkersPerQueue))
-	fs.Var(&w.notifiers, "notify", "NAME=URL of a notifier, repeatable (default $ONCEPLAN_NOTIFY, comma-separated): mailto:[ADDRESS,…]?provider=NAME[&from=ADDRESS] emails the users who must act through a --provider; https://host/path[?hmac_secret_env=VAR] posts Slack-compatible JSON (README, \"Notifications\")")
+	fs.Var(&w.notifiers, "notify", "NAME=URL of a notifier, repeatable (default $ONCEPLAN_NOTIFY, comma-separated): mailto:[ADDRESS,…]?provider=NAME[&from=ADDRESS] emails the users who must act through a --provider; https://host/path[?hmac_secret_env=VAR] posts Slack-compatible JSON (docs/guide/notifications.md)")
 	fs.DurationVar(&w.opts.NotifyWindow, "notify-window", notify.DefaultWindow, "at most one message per campaign per window about its unknown, stranded or failed targets (a growth gathers for a tenth of it first)")
 }
 

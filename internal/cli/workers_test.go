@@ -153,18 +153,19 @@ func TestServeAndWorkerRunWithALongerJobTimeout(t *testing.T) {
 	}
 }
 
-// TestReadmeStatesTheWorkerFlagDefaults: the README's flag table gives the
-// defaults the flags have.
-func TestReadmeStatesTheWorkerFlagDefaults(t *testing.T) {
+// TestDocStatesTheWorkerFlagDefaults: the configuration table of
+// docs/guide/operate.md gives the defaults the flags have.
+func TestDocStatesTheWorkerFlagDefaults(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
+	const doc = "../../docs/guide/operate.md"
+	page, err := os.ReadFile(doc)
 	require.NoError(t, err)
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var wf workerFlags
 	wf.register(fs)
 	for _, name := range []string{"owner-timeout", "maintenance-interval", "job-timeout", "rescue-after", "workers-per-queue", "max-attempts", "notify-window"} {
-		m := regexp.MustCompile("(?m)^\\| `--" + name + "` \\| \\| (.+?) \\|").FindSubmatch(readme)
-		require.NotNil(t, m, "the README has no row for --%s", name)
+		m := regexp.MustCompile("(?m)^\\| `--" + name + "` \\| \\| (.+?) \\|").FindSubmatch(page)
+		require.NotNil(t, m, "%s has no row for --%s", doc, name)
 		stated := strings.ReplaceAll(string(m[1]), "`", "")
 		f := fs.Lookup(name)
 		if name == "rescue-after" {

@@ -1,7 +1,9 @@
 // Package doccheck holds tests that keep the documents honest about the
-// code: README.md's Layout table against the tree, docs/ARCHITECTURE.md's
-// `file.go (Symbol)` references against the declarations, the test names
-// in the docs against the *_test.go files, and every comment's citation of
-// a document's section against that document's headings. It has no code
-// of its own; `make test` runs it with the rest (go test ./...).
+// code: docs/LAYOUT.md against the packages, every `file.go (Symbol)`
+// reference against the declarations, the test names in the documents
+// against the *_test.go files, every citation of a document's section
+// (in a comment, a message or a document) against that document's
+// headings, every relative link against the files and their headings, and
+// the README short, linking every page of the guide (docs/guide/). It has
+// no code of its own; `make test` runs it with the rest (go test ./...).
 package doccheck

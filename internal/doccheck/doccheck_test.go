@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 )
 
 // root is the repository's root, two directories up from this package.
@@ -82,79 +84,55 @@ var goFiles = sync.OnceValues(func() ([]string, error) {
 	return out, err
 })
 
-// layoutKey is the granularity of README's Layout table: a directory under
-// cmd/, internal/ or clients/go/ is named by its first level there
-// (internal/audit covers internal/audit/audittest); any other directory by
-// its top-level directory (web covers web/api).
-func layoutKey(dir string) string {
-	parts := strings.Split(dir, "/")
-	switch {
-	case len(parts) >= 3 && parts[0] == "clients" && parts[1] == "go":
-		return strings.Join(parts[:3], "/")
-	case len(parts) >= 2 && parts[0] == "clients":
-		// Another language's client, with the Go tests that drive it.
-		return strings.Join(parts[:2], "/")
-	case len(parts) >= 2 && (parts[0] == "internal" || parts[0] == "cmd"):
-		return strings.Join(parts[:2], "/")
-	}
-	return parts[0]
-}
-
 var backticked = regexp.MustCompile("`([^`]+)`")
 
-// TestReadmeLayout: README.md's Layout table names every directory that
-// holds Go packages (at layoutKey's granularity), and every path it names
-// exists.
-func TestReadmeLayout(t *testing.T) {
-	const doc = "README.md"
-	lines := readLines(t, doc)
+// TestLayoutNamesEveryPackage: docs/LAYOUT.md's table names every
+// directory that holds a Go package, each on a row of its own (one path
+// in the row's first cell, and a sentence beside it), and every path it
+// names exists.
+func TestLayoutNamesEveryPackage(t *testing.T) {
+	const doc = "docs/LAYOUT.md"
 	listed := map[string]int{} // path → line
-	in := false
-	for _, l := range lines {
-		if strings.HasPrefix(l.text, "## ") {
-			in = l.text == "## Layout"
+	for _, l := range readLines(t, doc) {
+		if !strings.HasPrefix(l.text, "| `") {
 			continue
 		}
-		if !in || !strings.HasPrefix(l.text, "| `") {
+		cells := strings.Split(strings.Trim(l.text, "|"), "|")
+		paths := backticked.FindAllStringSubmatch(cells[0], -1)
+		if len(paths) != 1 {
+			t.Errorf("%s:%d: a row names one directory in its first cell; this one names %d.", doc, l.n, len(paths))
 			continue
 		}
-		first := strings.SplitN(strings.TrimPrefix(l.text, "|"), "|", 2)[0]
-		for _, m := range backticked.FindAllStringSubmatch(first, -1) {
-			p := strings.TrimSuffix(m[1], "/")
-			listed[p] = l.n
-			if _, err := os.Stat(filepath.Join(root(), p)); err != nil {
-				t.Errorf("%s:%d: the Layout table lists %s, which does not exist in the tree.", doc, l.n, p)
-			}
+		p := strings.TrimSuffix(paths[0][1], "/")
+		if len(cells) < 2 || strings.TrimSpace(cells[1]) == "" {
+			t.Errorf("%s:%d: the row of %s says nothing of what it owns.", doc, l.n, p)
+		}
+		if first, ok := listed[p]; ok {
+			t.Errorf("%s:%d: %s is listed again (first on line %d).", doc, l.n, p, first)
+		}
+		listed[p] = l.n
+		if _, err := os.Stat(filepath.Join(root(), p)); err != nil {
+			t.Errorf("%s:%d: the table lists %s, which does not exist in the tree.", doc, l.n, p)
 		}
 	}
 	if len(listed) == 0 {
-		t.Fatalf("%s has no \"## Layout\" table whose rows start with a path in backticks.", doc)
+		t.Fatalf("%s has no table whose rows start with a path in backticks.", doc)
 	}
 
 	files, err := goFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	need := map[string]string{} // layout key → one package directory under it
+	var missing []string
 	for _, f := range files {
 		dir := filepath.ToSlash(filepath.Dir(f))
-		if dir == "." {
-			continue
-		}
-		if _, ok := need[layoutKey(dir)]; !ok {
-			need[layoutKey(dir)] = dir
+		if _, ok := listed[dir]; !ok && dir != "." && !slices.Contains(missing, dir) {
+			missing = append(missing, dir)
 		}
 	}
-	for _, key := range slices.Sorted(func(yield func(string) bool) {
-		for k := range need {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		if _, ok := listed[key]; !ok {
-			t.Errorf("%s: the Layout table does not list %s, which holds Go packages (%s); add a row for it.", doc, key, need[key])
-		}
+	slices.Sort(missing)
+	for _, dir := range missing {
+		t.Errorf("%s: the table has no row for %s, which holds a Go package; add one, saying what it owns.", doc, dir)
 	}
 }
 
@@ -227,12 +205,66 @@ func declared(path string) (map[string]bool, error) {
 	return names, nil
 }
 
-// TestArchitectureReferences: every `file.go (Symbol)` in
-// docs/ARCHITECTURE.md names a file that exists and declares each symbol.
-func TestArchitectureReferences(t *testing.T) {
-	const doc = "docs/ARCHITECTURE.md"
-	refs := 0
+// docPages lists the project's documents (slash-separated, relative to
+// the root): the README, every page of docs/ and of the guide, and the
+// clients' own pages. The lab logs (docs/benchmarks/) are records of a
+// day, kept as written, and are not among them.
+var docPages = sync.OnceValues(func() ([]string, error) {
+	out := []string{"README.md"}
+	for _, pattern := range []string{"docs/*.md", "docs/guide/*.md", "clients/*/README.md"} {
+		m, err := filepath.Glob(filepath.Join(root(), pattern))
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range m {
+			rel, _ := filepath.Rel(root(), f)
+			out = append(out, filepath.ToSlash(rel))
+		}
+	}
+	return out, nil
+})
+
+// guidePages lists the user guide's pages, docs/guide/*.md.
+func guidePages(t *testing.T) []string {
+	t.Helper()
+	pages, err := docPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pages {
+		if strings.HasPrefix(p, "docs/guide/") {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("docs/guide/ has no page.")
+	}
+	return out
+}
+
+// TestDocsCodeReferences: every `file.go (Symbol)` in the documents names
+// a file that exists and declares each symbol, and every path of the
+// repository they name in a code span exists.
+func TestDocsCodeReferences(t *testing.T) {
+	pages, err := docPages()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cache := map[string]map[string]bool{}
+	for _, doc := range pages {
+		refs := codeReferences(t, doc, cache)
+		if doc == "docs/ARCHITECTURE.md" && refs == 0 {
+			t.Fatalf("%s has no `file.go (Symbol)` reference; the pattern this test reads has changed.", doc)
+		}
+	}
+}
+
+// codeReferences checks doc's code references (see TestDocsCodeReferences)
+// and returns how many `file.go (Symbol)` it has.
+func codeReferences(t *testing.T, doc string, cache map[string]map[string]bool) int {
+	t.Helper()
+	refs := 0
 	for _, l := range readLines(t, doc) {
 		if m := oldCodeRef.FindString(l.text); m != "" {
 			t.Errorf("%s:%d: %s… splits a code reference in two; write it as one code span, `file.go (Symbol)`.", doc, l.n, m)
@@ -274,9 +306,7 @@ func TestArchitectureReferences(t *testing.T) {
 			}
 		}
 	}
-	if refs == 0 {
-		t.Fatalf("%s has no `file.go (Symbol)` reference; the pattern this test reads has changed.", doc)
-	}
+	return refs
 }
 
 var nonTest = regexp.MustCompile(`(?m)^(?:type|func) ((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)\b`)
@@ -284,8 +314,8 @@ var nonTest = regexp.MustCompile(`(?m)^(?:type|func) ((?:Test|Fuzz|Benchmark|Exa
 var testName = regexp.MustCompile(`^((?:Test|Fuzz|Benchmark|Example)[A-Za-z0-9_]*)(/.*)?$`)
 
 // TestDocsNameExistingTests: every test, fuzz target, benchmark or example
-// the docs name in a code span (`TestClaimRace`) is declared as a function
-// in a *_test.go file of the repository.
+// the documents name in a code span (`TestClaimRace`) is declared as a
+// function in a *_test.go file of the repository.
 func TestDocsNameExistingTests(t *testing.T) {
 	files, err := goFiles()
 	if err != nil {
@@ -319,8 +349,12 @@ func TestDocsNameExistingTests(t *testing.T) {
 			funcs[string(m[1])] = true
 		}
 	}
+	pages, err := docPages()
+	if err != nil {
+		t.Fatal(err)
+	}
 	named := 0
-	for _, doc := range []string{"docs/RELIABILITY.md", "docs/ARCHITECTURE.md", "docs/TESTING.md"} {
+	for _, doc := range pages {
 		for _, l := range readLines(t, doc) {
 			for _, m := range backticked.FindAllStringSubmatch(l.text, -1) {
 				for _, word := range strings.Fields(m[1]) {
@@ -341,11 +375,15 @@ func TestDocsNameExistingTests(t *testing.T) {
 	}
 }
 
-// A comment that cites a document's section names the document and the
-// section's heading in quotes: (docs/ARCHITECTURE.md, "The gate"). The
-// heading may carry a parenthesis the citation leaves out ("Executing one
-// effect" for "Executing one effect (package executor)").
-var citation = regexp.MustCompile(`((?:docs/)?[A-Z]+\.md), "([^"]+)"`)
+// A comment (or a message) that cites a document's section names the
+// document and the section's heading in quotes: (docs/ARCHITECTURE.md,
+// "The gate"), (docs/guide/secure.md, "Database roles"), also inside a Go
+// string, where the quotes are escaped. The heading may carry a
+// parenthesis the citation leaves out ("Executing one effect" for
+// "Executing one effect (package executor)"). A citation of a section of
+// the README (the word README, a comma and the heading in quotes) is
+// checked against the README's headings.
+var citation = regexp.MustCompile(`((?:docs/)?(?:[a-z]+/)*[A-Za-z-]+\.md|README), \\?"([^"\\]+)\\?"`)
 
 // headings returns a document's headings, each without its leading #s.
 func headings(t *testing.T, doc string) []string {
@@ -435,7 +473,9 @@ func TestCitedSectionsExist(t *testing.T) {
 		for _, m := range citation.FindAllStringSubmatchIndex(text, -1) {
 			doc, section := text[m[2]:m[3]], text[m[4]:m[5]]
 			rel := doc
-			if !strings.HasPrefix(rel, "docs/") {
+			if doc == "README" {
+				rel = "README.md"
+			} else if !strings.HasPrefix(rel, "docs/") {
 				// Relative to the citing file: a doc in docs/ citing
 				// another, or README citing docs/….
 				rel = filepath.ToSlash(filepath.Join(filepath.Dir(f), doc))
@@ -454,5 +494,180 @@ func TestCitedSectionsExist(t *testing.T) {
 	}
 	if len(heads) == 0 {
 		t.Fatalf("no file cites a section of a document as (docs/X.md, %q); the pattern this test reads has changed.", "Heading")
+	}
+}
+
+// readmeMaxWords is the README's length limit: what it is and for whom,
+// the two commands, a tour, what it does not do and where to go next.
+// How-to belongs in the guide, docs/guide/.
+const readmeMaxWords = 1500
+
+// TestReadmeIsShortAndLinksTheGuide: the README stays under its limit (in
+// words as `wc -w` counts them), links every page of the guide, and
+// neither it nor the guide links a lab log (docs/benchmarks/: records of
+// a day, which docs/BENCHMARKS.md lists).
+func TestReadmeIsShortAndLinksTheGuide(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Fields(string(b))); n > readmeMaxWords {
+		t.Errorf("README.md has %d words, over %d: move how-to into a page of docs/guide/ and link it.", n, readmeMaxWords)
+	}
+	linked := map[string]bool{}
+	for _, l := range mdLinks(t, "README.md") {
+		linked[l.file] = true
+	}
+	for _, page := range guidePages(t) {
+		if !linked[page] {
+			t.Errorf("README.md does not link %s: every page of the guide is one click from the README.", page)
+		}
+	}
+	for _, doc := range append([]string{"README.md"}, guidePages(t)...) {
+		for _, l := range mdLinks(t, doc) {
+			if strings.HasPrefix(l.file, "docs/benchmarks/") {
+				t.Errorf("%s:%d: links the lab log %s; the README and the guide link docs/BENCHMARKS.md instead.", doc, l.line, l.file)
+			}
+		}
+	}
+}
+
+// TestGuidePagesSayWhatTheyAreFor: every page of the guide starts with its
+// title and, first thing under it, whom the page is for ("This page is
+// for …"), so a reader knows at once whether it is theirs.
+func TestGuidePagesSayWhatTheyAreFor(t *testing.T) {
+	for _, page := range guidePages(t) {
+		var text []string
+		for _, l := range readLines(t, page) {
+			if strings.TrimSpace(l.text) != "" {
+				text = append(text, l.text)
+			}
+			if len(text) == 2 {
+				break
+			}
+		}
+		if len(text) < 2 || !strings.HasPrefix(text[0], "# ") || !strings.HasPrefix(text[1], "This page is for ") {
+			t.Errorf("%s: starts with its \"# \" title and then \"This page is for …\": whom it is for, and what they do with it.", page)
+		}
+	}
+}
+
+// mdLink is a relative link of a Markdown document: the file it points to
+// (slash-separated, relative to the root; the document itself for a bare
+// #anchor) and the anchor, if any.
+type mdLink struct {
+	line   int
+	target string
+	file   string
+	anchor string
+}
+
+var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// mdLinks returns doc's relative links, outside code blocks and spans.
+func mdLinks(t *testing.T, doc string) []mdLink {
+	t.Helper()
+	var out []mdLink
+	fence := false
+	for _, l := range readLines(t, doc) {
+		if strings.HasPrefix(strings.TrimSpace(l.text), "```") {
+			fence = !fence
+			continue
+		}
+		if fence {
+			continue
+		}
+		text := backticked.ReplaceAllString(l.text, "``")
+		for _, m := range linkRE.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			file := doc
+			if path != "" {
+				file = filepath.ToSlash(filepath.Join(filepath.Dir(doc), path))
+			}
+			out = append(out, mdLink{line: l.n, target: target, file: file, anchor: anchor})
+		}
+	}
+	return out
+}
+
+// slug is the anchor GitHub gives a heading: lower case, letters, digits,
+// spaces, hyphens and underscores kept, every space a hyphen.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the anchors of a Markdown document's headings, a repeated
+// one numbered as GitHub numbers it (-1, -2, …).
+func anchors(t *testing.T, doc string) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range headings(t, doc) {
+		s := slug(h)
+		for n := 1; out[s]; n++ {
+			if !out[s+"-"+strconv.Itoa(n)] {
+				s = s + "-" + strconv.Itoa(n)
+				break
+			}
+		}
+		out[s] = true
+	}
+	return out
+}
+
+// TestDocLinksResolve: every relative link in the documents (the README,
+// docs/ with the guide and the lab logs, the clients' pages) names a file
+// or directory of the repository, and a link to a heading (#anchor) names
+// a heading that document has.
+func TestDocLinksResolve(t *testing.T) {
+	pages, err := docPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, err := filepath.Glob(filepath.Join(root(), "docs", "benchmarks", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range logs {
+		rel, _ := filepath.Rel(root(), f)
+		pages = append(pages, filepath.ToSlash(rel))
+	}
+	cache := map[string]map[string]bool{}
+	links := 0
+	for _, doc := range pages {
+		for _, l := range mdLinks(t, doc) {
+			links++
+			if _, err := os.Stat(filepath.Join(root(), l.file)); err != nil {
+				t.Errorf("%s:%d: links %s, but %s does not exist.", doc, l.line, l.target, l.file)
+				continue
+			}
+			if l.anchor == "" {
+				continue
+			}
+			if !strings.HasSuffix(l.file, ".md") {
+				t.Errorf("%s:%d: links %s, an anchor in a file that is not Markdown.", doc, l.line, l.target)
+				continue
+			}
+			if _, ok := cache[l.file]; !ok {
+				cache[l.file] = anchors(t, l.file)
+			}
+			if !cache[l.file][l.anchor] {
+				t.Errorf("%s:%d: links %s, but %s has no heading whose anchor is #%s.", doc, l.line, l.target, l.file, l.anchor)
+			}
+		}
+	}
+	if links == 0 {
+		t.Fatal("the documents have no relative link; the pattern this test reads has changed.")
 	}
 }

@@ -222,8 +222,9 @@ func (e *Endpoint) Authenticate(ctx context.Context, r Request) (Signed, error) 
 		if uOK&pOK != 1 {
 			return signed, fmt.Errorf("%w: wrong user or password", onceplan.ErrForbidden)
 		}
-		// Basic auth signs nothing, no time either (README, "Bounces and
-		// complaints": allow Postmark's addresses only).
+		// Basic auth signs nothing, no time either
+		// (docs/guide/mail-real-people.md, "Postmark signs nothing": allow
+		// Postmark's addresses only).
 		return signed, nil
 	case SendGrid:
 		sig, ts := r.Header.Get(SendGridSignatureHeader), r.Header.Get(SendGridTimestampHeader)

@@ -45,8 +45,9 @@ import (
 //     does not say whether a retry is signed anew; a retry of an event
 //     already recorded is still answered 2xx (Accept), but an event whose
 //     every delivery failed for longer than 15 minutes may be refused.
-//   - generic: 15 minutes. The sender signs each attempt anew (README,
-//     "Bounces and complaints"), as Onceplan's own notifications do.
+//   - generic: 15 minutes. The sender signs each attempt anew
+//     (docs/guide/mail-real-people.md, "Bounces and complaints"), as
+//     Onceplan's own notifications do.
 //
 // A signed time further ahead than MaxAhead is refused too: a clock that
 // far wrong would make a signature fresh for longer than its window.

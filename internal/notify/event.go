@@ -76,7 +76,7 @@ func joinEvents(events []Event, sep string) string {
 }
 
 // Audience says, in a few words, who an event reaches (the preferences
-// page and the README say it alike).
+// page and docs/guide/notifications.md say it alike).
 func (e Event) Audience() string {
 	switch e {
 	case EventSubmitted:

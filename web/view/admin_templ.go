@@ -932,7 +932,7 @@ func adminNotifications(n NotificationsSection) templ.Component {
 			return templ_7745c5c3_Err
 		}
 		if len(n.Notifiers) == 0 {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 95, "<p data-testid=\"no-notifiers\">No notifier is configured: nobody is told when a draft waits for approval or targets need a person. Start <code>onceplan serve</code> with <code>--notify NAME=mailto:?provider=PROVIDER</code> or <code>--notify NAME=https://…</code> (README, “Notifications”).</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 95, "<p data-testid=\"no-notifiers\">No notifier is configured: nobody is told when a draft waits for approval or targets need a person. Start <code>onceplan serve</code> with <code>--notify NAME=mailto:?provider=PROVIDER</code> or <code>--notify NAME=https://…</code> (<code>docs/guide/notifications.md</code>).</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -1,14 +1,15 @@
 package main
 
-// The README's examples, run as printed: a person with a fresh checkout
+// The guide's examples, run as printed: a person with a fresh checkout
 // types `make run`, then, in a second terminal in the checkout, the
-// commands of the README's sections one after the other — the API with
-// curl, an agent's tool call with curl, the Python client, the TypeScript
-// client — and reads what they print. The only change is the server's
-// address: the tests never listen on a fixed port, so
-// http://127.0.0.1:8080 is replaced by the address serve bound. The
-// provider URLs the README shows are parsed as `serve --provider` parses
-// them, and `ONCEPLAN_PROVIDERS=… make run` is what it says.
+// commands of the guide's sections one after the other — the API with
+// curl (docs/guide/send-a-campaign.md), an agent's tool call with curl,
+// the Python client, the TypeScript client (docs/guide/tool-calls.md) —
+// and reads what they print. The only change is the server's address: the
+// tests never listen on a fixed port, so http://127.0.0.1:8080 is
+// replaced by the address serve bound. The provider URLs
+// docs/guide/choose-a-provider.md shows are parsed as `serve --provider`
+// parses them, and `ONCEPLAN_PROVIDERS=… make run` is what it says.
 
 import (
 	"bufio"
@@ -27,9 +28,17 @@ import (
 	"github.com/onceplan/onceplan/internal/provider"
 )
 
-// mdBlock is a fenced code block of a Markdown file, with the heading it
-// is under.
+// The guide's pages whose examples run, relative to this package.
+const (
+	sendGuide     = "../../docs/guide/send-a-campaign.md"
+	toolGuide     = "../../docs/guide/tool-calls.md"
+	providerGuide = "../../docs/guide/choose-a-provider.md"
+)
+
+// mdBlock is a fenced code block of a Markdown file, with the file and
+// the heading it is under.
 type mdBlock struct {
+	file    string
 	heading string
 	lang    string
 	text    string
@@ -49,7 +58,7 @@ func mdBlocks(t *testing.T, path string) []mdBlock {
 		trimmed := strings.TrimRight(line, "\n")
 		switch {
 		case cur == nil && strings.HasPrefix(trimmed, "```"):
-			cur = &mdBlock{heading: heading, lang: strings.TrimPrefix(trimmed, "```")}
+			cur = &mdBlock{file: path, heading: heading, lang: strings.TrimPrefix(trimmed, "```")}
 		case cur != nil && trimmed == "```":
 			out = append(out, *cur)
 			cur = nil
@@ -66,16 +75,18 @@ func mdBlocks(t *testing.T, path string) []mdBlock {
 func block(t *testing.T, blocks []mdBlock, heading, lang string) string {
 	t.Helper()
 	var found []string
+	file := "the document"
 	for _, b := range blocks {
+		file = b.file
 		if b.heading == heading && b.lang == lang {
 			found = append(found, b.text)
 		}
 	}
-	require.Len(t, found, 1, "README: one %s block under %q", lang, heading)
+	require.Len(t, found, 1, "%s: one %s block under %q", file, lang, heading)
 	return found[0]
 }
 
-// printed are the outputs a README block says its commands print: a
+// printed are the outputs a block says its commands print: a
 // comment line right after a command (a line that is neither blank nor a
 // comment), and a command's own trailing comment when it reads as output
 // (a JSON value or a number). "…" in them stands for anything.
@@ -124,7 +135,7 @@ func requirePrinted(t *testing.T, what string, want []*regexp.Regexp, got string
 		for i < len(lines) && !w.MatchString(lines[i]) {
 			i++
 		}
-		require.Less(t, i, len(lines), "%s: the README says it prints a line matching %s; it printed:\n%s", what, w, got)
+		require.Less(t, i, len(lines), "%s: the guide says it prints a line matching %s; it printed:\n%s", what, w, got)
 		i++
 	}
 }
@@ -153,35 +164,34 @@ func copyTree(t *testing.T, src, dst string, skip ...string) {
 	}))
 }
 
-// TestReadmeExamplesRunAsPrinted runs the README's examples in a fresh
+// TestDocExamplesRunAsPrinted runs the guide's examples in a fresh
 // checkout (the binary as ./bin/onceplan, the clients' sources) beside
 // `make run`'s server on the embedded default, and checks what they print
-// against what the README says they print.
-func TestReadmeExamplesRunAsPrinted(t *testing.T) {
+// against what the guide says they print.
+func TestDocExamplesRunAsPrinted(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq", "python3", "node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the README's examples need %s, which is not installed", tool)
+			t.Skipf("the guide's examples need %s, which is not installed", tool)
 		}
 	}
-	blocks := mdBlocks(t, "../../README.md")
+	send, tools := mdBlocks(t, sendGuide), mdBlocks(t, toolGuide)
 
-	// The provider URLs, as serve parses them.
-	readme, err := os.ReadFile("../../README.md")
+	// The provider URLs, as serve parses them: every URL the page's
+	// tables start a row with, and every --provider it writes out.
+	page, err := os.ReadFile(providerGuide)
 	require.NoError(t, err)
-	section := string(readme)[strings.Index(string(readme), "## Providers, and what each guarantees after a crash"):]
-	section = section[:strings.Index(section[3:], "\n## ")+3]
-	urls := regexp.MustCompile("(?m)^\\| `([a-z]+://[^`]+)`").FindAllStringSubmatch(section, -1)
+	urls := regexp.MustCompile("(?m)^\\| `([a-z]+://[^`]+)`").FindAllStringSubmatch(string(page), -1)
 	require.GreaterOrEqual(t, len(urls), 9, "the provider table's URLs")
 	for _, m := range urls {
 		_, err := provider.ParseFlag("p=" + m[1])
-		require.NoError(t, err, "the README's provider URL %s", m[1])
+		require.NoError(t, err, "%s: the provider URL %s", providerGuide, m[1])
 	}
-	flags := regexp.MustCompile("`--provider ([a-z]+=[a-z]+://[^`]+)`").FindAllStringSubmatch(section, -1)
+	flags := regexp.MustCompile("`--provider ([a-z]+=[a-z]+://[^`]+)`").FindAllStringSubmatch(string(page), -1)
 	require.NotEmpty(t, flags)
 	for _, m := range flags {
 		_, err := provider.ParseFlag(m[1])
-		require.NoError(t, err, "the README's %s", m[0])
+		require.NoError(t, err, "%s: %s", providerGuide, m[0])
 	}
 
 	// ONCEPLAN_PROVIDERS=… make run: the Makefile gives no --provider of
@@ -255,10 +265,10 @@ func TestReadmeExamplesRunAsPrinted(t *testing.T) {
 
 	// The sections' commands, typed into one terminal in the checkout;
 	// the Python example runs twice, as its section says.
-	curl := block(t, blocks, "The API with curl", "sh")
-	agent := block(t, blocks, "Agent tool calls", "sh")
-	python := block(t, blocks, "Agent tool calls from Python", "sh")
-	typescript := block(t, blocks, "Agent tool calls from TypeScript", "sh")
+	curl := block(t, send, "The API with curl", "sh")
+	agent := block(t, tools, "With curl", "sh")
+	python := block(t, tools, "From Python", "sh")
+	typescript := block(t, tools, "From TypeScript", "sh")
 	steps := []struct{ name, script string }{
 		{"the API with curl", curl}, {"a tool call with curl", agent},
 		{"the Python example", python}, {"the Python example again", python}, {"the TypeScript example", typescript},
@@ -274,9 +284,9 @@ func TestReadmeExamplesRunAsPrinted(t *testing.T) {
 	sh.Env = append(os.Environ(), env...)
 	var stdout, errOut strings.Builder
 	sh.Stdout, sh.Stderr = &stdout, &errOut
-	require.NoError(t, sh.Run(), "the README's commands failed:\n%s\n%s\nserve:\n%s", stdout.String(), errOut.String(), logs.String())
+	require.NoError(t, sh.Run(), "the guide's commands failed:\n%s\n%s\nserve:\n%s", stdout.String(), errOut.String(), logs.String())
 
-	t.Logf("the README's commands printed:\n%s", stdout.String())
+	t.Logf("the guide's commands printed:\n%s", stdout.String())
 	got := regexp.MustCompile(`(?m)^@@step \|*@@$`).Split(stdout.String(), -1)[1:]
 	require.Len(t, got, len(steps))
 	for i, s := range steps {
@@ -298,7 +308,7 @@ func TestReadmeExamplesRunAsPrinted(t *testing.T) {
 	// The TypeScript section prints the example it runs, whole.
 	example, err := os.ReadFile("../../clients/typescript/examples/set-status.mjs")
 	require.NoError(t, err)
-	require.Equal(t, string(example), block(t, blocks, "Agent tool calls from TypeScript", "js"))
+	require.Equal(t, string(example), block(t, tools, "From TypeScript", "js"))
 
 	// The TypeScript package's README: installed into a project of one's
 	// own as it says (its two paths are the reader's).
