@@ -226,18 +226,13 @@ func appendCanonical(dst []byte, in KeyInput) ([]byte, error) {
 	return norm.NFC.Bytes(b), nil
 }
 
-// KeyOfNormalized returns the key of in as [NewKey] would, for input that
-// is already in normal form, without normalising it again (normalising an
-// address is most of a key's cost). The audit checks a million frozen
-// targets with it: when KeyOfNormalized of a stored address is the stored
-// key, the key is that address's. For input not in normal form it returns
-// what NewKey never returns for it; the caller then asks NewKey.
-func KeyOfNormalized(in KeyInput) Key {
-	return Key(AppendKeyOfNormalized(nil, in))
-}
-
-// AppendKeyOfNormalized appends KeyOfNormalized(in) to dst, for a caller
-// that checks many keys and compares bytes.
+// AppendKeyOfNormalized appends to dst the key of in as [NewKey] would
+// return it, for input that is already in normal form, without
+// normalising it again (normalising an address is most of a key's cost).
+// The audit checks a million frozen targets with it, comparing bytes
+// (plan.IsTargetKey): when the key of a stored address is the stored key,
+// the key is that address's. For input not in normal form it appends what
+// NewKey never returns for it; the caller then asks NewKey.
 func AppendKeyOfNormalized(dst []byte, in KeyInput) []byte {
 	var buf [256]byte
 	sum := sha256.Sum256(appendCanonicalFields(buf[:0], in))

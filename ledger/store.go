@@ -68,16 +68,6 @@ func (f Failure) Final() bool {
 	return false
 }
 
-// Blocking reports whether a row in this state holds its key at its epoch,
-// so that no second attempt may start.
-func (s State) Blocking() bool {
-	switch s {
-	case StatePending, StateDone, StateUnknown, StateStranded:
-		return true
-	}
-	return false
-}
-
 // Effect is one attempt at (key, epoch).
 type Effect struct {
 	ID           int64

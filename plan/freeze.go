@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/onceplan/onceplan/internal/onceplan"
 )
 
@@ -275,19 +276,13 @@ func varProblems(ctx context.Context, db onceplan.DB, listID int64, fields []str
 	return out, total, err
 }
 
-// SampleUnsubscribeURL is the unsubscribe link Preview shows: shaped like
-// a real one, valid for nothing.
+// SampleUnsubscribeURL is the unsubscribe link a test send shows: shaped
+// like a real one, valid for nothing.
 const SampleUnsubscribeURL = "https://onceplan.invalid/u/sample"
 
-// Preview renders the exact message one target of a draft would get: by
-// ordinal (1-based) or by address, with SampleUnsubscribeURL as its
-// unsubscribe link (PreviewWithLink).
-func Preview(ctx context.Context, db onceplan.DB, d Content, address string, ordinal int) (Message, error) {
-	return PreviewWithLink(ctx, db, d, address, ordinal, SampleUnsubscribeURL)
-}
-
-// PreviewWithLink is Preview with the unsubscribe link unsubscribeURL (""
-// for none: a transactional campaign's message).
+// PreviewWithLink renders the exact message one target of a draft would
+// get: by ordinal (1-based) or by address, with the unsubscribe link
+// unsubscribeURL ("" for none: a transactional campaign's message).
 func PreviewWithLink(ctx context.Context, db onceplan.DB, d Content, address string, ordinal int, unsubscribeURL string) (Message, error) {
 	t, err := d.Payload.Compile()
 	if err != nil {

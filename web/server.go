@@ -139,16 +139,6 @@ func NewServer(cfg Config) *Server {
 // Handler returns the server's HTTP handler (for tests).
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Listen binds addr, saying in one sentence what to do when it cannot.
-func (s *Server) Listen(addr string) error {
-	ln, err := Listen(addr)
-	if err != nil {
-		return err
-	}
-	s.ln = ln
-	return nil
-}
-
 // UseListener makes the server serve on ln, bound beforehand (Listen):
 // serve binds first, so that the workers' unsubscribe links know the
 // port actually bound.

@@ -46,9 +46,6 @@ type DB struct {
 	cluster *pgcluster.Cluster
 }
 
-// Embedded reports whether this DB runs on the embedded default cluster.
-func (d *DB) Embedded() bool { return d.cluster != nil }
-
 // OpenDB connects to the configured database, starting the embedded default
 // when no URL is given, and checks (or applies) the schema.
 //

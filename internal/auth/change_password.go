@@ -56,7 +56,7 @@ func ChangePassword(ctx context.Context, db onceplan.DB, p ChangePasswordParams)
 		)
 		err := tx.QueryRow(ctx, `SELECT email, password_hash FROM app_user WHERE id = $1 AND disabled_at IS NULL`, p.UserID).Scan(&email, &hash)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return errorf(onceplan.ErrUnauthenticated, "the session has ended or is not valid: sign in again")
+			return onceplan.Errorf(onceplan.ErrUnauthenticated, "the session has ended or is not valid: sign in again")
 		}
 		if err != nil {
 			return err

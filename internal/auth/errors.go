@@ -18,20 +18,6 @@ var (
 	ErrDisabled = onceplan.New(onceplan.CodeDisabled, "this account is disabled: ask an administrator")
 )
 
-// kindError is an error with its own sentence that errors.Is matches
-// against one of the sentinels above.
-type kindError struct {
-	kind error
-	msg  string
-}
-
-func (e *kindError) Error() string { return e.msg }
-func (e *kindError) Unwrap() error { return e.kind }
-
-func errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
-}
-
 func fieldErr(field, format string, args ...any) error {
 	return &onceplan.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }

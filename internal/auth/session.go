@@ -177,7 +177,7 @@ func truncate(s string, n int) string {
 // onceplan.ErrUnauthenticated. Use refreshes last_seen_at at most once a minute.
 func SessionActor(ctx context.Context, db onceplan.DB, token string) (Actor, User, error) {
 	if len(token) != sessionTokenLength {
-		return Actor{}, User{}, errorf(onceplan.ErrUnauthenticated, "the session is not valid: sign in again")
+		return Actor{}, User{}, onceplan.Errorf(onceplan.ErrUnauthenticated, "the session is not valid: sign in again")
 	}
 	id := secretHash(token)
 	var (
@@ -194,7 +194,7 @@ func SessionActor(ctx context.Context, db onceplan.DB, token string) (Actor, Use
 		id, SessionIdleTimeout.Seconds(), touchEvery.Seconds()).
 		Scan(&u.ID, &u.Email, &u.Name, &roles, &u.CreatedAt, &u.DisabledAt, &touch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Actor{}, User{}, errorf(onceplan.ErrUnauthenticated, "the session has ended or is not valid: sign in again")
+		return Actor{}, User{}, onceplan.Errorf(onceplan.ErrUnauthenticated, "the session has ended or is not valid: sign in again")
 	}
 	if err != nil {
 		return Actor{}, User{}, err

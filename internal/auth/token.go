@@ -58,7 +58,7 @@ func scanToken(row pgx.Row) (Token, error) {
 
 func tokenNotFound(err error, what string) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errorf(onceplan.ErrNotFound, "there is no API token %s", what)
+		return onceplan.Errorf(onceplan.ErrNotFound, "there is no API token %s", what)
 	}
 	return err
 }
@@ -77,7 +77,7 @@ func CreateToken(ctx context.Context, db onceplan.DB, userEmail, name string, ag
 		return "", Token{}, err
 	}
 	if u.Disabled() {
-		return "", Token{}, errorf(onceplan.ErrConflict, "user %s is disabled: enable it before making it a token", u.Email)
+		return "", Token{}, onceplan.Errorf(onceplan.ErrConflict, "user %s is disabled: enable it before making it a token", u.Email)
 	}
 	secret := PersonalTokenPrefix + newSecret()
 	if agent {
@@ -113,7 +113,7 @@ func looksLikeToken(secret string) bool {
 // onceplan.ErrUnauthenticated. Use sets last_used_at, at most once a minute.
 func TokenActor(ctx context.Context, db onceplan.DB, secret string) (Actor, Token, error) {
 	if !looksLikeToken(secret) {
-		return Actor{}, Token{}, errorf(onceplan.ErrUnauthenticated, "the API token is not valid")
+		return Actor{}, Token{}, onceplan.Errorf(onceplan.ErrUnauthenticated, "the API token is not valid")
 	}
 	var (
 		t     Token
@@ -129,7 +129,7 @@ func TokenActor(ctx context.Context, db onceplan.DB, secret string) (Actor, Toke
 		Scan(&t.ID, &t.UserID, &t.UserEmail, &t.Name, &t.Agent, &t.Prefix, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt,
 			&roles, &touch)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Actor{}, Token{}, errorf(onceplan.ErrUnauthenticated, "the API token is not valid, was revoked, or its user is disabled")
+		return Actor{}, Token{}, onceplan.Errorf(onceplan.ErrUnauthenticated, "the API token is not valid, was revoked, or its user is disabled")
 	}
 	if err != nil {
 		return Actor{}, Token{}, err
@@ -176,11 +176,11 @@ func RevokeTokenByPrefix(ctx context.Context, db onceplan.DB, prefix string) (To
 	}
 	switch len(ids) {
 	case 0:
-		return Token{}, errorf(onceplan.ErrNotFound, "there is no API token with the prefix %s", prefix)
+		return Token{}, onceplan.Errorf(onceplan.ErrNotFound, "there is no API token with the prefix %s", prefix)
 	case 1:
 		return RevokeToken(ctx, db, ids[0])
 	default:
-		return Token{}, errorf(onceplan.ErrConflict, "%d API tokens start with %s: revoke by id instead", len(ids), prefix)
+		return Token{}, onceplan.Errorf(onceplan.ErrConflict, "%d API tokens start with %s: revoke by id instead", len(ids), prefix)
 	}
 }
 

@@ -125,7 +125,7 @@ func scanUser(row pgx.Row) (User, error) {
 
 func userNotFound(err error, what string) error {
 	if errors.Is(err, pgx.ErrNoRows) {
-		return errorf(onceplan.ErrNotFound, "there is no user %s", what)
+		return onceplan.Errorf(onceplan.ErrNotFound, "there is no user %s", what)
 	}
 	return err
 }
@@ -150,7 +150,7 @@ func CreateUser(ctx context.Context, db onceplan.DB, n NewUser) (User, error) {
 		INSERT INTO app_user (email, name, roles, password_hash) VALUES ($1, $2, $3, $4)
 		RETURNING `+userCols, n.Email, n.Name, roleStrings(n.Roles), hash))
 	if isUniqueViolation(err) {
-		return User{}, errorf(onceplan.ErrConflict, "a user with the email %s already exists", n.Email)
+		return User{}, onceplan.Errorf(onceplan.ErrConflict, "a user with the email %s already exists", n.Email)
 	}
 	return u, err
 }
@@ -221,7 +221,7 @@ func keepAnAdmin(ctx context.Context, tx pgx.Tx, email, doing string) error {
 		return err
 	}
 	if slices.Contains(admins, email) && len(admins) == 1 {
-		return errorf(onceplan.ErrConflict, "cannot %s %s: it is the last enabled admin (give another user the admin role first)", doing, email)
+		return onceplan.Errorf(onceplan.ErrConflict, "cannot %s %s: it is the last enabled admin (give another user the admin role first)", doing, email)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@
 package await
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -97,13 +96,6 @@ func Either[T, U any](t testing.TB, ok <-chan T, other <-chan U, within time.Dur
 		t.Fatalf("%s did not happen within %s", what, within)
 	}
 	panic("unreachable")
-}
-
-// Sentence is what a wait that ran out says; for waits that report
-// through an error instead of failing the test (a helper goroutine, a
-// child process).
-func Sentence(what string, within time.Duration) string {
-	return fmt.Sprintf("%s did not happen within %s", what, within)
 }
 
 // Group waits for wg, failing the test after within: "<what> did not

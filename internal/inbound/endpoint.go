@@ -328,17 +328,6 @@ func genericSigned(ts string, body []byte) []byte {
 	return append(msg, body...)
 }
 
-// Sign returns the X-Onceplan-Signature value of a generic body signed at
-// timestamp (Unix seconds, sent as X-Onceplan-Timestamp) with secret:
-// "v1=" and the hex HMAC-SHA256 of the timestamp, a dot and the body
-// (for senders, and tests). Sign each attempt anew: a signature older
-// than GenericMaxAge is refused.
-func Sign(secret string, timestamp int64, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write(genericSigned(strconv.FormatInt(timestamp, 10), body))
-	return genericVersion + hex.EncodeToString(m.Sum(nil))
-}
-
 func hmacHexEqual(key, msg []byte, hexSig string) bool {
 	got, err := hex.DecodeString(strings.TrimSpace(hexSig))
 	if err != nil {

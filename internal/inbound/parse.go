@@ -117,7 +117,7 @@ func parseSES(m SNSMessage, raw []byte) ([]Event, error) {
 	if kind == "" {
 		kind = n.EventType
 	}
-	msgID := sesMessageID(n) // one rule, shared with the evidence reader (export.go)
+	msgID := sesMessageID(n) // one rule, shared with the evidence reader (export_proof.go)
 	var out []Event
 	add := func(t Type, addr, detail, at string) {
 		out = append(out, Event{
@@ -349,7 +349,7 @@ func parseSendGrid(body []byte) ([]Event, error) {
 		default:
 			continue // processed, delivered, dropped, open, click, unsubscribe…
 		}
-		msgID := s.messageID() // shared with the evidence reader (export.go)
+		msgID := s.messageID() // shared with the evidence reader (export_proof.go)
 		out = append(out, Event{
 			Kind: SendGrid, ProviderEventID: s.SgEventID, Type: t, Address: s.Email,
 			MessageID: msgID, ProviderMessageID: s.SgMessageID, Detail: detail,

@@ -289,15 +289,3 @@ func EventsAbout(ctx context.Context, db onceplan.DB, key, address string) ([]Re
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Recorded, error) { return scanRecorded(r) })
 }
-
-// Get returns one stored event.
-func Get(ctx context.Context, db onceplan.DB, id int64) (Recorded, error) {
-	return scanRecorded(db.QueryRow(ctx, `SELECT `+recordedCols+` FROM inbound_event WHERE id = $1`, id))
-}
-
-// Raw returns a stored event's raw bytes.
-func Raw(ctx context.Context, db onceplan.DB, id int64) ([]byte, error) {
-	var b []byte
-	err := db.QueryRow(ctx, `SELECT raw FROM inbound_event WHERE id = $1`, id).Scan(&b)
-	return b, err
-}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/onceplan/onceplan/internal/provider"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
@@ -182,4 +184,86 @@ func MailKey(id int64, to string) (ledger.Target, ledger.Key, error) {
 	}
 	key, err := ledger.NewKey(ledger.KeyInput{Event: "notify:" + strconv.FormatInt(id, 10), Tool: "email.send", Target: target})
 	return target, key, err
+}
+
+// Result is what one delivery try came to.
+type Result int
+
+// Results of Deliver.
+const (
+	// Delivered: the notifier accepted it (or an earlier try did).
+	Delivered Result = iota
+	// Retry: it failed this time; try again later.
+	Retry
+	// GaveUp: it failed for good (an answer no retry changes, or the
+	// last try); the attempt says so.
+	GaveUp
+)
+
+// Deliver tries once to deliver notification id, as the attempt-th try
+// (final: the last one allowed), and records the try with the notifier's
+// answer. A notification delivered before (a job run twice) is not sent
+// again. The error says why it was not delivered.
+func (s *Service) Deliver(ctx context.Context, id int64, attempt int, final bool) (Result, error) {
+	var (
+		event                                    Event
+		notifier, kind, recipient, subject, body string
+		alreadyDelivered                         bool
+	)
+	err := s.cfg.DB.QueryRow(ctx, `
+		SELECT event, notifier, kind, recipient, subject, body,
+		       EXISTS (SELECT 1 FROM notification_attempt a WHERE a.notification_id = n.id AND a.status = 'delivered')
+		FROM notification n WHERE id = $1`, id).Scan(&event, &notifier, &kind, &recipient, &subject, &body, &alreadyDelivered)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return GaveUp, fmt.Errorf("notification %d does not exist", id)
+	}
+	if err != nil {
+		return Retry, err
+	}
+	if alreadyDelivered {
+		return Delivered, nil
+	}
+	start := time.Now()
+	var a answer
+	n, ok := s.cfg.Notifiers.Get(notifier)
+	switch {
+	case !ok:
+		a = answer{outcome: temporary, err: fmt.Sprintf("notifier %q is not configured on this process (%s): give every serve and worker the same --notify", notifier, s.cfg.Owner)}
+	case n.kind != kind:
+		a = answer{outcome: temporary, err: fmt.Sprintf("notifier %q is a %s notifier on this process (%s), but this notification was written for a %s one", notifier, n.kind, s.cfg.Owner, kind)}
+	default:
+		callCtx, cancel := context.WithTimeout(ctx, n.Timeout())
+		if kind == KindWebhook {
+			a = n.post(callCtx, id, event, []byte(body), time.Now())
+		} else {
+			a = n.mail(callCtx, id, recipient, subject, body)
+		}
+		cancel()
+	}
+	status, res := StateDelivered, Delivered
+	switch {
+	case a.outcome == delivered:
+	case a.outcome == permanent || final:
+		status, res = StateFailed, GaveUp
+	default:
+		status, res = StateRetrying, Retry
+	}
+	var httpStatus *int
+	if a.httpStatus != 0 {
+		httpStatus = &a.httpStatus
+	}
+	// Recorded even when ctx ended during the call: what the notifier
+	// did is kept.
+	_, err = s.cfg.DB.Exec(context.WithoutCancel(ctx), `
+		INSERT INTO notification_attempt (notification_id, attempt, status, http_status, answer, error, owner, duration_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		ON CONFLICT (notification_id) WHERE status = 'delivered' DO NOTHING`,
+		id, attempt, status, httpStatus, clean(a.text), clean(a.err), s.cfg.Owner, time.Since(start).Milliseconds())
+	if err != nil {
+		return Retry, fmt.Errorf("recording the try of notification %d: %w", id, err)
+	}
+	if res == Delivered {
+		return res, nil
+	}
+	return res, fmt.Errorf("notification %d through %s: %s", id, notifier, a.err)
 }

@@ -42,7 +42,6 @@ type Mailjet struct {
 	mu       sync.Mutex
 	lag      time.Duration
 	searches int
-	failN    int
 }
 
 // NewMailjet starts a Mailjet sink over opts.SMTP.
@@ -90,13 +89,6 @@ func (m *Mailjet) SearchLag(d time.Duration) {
 	m.lag = d
 }
 
-// FailNext answers the next n requests 500.
-func (m *Mailjet) FailNext(n int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.failN = n
-}
-
 // Effects counts the relay's messages per X-MJ-CustomID.
 func (m *Mailjet) Effects() map[string]int {
 	out := map[string]int{}
@@ -117,19 +109,11 @@ func customID(sm SMTPMessage) string {
 func (m *Mailjet) message(rw http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	m.searches++
-	fail := m.failN > 0
-	if fail {
-		m.failN--
-	}
 	lag := m.lag
 	m.mu.Unlock()
 	key, secret, ok := r.BasicAuth()
 	if !ok || key != m.opts.APIKey || secret != m.opts.APISecret {
 		writeJSON(rw, http.StatusUnauthorized, map[string]any{"ErrorMessage": "API key authentication/authorization failure", "StatusCode": 401})
-		return
-	}
-	if fail {
-		writeJSON(rw, http.StatusInternalServerError, map[string]any{"ErrorMessage": "the sink failed on command", "StatusCode": 500})
 		return
 	}
 	want := r.URL.Query().Get("CustomID")

@@ -105,7 +105,6 @@ type Resend struct {
 
 	fail  cannedFailure
 	after afterApply
-	delay time.Duration
 	limit RateLimit
 	gate  *limitGate
 }
@@ -263,13 +262,6 @@ func (s *Resend) ApplyThenDrop(n int) {
 	s.after.dropN = n
 }
 
-// Delay makes every POST wait d before it is handled (0: no wait).
-func (s *Resend) Delay(d time.Duration) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.delay = d
-}
-
 func (s *Resend) record(r *http.Request, body []byte, status int, replayed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -417,8 +409,7 @@ func (s *Resend) sendBatch(rw http.ResponseWriter, r *http.Request) {
 }
 
 // admit reads a POST's body and applies what comes before its content:
-// the configured delay, the API key, the rate limit and the
-// Idempotency-Key's length. It answers and returns false when the request
+// the API key, the rate limit and the Idempotency-Key's length. It answers and returns false when the request
 // stops there.
 func (s *Resend) admit(rw http.ResponseWriter, r *http.Request) (body []byte, key string, hasKey, ok bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 40<<20))
@@ -427,11 +418,6 @@ func (s *Resend) admit(rw http.ResponseWriter, r *http.Request) (body []byte, ke
 		resendError(rw, http.StatusBadRequest, "validation_error", "reading the body: "+err.Error())
 		return nil, "", false, false
 	}
-	s.mu.Lock()
-	delay := s.delay
-	s.mu.Unlock()
-	sleepCtx(r, delay)
-
 	auth := r.Header.Get("Authorization")
 	switch {
 	case auth == "":

@@ -69,9 +69,6 @@ type Entry struct {
 	Removed    *Removal  `json:"removed,omitempty"`
 }
 
-// Active reports whether the entry still suppresses its address.
-func (e Entry) Active() bool { return e.Removed == nil }
-
 // Why says, in words a person reads, why the entry suppresses its address
 // and since when: "it unsubscribed on 2025-03-01".
 func (e Entry) Why() string {

@@ -124,9 +124,6 @@ func NewLinks(db onceplan.DB, publicURL string) *Links {
 	return &Links{base: strings.TrimRight(publicURL, "/"), db: db}
 }
 
-// Base is the public URL the links start with.
-func (l *Links) Base() string { return l.base }
-
 // SampleURL is a link for previews: shaped like a real one, valid for
 // nothing.
 func (l *Links) SampleURL() string { return l.base + PathPrefix + "sample" }

@@ -45,7 +45,10 @@ type Status struct {
 	Args       json.RawMessage
 	Bound      bool // the key is bound to ArgsDigest for good
 
-	State   State
+	State State
+	// holds: the latest attempt holds the key at its epoch, as the
+	// ledger's rule says (effect_blocks, migration 0027); KeyFree asks it.
+	holds   bool
 	Epoch   int
 	Attempt int
 	// EffectID is the latest attempt's ledger row (0 before any).
@@ -115,15 +118,13 @@ func (s Status) RawSource() string {
 	return ""
 }
 
-// KeyFree reports whether nothing blocks the key now: the next begin
-// performs the call (or asks for its approval). A call resolved as not
-// delivered is failed, and free.
+// KeyFree reports whether nothing blocks the key now: no attempt holds it
+// (the ledger's rule, effect_blocks) and its args are neither awaiting a
+// person's approval nor rejected, so the next begin performs the call (or
+// asks for its approval). A call resolved as not delivered is failed, and
+// free.
 func (s Status) KeyFree() bool {
-	switch s.State {
-	case StateNew, State(ledger.StateFailed), State(ledger.StateRevoked):
-		return true
-	}
-	return false
+	return !s.holds && s.State != StateAwaitingApproval && s.State != StateRejected
 }
 
 // InDoubt reports whether the effect may or may not have happened and
@@ -150,7 +151,7 @@ LEFT JOIN tool_attempt a ON a.effect_id = x.id`
 // its latest raw answer, in one snapshot.
 var statusQuery = `
 SELECT c.identity, c.args, c.args_digest, cur.epoch,
-       coalesce(x.id, 0), coalesce(x.state::text, ''), coalesce(x.attempt, 0),
+       coalesce(x.id, 0), coalesce(x.state::text, ''), coalesce(effect_blocks(x.state), false), coalesce(x.attempt, 0),
        coalesce(x.receipt, ''), coalesce(x.reason, ''), coalesce(x.resolved_by, ''), coalesce(x.resolution, ''),
        x.updated_at,
        coalesce(a.lease_id::text, ''), a.lease_until, coalesce(a.lease_until < now(), false), coalesce(a.holder, ''),
@@ -201,7 +202,7 @@ func getStatus(ctx context.Context, db DB, key ledger.Key, digest string) (Statu
 		firstCall  *time.Time
 	)
 	err := db.QueryRow(ctx, statusQuery, string(key)).Scan(&canonical, &st.Args, &st.ArgsDigest, &st.Epoch,
-		&st.EffectID, &state, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
+		&st.EffectID, &state, &st.holds, &st.Attempt, &st.Receipt, &st.Reason, &st.ResolvedBy, &st.Resolution, &updated,
 		&st.LeaseID, &leaseUntil, &st.LeaseExpired, &st.Holder, &st.LeaseSeconds, &st.CreatedBy, &st.Takeovers, &policyID, &st.ApprovalID, &st.ApprovedBy, &st.ApprovalAskedBy, &raw, &rawKind,
 		&firstCall, &st.Now)
 	switch {

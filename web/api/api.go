@@ -37,9 +37,6 @@ const Prefix = "/api/v1"
 //go:embed openapi.yaml
 var openAPI []byte
 
-// OpenAPI is the API's OpenAPI 3.1 document.
-func OpenAPI() []byte { return openAPI }
-
 // Config is what the API needs.
 type Config struct {
 	Pool     *pgxpool.Pool
@@ -114,16 +111,6 @@ func routes() []route {
 		{http.MethodPost, "/suppressions", (*API).addSuppression},
 		{http.MethodPost, "/suppressions/{address}/remove", (*API).removeSuppression},
 	}
-}
-
-// Routes lists "METHOD /path" of every API route (with {param} syntax).
-func Routes() []string {
-	var out []string
-	for _, r := range routes() {
-		out = append(out, r.Method+" "+Prefix+r.Path)
-	}
-	out = append(out, http.MethodGet+" "+Prefix+"/openapi.yaml")
-	return out
 }
 
 // Register mounts the API on e.

@@ -5,8 +5,7 @@
 // production does, for tests. [Seed] writes a large plan and its ledger
 // directly in SQL (through the ledger's triggers like any writer, but not
 // through the importer, the approval workflow or River), so that a million
-// targets take a couple of minutes rather than an hour; [Measure] times the
-// audit of such a plan against a count(*) of the ledger, for
+// targets take a couple of minutes rather than an hour, for
 // BenchmarkAuditMillion and internal/tools/bench.
 package audittest
 
@@ -14,12 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/onceplan/onceplan/internal/audit"
 	"github.com/onceplan/onceplan/internal/onceplan"
@@ -301,69 +297,6 @@ func want(s Seeded, n int) audit.Metric {
 	m.PlanIntact = true
 	m.Reasons = m.Explain()
 	return m
-}
-
-// Timing is one measurement of the audit of a seeded plan against a
-// baseline taken in the same run on the same database: a count(*) of the
-// whole ledger (machines are shared and noisy; compare the ratio).
-type Timing struct {
-	Targets    int
-	LedgerRows int
-	Seed       time.Duration
-	// Audit and Count are the medians of Runs runs of audit.ForPlan and of
-	// SELECT count(*) FROM effect.
-	Audit  time.Duration
-	Count  time.Duration
-	Runs   int
-	Metric audit.Metric
-}
-
-// Ratio is Audit / Count.
-func (t Timing) Ratio() float64 { return float64(t.Audit) / float64(t.Count) }
-
-func (t Timing) String() string {
-	return fmt.Sprintf("audit of %d targets (%d ledger rows): %v (median of %d); count(*) of the ledger: %v; ratio %.1f; seeding took %v",
-		t.Targets, t.LedgerRows, t.Audit.Round(time.Millisecond), t.Runs, t.Count.Round(time.Millisecond), t.Ratio(), t.Seed.Round(time.Second))
-}
-
-// Measure seeds a plan of n targets (see Seed) and times its audit. It
-// fails when the audit's numbers differ from the seeded ledger's.
-func Measure(ctx context.Context, db *pgxpool.Pool, n, runs int) (Timing, error) {
-	if runs < 1 {
-		runs = 5
-	}
-	t := Timing{Targets: n, Runs: runs}
-	start := time.Now()
-	s, err := Seed(ctx, db, n)
-	if err != nil {
-		return t, err
-	}
-	t.Seed = time.Since(start)
-	var audits, counts []time.Duration
-	for range runs {
-		start := time.Now()
-		m, err := audit.ForPlan(ctx, db, s.PlanID)
-		if err != nil {
-			return t, err
-		}
-		audits = append(audits, time.Since(start))
-		t.Metric = m
-		start = time.Now()
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM effect`).Scan(&t.LedgerRows); err != nil {
-			return t, err
-		}
-		counts = append(counts, time.Since(start))
-	}
-	if !reflect.DeepEqual(t.Metric, s.Want) {
-		return t, fmt.Errorf("audittest: the audit says %+v, the seeded ledger %+v", t.Metric, s.Want)
-	}
-	t.Audit, t.Count = median(audits), median(counts)
-	return t, nil
-}
-
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	return d[len(d)/2]
 }
 
 // Finish makes s's campaign a finished one, as the archive takes them: its
