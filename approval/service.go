@@ -80,9 +80,10 @@ type Remainder struct {
 	RequeueIn time.Duration
 }
 
-// Service runs the campaign workflow. Every method is one transaction that
-// locks the campaign row first, so decisions on one campaign never
-// interleave.
+// Service runs the campaign workflow. Every action is one transaction that
+// locks the campaign row first and asks the lifecycle table before it
+// writes (lifecycle.go: act, actAsSystem), so decisions on one campaign
+// never interleave and follow one state machine.
 type Service struct {
 	pool     *pgxpool.Pool
 	enqueuer Enqueuer
