@@ -58,8 +58,8 @@ type Campaign struct {
 	ArchivedAt *time.Time `json:"archived_at,omitempty"`
 }
 
-// NewCampaign is what creating a campaign takes.
-type NewCampaign struct {
+// newCampaign is what creating a campaign takes.
+type newCampaign struct {
 	Name              string
 	Provider          string
 	Tool              string // default "email.send"
@@ -75,7 +75,7 @@ type NewCampaign struct {
 }
 
 // Validate checks a new campaign's fields, naming the first at fault.
-func (n *NewCampaign) Validate() error {
+func (n *newCampaign) Validate() error {
 	if n.Tool == "" {
 		n.Tool = "email.send"
 	}
@@ -131,8 +131,9 @@ func scanCampaign(row pgx.Row) (Campaign, error) {
 	return c, err
 }
 
-// CreateCampaign inserts a campaign and its first draft (version 1).
-func CreateCampaign(ctx context.Context, tx pgx.Tx, n NewCampaign) (Campaign, error) {
+// createCampaign inserts a campaign and its first draft (version 1):
+// Service.Create's write.
+func createCampaign(ctx context.Context, tx pgx.Tx, n newCampaign) (Campaign, error) {
 	if err := n.Validate(); err != nil {
 		return Campaign{}, err
 	}
@@ -162,9 +163,9 @@ func GetCampaign(ctx context.Context, db onceplan.DB, id string) (Campaign, erro
 	return scanCampaign(db.QueryRow(ctx, `SELECT `+campaignCols+` FROM campaign WHERE id = $1`, id))
 }
 
-// LockCampaign reads a campaign and locks its row until tx ends: every state
-// change goes through it, so decisions on one campaign are serialised.
-func LockCampaign(ctx context.Context, tx pgx.Tx, id string) (Campaign, error) {
+// lockCampaign reads a campaign and locks its row until tx ends
+// (Service.locked).
+func lockCampaign(ctx context.Context, tx pgx.Tx, id string) (Campaign, error) {
 	if !validUUID(id) {
 		return Campaign{}, onceplan.ErrNotFound
 	}
@@ -180,9 +181,10 @@ func ListCampaigns(ctx context.Context, db onceplan.DB, limit int) ([]Campaign, 
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Campaign, error) { return scanCampaign(r) })
 }
 
-// SetState moves a campaign to another state (the caller checked the rule;
-// PostgreSQL refuses illegal edges anyway).
-func SetState(ctx context.Context, tx pgx.Tx, id string, to State) error {
+// setState moves a campaign to another state: Service.shift's write, once
+// the lifecycle table allowed the edge (PostgreSQL refuses an illegal edge
+// anyway).
+func setState(ctx context.Context, tx pgx.Tx, id string, to State) error {
 	_, err := tx.Exec(ctx, `UPDATE campaign SET state = $2 WHERE id = $1`, id, string(to))
 	return campaignRuleErr(err)
 }
@@ -250,9 +252,9 @@ func (d Draft) Hash(c Campaign) string {
 		Transactional: !c.ListUnsubscribe})
 }
 
-// UpdatePayload replaces a draft's payload, once it validates (see
+// updatePayload replaces a draft's payload, once it validates (see
 // Payload.Validate).
-func UpdatePayload(ctx context.Context, tx pgx.Tx, campaignID string, version int, p plan.Payload, editor int64) error {
+func updatePayload(ctx context.Context, tx pgx.Tx, campaignID string, version int, p plan.Payload, editor int64) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
@@ -265,9 +267,9 @@ func UpdatePayload(ctx context.Context, tx pgx.Tx, campaignID string, version in
 	return err
 }
 
-// NewVersion starts draft version+1 as a copy of version (payload and
+// newVersion starts draft version+1 as a copy of version (payload and
 // list: lists are immutable, so sharing one is safe), proposed by editor.
-func NewVersion(ctx context.Context, tx pgx.Tx, campaignID string, version int, editor int64) (int, error) {
+func newVersion(ctx context.Context, tx pgx.Tx, campaignID string, version int, editor int64) (int, error) {
 	next := version + 1
 	_, err := tx.Exec(ctx, `
 		INSERT INTO draft (campaign_id, version, from_addr, subject, text_body, html_body, list_id, proposed_by, last_edited_by)

@@ -184,7 +184,7 @@ func approvedBase(p *plan.Plan, cur DiffSide) (*DiffSide, string) {
 // submission when it is of something other than the current version as it
 // stands, else the one before it.
 func previousBase(ctx context.Context, db onceplan.DB, c Campaign, cur DiffSide) (*DiffSide, string, error) {
-	latest, err := LatestSubmission(ctx, db, c.ID)
+	latest, err := latestSubmission(ctx, db, c.ID)
 	if errors.Is(err, onceplan.ErrNotFound) {
 		return nil, fmt.Sprintf("Version %d is a draft of a campaign never submitted for approval: there is no earlier submission to compare it with.", cur.Version), nil
 	}

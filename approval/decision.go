@@ -114,7 +114,7 @@ func decisionOf(ctx context.Context, db onceplan.DB, id string) (Decision, error
 		return Decision{}, err
 	}
 	d := Decision{CampaignID: c.ID, State: c.State, CampaignVersion: c.Version, Required: c.RequiredApprovals, Decision: DecisionNotSubmitted}
-	sub, err := LatestSubmission(ctx, db, c.ID)
+	sub, err := latestSubmission(ctx, db, c.ID)
 	if errors.Is(err, onceplan.ErrNotFound) {
 		return d, nil
 	}

@@ -36,37 +36,20 @@ func notifyDecision(ctx context.Context, tx pgx.Tx, id string, action auth.Actio
 // or less answers at once. When ctx ends first it answers the last
 // decision read, with ctx's error. Waiting holds no pooled connection:
 // every waiter of the process shares one listening connection
-// (a pgnotify.Hub on DecisionChannel), and reads the decision only when notified.
+// (a pgnotify.Hub on DecisionChannel), and reads the decision only when
+// notified (pgnotify.Wait).
 func (s *Service) WaitDecision(ctx context.Context, id string, wait time.Duration) (Decision, error) {
 	d, err := s.Decision(ctx, id)
 	if err != nil || d.Final() || wait <= 0 {
 		return d, err
 	}
-	w := s.decisions.Add(id)
-	defer s.decisions.Remove(w)
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	recheck := time.NewTicker(pgnotify.Recheck)
-	defer recheck.Stop()
-	for {
-		expired := false
-		select {
-		case <-w.Wake():
-		case <-recheck.C:
-		case <-deadline.C:
-			expired = true
-		case <-ctx.Done():
-			return d, ctx.Err()
-		}
+	err = pgnotify.Wait(ctx, s.decisions, id, wait, func(ctx context.Context) (bool, error) {
 		next, err := s.Decision(ctx, id)
 		if err != nil {
-			if ctx.Err() != nil {
-				return d, ctx.Err()
-			}
-			return d, err
+			return false, err
 		}
-		if d = next; d.Final() || expired {
-			return d, nil
-		}
-	}
+		d = next
+		return d.Final(), nil
+	})
+	return d, err
 }

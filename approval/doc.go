@@ -13,4 +13,9 @@
 //   - freezing writes the plan and the approvals in one transaction; starting
 //     writes the run record and every job in one transaction;
 //   - every decision is appended to the write-once audit trail.
+//
+// It exports the lifecycle's operations — Service's actions and a test
+// send, each entering through the lifecycle table (lifecycle.go) — and the
+// reads other packages need; the statements that write a campaign's rows
+// stay inside, behind the table.
 package approval

@@ -79,7 +79,7 @@ func (s *Service) SupersedeEffect(ctx context.Context, a auth.Actor, campaignID,
 		}); err != nil {
 			return err
 		}
-		if err := s.event(ctx, tx, &a, c, auth.ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
+		if err := s.move(ctx, tx, &a, &c, auth.ActionSupersede, "", reason, map[string]any{"key": key, "epoch": epoch}); err != nil {
 			return err
 		}
 		return s.requeueAfterChange(ctx, tx, &a, c, "a done target was superseded")
@@ -104,7 +104,7 @@ func (s *Service) RevokeEffect(ctx context.Context, a auth.Actor, campaignID, ke
 		if eff, err = ledger.NewStore(tx).Revoke(ctx, ledger.RevokeParams{Key: ledger.Key(key), Actor: a.String(), Reason: reason}); err != nil {
 			return err
 		}
-		return s.event(ctx, tx, &a, c, auth.ActionRevoke, "", reason, map[string]any{"key": key, "epoch": eff.Epoch})
+		return s.move(ctx, tx, &a, &c, auth.ActionRevoke, "", reason, map[string]any{"key": key, "epoch": eff.Epoch})
 	})
 	return eff, err
 }
@@ -127,4 +127,27 @@ func (s *Service) requeueAfterChange(ctx context.Context, tx pgx.Tx, a *auth.Act
 		return err
 	}
 	return s.reopen(ctx, tx, a, &c, why, n)
+}
+
+// ResolveEffect is a person's verdict on a target whose effect is unknown:
+// delivered (done) or not delivered (failed, so a resume sends it once
+// more). The key must belong to the campaign's plan.
+func (s *Service) ResolveEffect(ctx context.Context, a auth.Actor, campaignID, key string, outcome ledger.Outcome, reason string) (ledger.Effect, error) {
+	var eff ledger.Effect
+	err := s.effectAction(ctx, a, campaignID, key, auth.ActionResolve, func(tx pgx.Tx, cp *Campaign) error {
+		c := *cp
+		var err error
+		if eff, err = ledger.NewStore(tx).Resolve(ctx, ledger.ResolveParams{Key: ledger.Key(key), Outcome: outcome, Actor: a.String(), Reason: reason}); err != nil {
+			return err
+		}
+		if err := s.move(ctx, tx, &a, &c, auth.ActionResolve, "", reason, map[string]any{"key": key, "epoch": eff.Epoch, "outcome": outcome}); err != nil {
+			return err
+		}
+		if outcome == ledger.NotDelivered {
+			// The key is free again: the target goes back on the queue.
+			return s.requeueAfterChange(ctx, tx, &a, c, "an unknown target was resolved as not delivered")
+		}
+		return nil
+	})
+	return eff, err
 }

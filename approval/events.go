@@ -26,15 +26,10 @@ type Event struct {
 	CreatedAt  time.Time       `json:"created_at"`
 }
 
-// RecordEvent appends to the audit trail (write-once in PostgreSQL).
-func RecordEvent(ctx context.Context, tx pgx.Tx, e Event) error {
-	_, err := AppendEvent(ctx, tx, e)
-	return err
-}
-
-// AppendEvent is RecordEvent, returning the new entry's id (a decision
-// that is announced names its entry: package notify).
-func AppendEvent(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
+// appendEvent appends e to the audit trail (write-once in PostgreSQL) and
+// returns the new entry's id (a decision that is announced names its
+// entry: package notify).
+func appendEvent(ctx context.Context, tx pgx.Tx, e Event) (int64, error) {
 	var actor *int64
 	if e.ActorID != 0 {
 		actor = &e.ActorID

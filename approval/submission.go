@@ -53,18 +53,18 @@ func scanSubmission(row pgx.Row) (Submission, error) {
 	return s, err
 }
 
-// Submit records the submission of a campaign's current draft version
+// insertSubmission records the submission of a campaign's current draft version
 // with its plan hash, inside tx (the caller's, which holds the campaign
 // lock and has just moved it to pending approval).
-func Submit(ctx context.Context, tx pgx.Tx, campaignID string, version int, hash string, submittedBy int64) (Submission, error) {
+func insertSubmission(ctx context.Context, tx pgx.Tx, campaignID string, version int, hash string, submittedBy int64) (Submission, error) {
 	return scanSubmission(tx.QueryRow(ctx, `
 		INSERT INTO submission (campaign_id, version, plan_hash, submitted_by) VALUES ($1, $2, $3, $4)
 		RETURNING `+submissionCols, campaignID, version, hash, submittedBy))
 }
 
-// LatestSubmission reads a campaign's latest submission: the one an
+// latestSubmission reads a campaign's latest submission: the one an
 // approval now answers. onceplan.ErrNotFound when the campaign was never submitted.
-func LatestSubmission(ctx context.Context, db onceplan.DB, campaignID string) (Submission, error) {
+func latestSubmission(ctx context.Context, db onceplan.DB, campaignID string) (Submission, error) {
 	s, err := scanSubmission(db.QueryRow(ctx, `SELECT `+submissionCols+` FROM submission
 		WHERE campaign_id = $1 ORDER BY id DESC LIMIT 1`, campaignID))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -34,7 +34,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +45,6 @@ import (
 	"github.com/onceplan/onceplan/internal/keyedrate"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/provider"
-	"github.com/onceplan/onceplan/internal/suppression"
 	"github.com/onceplan/onceplan/ledger"
 	"github.com/onceplan/onceplan/plan"
 )
@@ -120,23 +118,6 @@ func NewTestSender(cfg TestSendConfig) (*TestSender, error) {
 	return s, nil
 }
 
-// ParseTestAllowList normalises allow-list addresses (blank entries are
-// skipped); the error names the first that is not an address.
-func ParseTestAllowList(list []string) ([]string, error) {
-	var out []string
-	for _, a := range list {
-		if strings.TrimSpace(a) == "" {
-			continue
-		}
-		n, err := ledger.NormalizeEmail(a)
-		if err != nil {
-			return nil, fmt.Errorf("test recipient %q is not an email address (%v)", strings.TrimSpace(a), err)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
 // MaxRecipients is how many addresses one request may name.
 func (s *TestSender) MaxRecipients() int { return s.cfg.MaxRecipients }
 
@@ -169,132 +150,6 @@ type TestSendResult struct {
 	Deliveries []TestDelivery `json:"deliveries"`
 }
 
-// Reviewer is an address a test send may go to: an enabled user's email
-// or on the allow-list. Suppressed, when not empty, says why the
-// suppression list holds it now: no test send goes there until it is
-// taken off.
-type Reviewer struct {
-	Address    string
-	Suppressed string
-}
-
-// Reviewers lists who may receive a test send: the enabled users' emails
-// and the allow-list, sorted, each with its suppression (the UI offers
-// them).
-func (s *TestSender) Reviewers(ctx context.Context) ([]Reviewer, error) {
-	users, err := s.userEmails(ctx)
-	if err != nil {
-		return nil, err
-	}
-	addrs := make([]string, 0, len(users)+len(s.allow))
-	for a := range users {
-		addrs = append(addrs, a)
-	}
-	for a := range s.allow {
-		if !users[a] {
-			addrs = append(addrs, a)
-		}
-	}
-	slices.Sort(addrs)
-	held, err := suppression.LookupMany(ctx, s.cfg.DB, addrs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Reviewer, len(addrs))
-	for i, a := range addrs {
-		out[i] = Reviewer{Address: a}
-		if e, ok := held[a]; ok {
-			out[i].Suppressed = e.Why()
-		}
-	}
-	return out, nil
-}
-
-// userEmails is the set of the enabled users' emails, read once per
-// request (auth owns the users).
-func (s *TestSender) userEmails(ctx context.Context) (map[string]bool, error) {
-	users, err := auth.ListUsers(ctx, s.cfg.DB)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]bool, len(users))
-	for _, u := range users {
-		if !u.Disabled() {
-			out[u.Email] = true
-		}
-	}
-	return out, nil
-}
-
-// recipients normalises and checks p.To: each an enabled user's email or
-// on the allow-list, and not suppressed; duplicates collapse. Errors name
-// the entry (to[2]).
-func (s *TestSender) recipients(ctx context.Context, to []string) ([]string, error) {
-	switch {
-	case len(to) == 0:
-		return nil, &onceplan.FieldError{Field: "to", Reason: "is required: name at least one reviewer's address"}
-	case len(to) > s.cfg.MaxRecipients:
-		return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("names %d addresses; a test send goes to at most %d", len(to), s.cfg.MaxRecipients)}
-	}
-	var (
-		out   []string
-		users map[string]bool // read when the first address is not on the allow-list
-	)
-	for i, raw := range to {
-		a, err := ledger.NormalizeEmail(raw)
-		if err != nil {
-			return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %q is not an email address", i, raw)}
-		}
-		if !s.allow[a] {
-			if users == nil {
-				if users, err = s.userEmails(ctx); err != nil {
-					return nil, err
-				}
-			}
-			if !users[a] {
-				return nil, &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf("to[%d]: %s is not a user or an allowed test recipient", i, a)}
-			}
-		}
-		if !slices.Contains(out, a) {
-			out = append(out, a)
-		}
-	}
-	if err := notSuppressed(ctx, s.cfg.DB, to, out); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// notSuppressed refuses the recipients (normalised) while the suppression
-// list holds one of them — the list's own rule (suppression.LookupMany) —
-// naming the first, as the request wrote it (to, as given), and why, in
-// one sentence.
-func notSuppressed(ctx context.Context, db onceplan.DB, to, recipients []string) error {
-	held, err := suppression.LookupMany(ctx, db, recipients)
-	if err != nil || len(held) == 0 {
-		return err
-	}
-	for _, a := range recipients {
-		e, ok := held[a]
-		if !ok {
-			continue
-		}
-		entry := "to"
-		for i, raw := range to {
-			if n, err := ledger.NormalizeEmail(raw); err == nil && n == a {
-				entry = fmt.Sprintf("to[%d]", i)
-				break
-			}
-		}
-		return &onceplan.FieldError{Field: "to", Reason: fmt.Sprintf(
-			"%s: %s is on the suppression list (%s), and a test send never mails a suppressed address: nothing was sent", entry, a, e.Why())}
-	}
-	return nil
-}
-
-// recordMessages records one test message per recipient, under its key,
-// and commits them before anything is sent: PostgreSQL refuses the row
-// of an address suppressed now (migration 0039), so an address
 // suppressed since recipients checked it is still not mailed. asked is
 // the request's To as written, for the refusal's words.
 func (s *TestSender) recordMessages(ctx context.Context, a auth.Actor, c Campaign, asked, to, keys []string) error {
@@ -427,9 +282,10 @@ func (s *TestSender) Send(ctx context.Context, a auth.Actor, p TestSendParams) (
 		if err != nil {
 			return err
 		}
-		return RecordEvent(ctx, tx, Event{CampaignID: c.ID, Action: string(auth.ActionTestSend),
+		_, err = appendEvent(ctx, tx, Event{CampaignID: c.ID, Action: string(auth.ActionTestSend),
 			ActorID: a.UserID, ViaAgent: a.Agent, Version: c.Version, PlanHash: d.Hash(c),
 			Reason: fmt.Sprintf("test send of target %d to %s", ordinal, strings.Join(to, ", ")), Detail: b})
+		return err
 	})
 	if err != nil {
 		return res, fmt.Errorf("the test messages were sent, but recording them in the campaign's trail failed: %w", err)

@@ -132,7 +132,7 @@ var appWrites = map[string]appWrite{
 		},
 	},
 	"campaign": {
-		Insert: "a new campaign, a draft at version 1 (approval.CreateCampaign)",
+		Insert: "a new campaign, a draft at version 1 (approval.Service.Create)",
 		Update: []string{"state", "version", "plan_id"},
 		Refused: []refusal{
 			refuse("completed -> approved, an edge the lifecycle does not have", illegal,
@@ -156,7 +156,7 @@ var appWrites = map[string]appWrite{
 		Insert: "the campaign's trail: every action on it, write-once",
 	},
 	"draft": {
-		Insert: "a campaign's first draft, and each new version an edit after submitting starts (approval.NewVersion)",
+		Insert: "a campaign's first draft, and each new version an edit after submitting starts (approval.Service.Edit, approval.Service.ImportTargets)",
 		Update: []string{"from_addr", "subject", "text_body", "html_body", "list_id", "last_edited_by", "updated_at"},
 		Refused: []refusal{
 			refuse("a submitted draft edited", frozen,

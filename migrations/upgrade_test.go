@@ -1,6 +1,7 @@
 package migrations_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,14 +69,20 @@ func TestUpgradeKeepsPendingApprovals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, versionsFrom(14), res.Applied)
 
-	sub, err := approval.LatestSubmission(ctx, app, id)
-	require.NoError(t, err)
-	require.Equal(t, approval.Submission{ID: sub.ID, CampaignID: id, Version: 1, PlanHash: hash, ListID: created.Draft.ListID, TargetCount: 2,
-		ProposedBy: proposer.UserID, LastEditedBy: proposer.UserID, SubmittedBy: proposer.UserID, CreatedAt: sub.CreatedAt}, sub)
-
 	_, err = svc.Approve(ctx, proposer, id, hash)
 	require.ErrorIs(t, err, onceplan.ErrForbidden)
 	approved, err := svc.Approve(ctx, second, id, hash)
 	require.NoError(t, err)
 	require.Equal(t, approval.StateApproved, approved.Campaign.State, "the approval given before the upgrade counts")
+
+	// The submission the approval answered is the one 0014 recorded for
+	// the draft already pending, with its authorship.
+	events, err := approval.Events(ctx, app, id)
+	require.NoError(t, err)
+	i := slices.IndexFunc(events, func(e approval.Event) bool { return e.Action == "approve" && e.ActorID == second.UserID })
+	require.GreaterOrEqual(t, i, 0, "the approval's trail entry")
+	sub, err := approval.SubmissionOf(ctx, app, events[i])
+	require.NoError(t, err)
+	require.Equal(t, approval.Submission{ID: sub.ID, CampaignID: id, Version: 1, PlanHash: hash, ListID: created.Draft.ListID, TargetCount: 2,
+		ProposedBy: proposer.UserID, LastEditedBy: proposer.UserID, SubmittedBy: proposer.UserID, CreatedAt: sub.CreatedAt}, sub)
 }

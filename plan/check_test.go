@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
@@ -33,10 +32,7 @@ func TestNULIsAFieldError(t *testing.T) {
 	}
 
 	b := setup(t)
-	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{Name: "News\x00letter", Provider: "outbox", CreatedBy: b.user, Payload: good})
-		return err
-	})
+	_, err := b.svc.Create(b.ctx, b.proposer, approval.CreateParams{Name: "News\x00letter", Provider: "outbox", Payload: good})
 	requireFieldError(t, err, "name", "NUL")
 }
 
@@ -107,9 +103,7 @@ func TestCheckWarnsOfEmptyAndRefusesLineBreaksInTheSubject(t *testing.T) {
 	}
 
 	// In a variable only the body reads, a line break is text.
-	err = pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return approval.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello {{.name}}"}, b.user)
-	})
+	_, err = b.svc.Edit(b.ctx, b.proposer, b.campaign.ID, plan.Payload{From: "a@example.com", Subject: "Hi", Text: "Hello {{.name}}"})
 	require.NoError(t, err)
 	r, err = check("email,name\nann@example.com,\"Ann\r\nof Cleves\"\n")
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
+	"github.com/onceplan/onceplan/internal/auth"
 	"github.com/onceplan/onceplan/internal/onceplan"
 	"github.com/onceplan/onceplan/internal/pgtest"
 	"github.com/onceplan/onceplan/ledger"
@@ -22,6 +23,8 @@ type bundle struct {
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	user     int64
+	svc      *approval.Service
+	proposer auth.Actor // user, as the service knows them
 	campaign approval.Campaign
 }
 
@@ -30,14 +33,14 @@ func setup(t *testing.T) *bundle {
 	pool := pgtest.Pool(t)
 	b := &bundle{ctx: context.Background(), pool: pool}
 	b.user = pgtest.User(t, pool, pgtest.UserOpts{Roles: []string{"proposer"}})
-	require.NoError(t, pgx.BeginFunc(b.ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		b.campaign, err = approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{
-			Name: "Import test", Provider: "outbox", CreatedBy: b.user,
-			Payload: plan.Payload{From: "a@example.com", Subject: "Hi {{.name}}", Text: "Hello {{.name}}"},
-		})
-		return err
-	}))
+	b.svc = approval.NewService(pool, nil)
+	b.proposer = auth.Actor{UserID: b.user, Roles: []auth.Role{auth.RoleProposer}}
+	res, err := b.svc.Create(b.ctx, b.proposer, approval.CreateParams{
+		Name: "Import test", Provider: "outbox",
+		Payload: plan.Payload{From: "a@example.com", Subject: "Hi {{.name}}", Text: "Hello {{.name}}"},
+	})
+	require.NoError(t, err)
+	b.campaign = res.Campaign
 	return b
 }
 

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/onceplan/onceplan/approval"
@@ -66,9 +65,8 @@ func TestUnsubscribeURLVariable(t *testing.T) {
 	// Check does not report it missing from targets that lack it; the
 	// preview shows a sample link.
 	b := setup(t)
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		return approval.UpdatePayload(b.ctx, tx, b.campaign.ID, 1, p, b.user)
-	}))
+	_, err = b.svc.Edit(b.ctx, b.proposer, b.campaign.ID, p)
+	require.NoError(t, err)
 	_, err = b.importList(t, plan.ImportParams{Body: strings.NewReader("email,name\nann@example.com,Ann\n")})
 	require.NoError(t, err)
 	d, err := approval.GetDraft(b.ctx, b.pool, b.campaign.ID, 1)
@@ -102,12 +100,10 @@ func TestListUnsubscribeFixedInTheDatabase(t *testing.T) {
 		b.campaign.ID, b.user)
 	require.ErrorContains(t, err, "is not its campaign's")
 
-	var c approval.Campaign
-	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-		c, err = approval.CreateCampaign(b.ctx, tx, approval.NewCampaign{Name: "Receipts", Provider: "outbox", CreatedBy: b.user, Transactional: true,
-			Payload: plan.Payload{From: "a@example.com", Subject: "Receipt", Text: "Thanks"}})
-		return err
-	}))
+	res, err := b.svc.Create(b.ctx, b.proposer, approval.CreateParams{Name: "Receipts", Provider: "outbox", Transactional: true,
+		Payload: plan.Payload{From: "a@example.com", Subject: "Receipt", Text: "Thanks"}})
+	require.NoError(t, err)
+	c := res.Campaign
 	require.False(t, c.ListUnsubscribe)
 	got, err := approval.GetCampaign(b.ctx, b.pool, c.ID)
 	require.NoError(t, err)

@@ -194,3 +194,45 @@ func (h *Hub) wake(r *hubRun, payload string) {
 		w.signal()
 	}
 }
+
+// Wait is the long poll every waiter of a hub runs: it listens on h for
+// payload and calls check each time payload is notified (or Recheck
+// passes, or the listening connection was replaced), until check reports
+// done; once wait has passed it calls check a last time and returns
+// whatever check found. check reads the waited-for state and keeps what
+// it read: the caller answers with it. Wait returns ctx's error when ctx
+// ends first, and check's error as it is unless ctx ended meanwhile. The
+// caller reads the state once before it waits (a state already final
+// needs no listening); a wait of 0 or less returns at once.
+func Wait(ctx context.Context, h *Hub, payload string, wait time.Duration, check func(context.Context) (done bool, err error)) error {
+	if wait <= 0 {
+		return nil
+	}
+	w := h.Add(payload)
+	defer h.Remove(w)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	recheck := time.NewTicker(Recheck)
+	defer recheck.Stop()
+	for {
+		expired := false
+		select {
+		case <-w.Wake():
+		case <-recheck.C:
+		case <-deadline.C:
+			expired = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		done, err := check(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if done || expired {
+			return nil
+		}
+	}
+}

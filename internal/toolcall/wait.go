@@ -59,37 +59,24 @@ func (s Status) changedFrom(was Status) bool {
 // does not change by itself, answers at once. When ctx ends first it
 // answers the last status read, with ctx's error. Waiting holds no pooled
 // connection: every waiter of the process shares one listening connection
-// (package pgnotify), and reads the call again only when notified.
+// (package pgnotify), and reads the call again only when notified
+// (pgnotify.Wait).
 func (s *Service) Wait(ctx context.Context, a auth.Actor, key ledger.Key, wait time.Duration) (Status, error) {
 	st, err := s.GetFor(ctx, a, key)
 	if err != nil || wait <= 0 || !st.Waits() {
 		return st, err
 	}
-	w := s.changes.Add(string(key))
-	defer s.changes.Remove(w)
-	deadline := time.NewTimer(min(wait, WaitMax))
-	defer deadline.Stop()
-	recheck := time.NewTicker(pgnotify.Recheck)
-	defer recheck.Stop()
-	for {
-		expired := false
-		select {
-		case <-w.Wake():
-		case <-recheck.C:
-		case <-deadline.C:
-			expired = true
-		case <-ctx.Done():
-			return st, ctx.Err()
-		}
-		now, err := s.GetFor(ctx, a, key)
+	now := st
+	err = pgnotify.Wait(ctx, s.changes, string(key), min(wait, WaitMax), func(ctx context.Context) (bool, error) {
+		next, err := s.GetFor(ctx, a, key)
 		if err != nil {
-			if ctx.Err() != nil {
-				return st, ctx.Err()
-			}
-			return st, err
+			return false, err
 		}
-		if now.changedFrom(st) || expired {
-			return now, nil
-		}
+		now = next
+		return now.changedFrom(st), nil
+	})
+	if err != nil {
+		return st, err
 	}
+	return now, nil
 }
